@@ -1,0 +1,70 @@
+"""ep-host: a plugin host for ONNX execution providers.
+
+Everything a provider needs is exported here. Importing this package loads no plugin and does
+not import onnx; ``InferenceSession`` and ``Host`` load on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ep_host.cost import Cost, structural_input_bytes
+from ep_host.dtypes import DType, dtype
+from ep_host.errors import (
+    HostError,
+    InputError,
+    KernelError,
+    ModelLoadError,
+    ModelValidationError,
+    PlacementError,
+    ProviderError,
+    ResourceLimitError,
+)
+from ep_host.hookspecs import hookimpl, hookspec
+from ep_host.kernel import FunctionKernel, Kernel
+from ep_host.match import (
+    CaptureSupport,
+    Decline,
+    KernelMatch,
+    KernelVariantSelection,
+    ReasonCode,
+    deny,
+    require,
+)
+from ep_host.provider import CONTRACT_VERSION, HOST, Device, ProviderContext, ProviderInfo
+from ep_host.tracing import record_kernel_variant
+
+if TYPE_CHECKING:
+    from ep_host.discovery import Host
+    from ep_host.graph import GraphView, NodeView, ValueView
+    from ep_host.session import InferenceSession
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "InferenceSession": "ep_host.session",
+    "Host": "ep_host.discovery",
+    "NodeView": "ep_host.graph",
+    "ValueView": "ep_host.graph",
+    "GraphView": "ep_host.graph",
+    "load_model": "ep_host.graph",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'ep_host' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "CONTRACT_VERSION", "HOST", "CaptureSupport", "Cost", "DType", "Decline", "Device",
+    "FunctionKernel", "GraphView", "Host", "HostError", "InferenceSession", "InputError",
+    "Kernel", "KernelError", "KernelMatch", "KernelVariantSelection", "ModelLoadError",
+    "ModelValidationError", "NodeView", "PlacementError", "ProviderContext", "ProviderError",
+    "ProviderInfo", "ReasonCode", "ResourceLimitError", "ValueView", "deny", "dtype", "hookimpl",
+    "hookspec", "load_model", "record_kernel_variant", "require", "structural_input_bytes",
+]

@@ -1,0 +1,131 @@
+"""Estimated execution cost of a kernel, in microseconds, and the byte counts behind it.
+
+``Cost`` is what a provider answers for a node it claims; placement compares ``total_us``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from ep_host.dtypes import DType, dtype as to_dtype
+
+
+def _check(name: str, value: float) -> float:
+    value = float(value)
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"Cost.{name} must be finite and >= 0, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """An estimated kernel time, split by where it goes. All times are in microseconds.
+
+    ``compute_us`` (arithmetic at the device's peak) and ``memory_us`` (bytes at its bandwidth)
+    overlap, as in a roofline; ``transfer_us`` (copies the kernel itself makes) and
+    ``launch_us`` (per-call dispatch) add to whichever of the two is larger. ``bytes_moved`` is
+    the memory traffic the estimate assumed. Negative or non-finite values raise ``ValueError``.
+    """
+
+    compute_us: float = 0.0
+    memory_us: float = 0.0
+    transfer_us: float = 0.0
+    launch_us: float = 0.0
+    bytes_moved: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("compute_us", "memory_us", "transfer_us", "launch_us"):
+            object.__setattr__(self, name, _check(name, getattr(self, name)))
+        moved = self.bytes_moved
+        if isinstance(moved, float) and not math.isfinite(moved):
+            raise ValueError(f"Cost.bytes_moved must be finite and >= 0, got {moved!r}")
+        if int(moved) < 0:
+            raise ValueError(f"Cost.bytes_moved must be >= 0, got {moved!r}")
+        object.__setattr__(self, "bytes_moved", int(moved))
+
+    @property
+    def total_us(self) -> float:
+        """The time placement compares: ``max(compute, memory) + transfer + launch``."""
+        return max(self.compute_us, self.memory_us) + self.transfer_us + self.launch_us
+
+    def with_launch_us(self, launch_us: float) -> Cost:
+        return replace(self, launch_us=launch_us)
+
+    def with_bytes_moved(self, bytes_moved: int) -> Cost:
+        return replace(self, bytes_moved=bytes_moved)
+
+    def with_transfer_us(self, transfer_us: float) -> Cost:
+        return replace(self, transfer_us=transfer_us)
+
+    def __add__(self, other: Cost) -> Cost:
+        if not isinstance(other, Cost):
+            return NotImplemented
+        return Cost(
+            self.compute_us + other.compute_us,
+            self.memory_us + other.memory_us,
+            self.transfer_us + other.transfer_us,
+            self.launch_us + other.launch_us,
+            self.bytes_moved + other.bytes_moved,
+        )
+
+    @classmethod
+    def roofline(
+        cls,
+        *,
+        flops: float,
+        bytes_moved: int,
+        peak_gflops: float,
+        bandwidth_gbps: float,
+        launch_us: float = 0.0,
+    ) -> Cost:
+        """A roofline estimate: ``flops`` at ``peak_gflops`` and ``bytes_moved`` at
+        ``bandwidth_gbps`` (GB/s), plus a per-call ``launch_us``."""
+        return cls(
+            compute_us=flops / (peak_gflops * 1e3),
+            memory_us=bytes_moved / (bandwidth_gbps * 1e3),
+            launch_us=launch_us,
+            bytes_moved=bytes_moved,
+        )
+
+    def to_dict(self) -> dict[str, float]:
+        return {
+            "compute_us": self.compute_us,
+            "memory_us": self.memory_us,
+            "transfer_us": self.transfer_us,
+            "launch_us": self.launch_us,
+            "bytes_moved": self.bytes_moved,
+            "total_us": self.total_us,
+        }
+
+
+Cost.ZERO = Cost()  # type: ignore[attr-defined]
+
+
+def element_count(shape: Iterable[int | str | None]) -> int:
+    """Elements in a tensor of ``shape``; symbolic or unknown dims count as 1."""
+    count = 1
+    for dim in shape:
+        if isinstance(dim, int) and dim >= 0:
+            count *= dim
+    return count
+
+
+def structural_input_bytes(
+    shapes: Sequence[Sequence[int | str | None] | None],
+    dtypes: Sequence[DType | str | int | None],
+) -> int:
+    """Bytes that tensors of these shapes and dtypes occupy, each at its dtype's storage size.
+
+    Sub-byte types pack (int4, uint4, float4e2m1: ``ceil(n / 2)`` bytes); symbolic dims count as 1;
+    an input whose shape or dtype is unknown (``None``) counts as 0.
+    """
+    if len(shapes) != len(dtypes):
+        raise ValueError(f"{len(shapes)} shapes but {len(dtypes)} dtypes")
+    total = 0
+    for shape, dt in zip(shapes, dtypes, strict=True):
+        if shape is None or dt is None:
+            continue
+        total += to_dtype(dt).storage_bytes(element_count(shape))
+    return total

@@ -1,0 +1,295 @@
+"""Finding providers (entry points in ``ep_host.providers``) and calling each one alone.
+
+Each entry point is loaded in its own ``try``: a provider that fails to import, whose hooks do
+not match the contract, that needs a newer contract, or whose name two distributions register,
+is listed with its fault and every other provider goes on.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from ep_host import hookspecs
+from ep_host.errors import ProviderError
+from ep_host.provider import CONTRACT_VERSION, ProviderInfo, contract_major
+
+ENTRY_POINT_GROUP = "ep_host.providers"
+HOOK_NAMES = ("ep_host_provider_info", "ep_host_supports_op", "ep_host_create_kernel")
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def describe_exception(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__
+
+
+@dataclass
+class ProviderRecord:
+    """One provider as the host found it: where it came from and whether it works.
+
+    ``status`` is ``"available"``, ``"unavailable"`` (it loaded but says it cannot run here)
+    or ``"failed"`` (it could not be loaded or broke the contract); ``fault`` says why.
+    """
+
+    name: str
+    distribution: str | None = None
+    version: str | None = None
+    entry_point: str | None = None
+    status: str = "failed"
+    fault: str = ""
+    info: ProviderInfo | None = None
+    plugin: Any = None
+    hooks: tuple[str, ...] = ()
+    callers: dict[str, Callable[..., list[Any]]] = field(default_factory=dict, repr=False)
+
+    @property
+    def available(self) -> bool:
+        return self.status == "available"
+
+    @property
+    def device(self) -> str | None:
+        return None if self.info is None else self.info.device.name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "entry_point": self.entry_point,
+            "device": self.device,
+            "status": self.status,
+            "fault": self.fault or None,
+            "hooks": list(self.hooks),
+        }
+
+
+class Host:
+    """A plugin manager of its own, the providers it loaded, and a caller per provider.
+
+    ``Host()`` loads nothing; call :meth:`load_entry_points` (``Host.discover()`` does both) or
+    :meth:`register` to add providers. ``strict`` (default: ``EP_HOST_STRICT``) re-raises
+    provider faults; ``trace_plugins`` (default: ``EP_HOST_TRACE_PLUGINS``) prints every hook call.
+    """
+
+    def __init__(self, *, strict: bool | None = None, trace_plugins: bool | None = None):
+        self.strict = env_flag("EP_HOST_STRICT") if strict is None else strict
+        self.pm = pluggy.PluginManager("ep_host")
+        self.pm.add_hookspecs(hookspecs)
+        self.records: dict[str, ProviderRecord] = {}
+        trace = env_flag("EP_HOST_TRACE_PLUGINS") if trace_plugins is None else trace_plugins
+        if trace:
+            self._enable_trace()
+
+    @classmethod
+    def discover(cls, names: Sequence[str] | None = None, **kwargs: Any) -> Host:
+        host = cls(**kwargs)
+        host.load_entry_points(names)
+        return host
+
+    # -- loading ------------------------------------------------------------------------------
+
+    def load_entry_points(self, names: Sequence[str] | None = None) -> None:
+        """Load providers from entry points; ``names`` (default: ``EP_HOST_PROVIDERS``) limits
+        which, and ``""`` in the variable loads none."""
+        import importlib_metadata
+
+        if names is None and "EP_HOST_PROVIDERS" in os.environ:
+            names = [n.strip() for n in os.environ["EP_HOST_PROVIDERS"].split(",") if n.strip()]
+        wanted = None if names is None else set(names)
+        by_name: dict[str, list[Any]] = {}
+        for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if wanted is None or ep.name in wanted:
+                by_name.setdefault(ep.name, []).append(ep)
+        for name, eps in by_name.items():
+            dists = {self._dist_name(ep) for ep in eps}
+            if len(eps) > 1 and len(dists) > 1:
+                listed = " and ".join(sorted(d or "?" for d in dists))
+                self._add_failed(
+                    ProviderRecord(name=name, entry_point=", ".join(ep.value for ep in eps),
+                                   distribution=", ".join(sorted(d or "?" for d in dists))),
+                    f"provider name {name!r} is registered by two distributions: {listed}; "
+                    "uninstall one",
+                )
+                continue
+            self._load_entry_point(eps[0])
+
+    @staticmethod
+    def _dist_name(ep: Any) -> str | None:
+        dist = getattr(ep, "dist", None)
+        return None if dist is None else dist.metadata["Name"]
+
+    def _load_entry_point(self, ep: Any) -> None:
+        dist = getattr(ep, "dist", None)
+        record = ProviderRecord(
+            name=ep.name,
+            distribution=None if dist is None else dist.metadata["Name"],
+            version=None if dist is None else dist.version,
+            entry_point=ep.value,
+        )
+        try:
+            plugin = ep.load()
+        except BaseException as exc:  # an import may raise anything, SystemExit included
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            self._add_failed(record, f"import failed: {describe_exception(exc)}", exc)
+            return
+        self._register(record, plugin)
+
+    def register(self, plugin: Any, name: str | None = None, distribution: str | None = None) -> ProviderRecord:
+        """Register a provider object (a module, class instance or namespace) under ``name``.
+
+        The name defaults to what its ``ep_host_provider_info`` answers."""
+        record = ProviderRecord(name=name or "", distribution=distribution, version=None)
+        return self._register(record, plugin)
+
+    def _register(self, record: ProviderRecord, plugin: Any) -> ProviderRecord:
+        record.plugin = plugin
+        problem = self._check_signatures(plugin)
+        if problem:
+            return self._add_failed(record, problem)
+        try:
+            self.pm.register(plugin, name=record.name or None)
+        except Exception as exc:  # pluggy's validation, a duplicate plugin object
+            return self._add_failed(record, f"registration failed: {describe_exception(exc)}", exc)
+        if not record.name:
+            record.name = self.pm.get_name(plugin)
+        record.hooks = tuple(
+            h for h in HOOK_NAMES if any(i.plugin is plugin for i in getattr(self.pm.hook, h).get_hookimpls())
+        )
+        others = [p for p in self.pm.get_plugins() if p is not plugin]
+        record.callers = {
+            h: self.pm.subset_hook_caller(h, remove_plugins=others) for h in HOOK_NAMES
+        }
+        self._describe(record)
+        if record.name in self.records and self.records[record.name].plugin is not plugin:
+            self.pm.unregister(plugin)
+            return self._add_failed(
+                record, f"another provider is already registered as {record.name!r}"
+            )
+        self.records[record.name] = record
+        self._refresh_callers()
+        return record
+
+    def _refresh_callers(self) -> None:
+        # A subset caller removes every *other* plugin known when it was made; rebuild them so
+        # providers registered later are excluded too.
+        plugins = self.pm.get_plugins()
+        for rec in self.records.values():
+            if rec.plugin is None or not self.pm.is_registered(rec.plugin):
+                continue
+            others = [p for p in plugins if p is not rec.plugin and self._is_provider(p)]
+            rec.callers = {h: self.pm.subset_hook_caller(h, remove_plugins=others) for h in HOOK_NAMES}
+
+    def _is_provider(self, plugin: Any) -> bool:
+        return any(rec.plugin is plugin for rec in self.records.values())
+
+    def _check_signatures(self, plugin: Any) -> str:
+        for attr in dir(plugin):
+            if not attr.startswith("ep_host_"):
+                continue
+            fn = getattr(plugin, attr, None)
+            if not callable(fn):
+                continue
+            if attr not in HOOK_NAMES:
+                return f"hook {attr!r} is not in the ep-host contract {CONTRACT_VERSION}"
+            spec = inspect.signature(getattr(hookspecs, attr))
+            try:
+                sig = inspect.signature(fn)
+            except (TypeError, ValueError):
+                continue
+            for pname, param in sig.parameters.items():
+                if pname == "self":
+                    continue
+                if pname not in spec.parameters:
+                    allowed = ", ".join(spec.parameters) or "none"
+                    return (f"{attr}() takes {pname!r}, which the contract does not pass "
+                            f"(parameters: {allowed})")
+                if param.default is not inspect.Parameter.empty:
+                    return f"{attr}() gives {pname!r} a default value; hook parameters take none"
+        return ""
+
+    def _describe(self, record: ProviderRecord) -> None:
+        if "ep_host_provider_info" not in record.hooks:
+            record.status, record.fault = "failed", "does not implement ep_host_provider_info"
+            return
+        try:
+            answers = record.callers["ep_host_provider_info"]()
+            info = answers[0] if answers else None
+            if not isinstance(info, ProviderInfo):
+                raise TypeError(
+                    f"ep_host_provider_info returned {type(info).__name__}, not ProviderInfo"
+                )
+        except Exception as exc:
+            if self.strict:
+                raise ProviderError(f"provider {record.name!r}: {describe_exception(exc)}") from exc
+            record.status, record.fault = "failed", f"provider_info raised {describe_exception(exc)}"
+            return
+        record.info = info
+        if not record.name:
+            record.name = info.name
+        try:
+            major = contract_major(info.contract_version)
+        except ValueError:
+            major = -1
+        if major != contract_major(CONTRACT_VERSION):
+            record.status = "unavailable"
+            record.fault = (
+                f"built for ep-host contract {info.contract_version}; this host speaks "
+                f"{CONTRACT_VERSION}: upgrade ep-host" if major > contract_major(CONTRACT_VERSION)
+                else f"built for ep-host contract {info.contract_version}; this host speaks "
+                f"{CONTRACT_VERSION}: upgrade the provider"
+            )
+            return
+        if not info.available:
+            record.status, record.fault = "unavailable", info.reason
+            return
+        record.status = "available"
+
+    def _add_failed(self, record: ProviderRecord, fault: str, exc: BaseException | None = None) -> ProviderRecord:
+        if self.strict and exc is not None:
+            raise ProviderError(f"provider {record.name!r}: {fault}") from exc
+        if self.strict:
+            raise ProviderError(f"provider {record.name!r}: {fault}")
+        record.status = "failed"
+        record.fault = fault
+        if exc is not None and env_flag("EP_HOST_DEBUG"):
+            traceback.print_exception(exc, file=sys.stderr)
+        self.records[record.name] = record
+        return record
+
+    # -- calling -----------------------------------------------------------------------------
+
+    def call(self, provider: str, hook: str, **kwargs: Any) -> Any:
+        """Call ``hook`` on one provider alone; returns its answer (or ``None``)."""
+        answers = self.records[provider].callers[hook](**kwargs)
+        return answers[0] if answers else None
+
+    def providers(self, order: Iterable[str] | None = None) -> list[ProviderRecord]:
+        """Records in the user's ``order`` (names not listed follow, sorted), all statuses."""
+        order = list(order or ())
+        rank = {n: i for i, n in enumerate(order)}
+        return sorted(self.records.values(), key=lambda r: (rank.get(r.name, len(rank)), r.name))
+
+    def _enable_trace(self) -> None:
+        def before(hook_name: str, hook_impls: Sequence[Any], kwargs: dict[str, Any]) -> None:
+            names = ", ".join(self.pm.get_name(i.plugin) or "?" for i in hook_impls)
+            args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+            print(f"[ep-host] {hook_name}({args}) -> {names}", file=sys.stderr)
+
+        def after(outcome: Any, hook_name: str, hook_impls: Sequence[Any], kwargs: dict[str, Any]) -> None:
+            exc = outcome.exception
+            shown = f"raised {describe_exception(exc)}" if exc else repr(outcome.get_result())
+            print(f"[ep-host]   {hook_name} answered {shown}", file=sys.stderr)
+
+        self.pm.add_hookcall_monitoring(before, after)

@@ -1,0 +1,39 @@
+"""The exceptions ep-host raises where a user must act.
+
+Every error names what is at fault (the model file, node, input or provider) in its message and
+chains the original exception. Decisions (a provider declining a node) are values, not errors.
+"""
+
+from __future__ import annotations
+
+
+class HostError(Exception):
+    """Base class of every error ep-host raises on purpose."""
+
+
+class ModelLoadError(HostError):
+    """The model file (or bytes) cannot be read or parsed."""
+
+
+class ModelValidationError(HostError):
+    """The model parses but is not a valid graph (dangling inputs, cycles, bad opsets)."""
+
+
+class ProviderError(HostError):
+    """A provider plugin misbehaved (raised with ``EP_HOST_STRICT=1`` or when nothing else can)."""
+
+
+class PlacementError(HostError):
+    """Some nodes cannot be placed on any available provider."""
+
+
+class InputError(HostError):
+    """A run's inputs do not match the model's declared inputs."""
+
+
+class KernelError(HostError):
+    """A kernel could not be created or raised while running."""
+
+
+class ResourceLimitError(HostError):
+    """A tensor or run would exceed a configured limit."""

@@ -1,0 +1,649 @@
+"""Model loading, and the read-only node and value views handed to providers.
+
+Loading parses the protobuf without reading external weights, resolves every node's
+``since_version`` from the model's opset imports, and infers shapes (with data propagation) on
+a copy of the model that carries no weight bytes. Values read their data only when asked.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator, Mapping
+from functools import cache
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, TypeProto
+
+from ep_host.dtypes import DType, dtype as to_dtype
+from ep_host.errors import ModelLoadError, ModelValidationError
+
+DEFAULT_DOMAIN = "ai.onnx"
+# Initializers up to this size stay in the shape-inference copy, so data propagation can read
+# shape-like constants (a Reshape's target); bigger ones become typed graph inputs there.
+_INFERENCE_KEEP_BYTES = 1024
+
+Shape = tuple[int | str | None, ...]
+
+
+def normalize_domain(domain: str) -> str:
+    return DEFAULT_DOMAIN if domain in ("", DEFAULT_DOMAIN) else domain
+
+
+# ---------------------------------------------------------------------------------------------
+# Values
+# ---------------------------------------------------------------------------------------------
+
+
+class ValueView:
+    """A tensor (or sequence, optional, map) flowing through the graph, read-only.
+
+    ``kind`` is ``"tensor"``, ``"sequence"``, ``"optional"``, ``"map"`` or ``"unknown"``;
+    ``dtype`` is the element type (of the innermost tensor for containers), ``None`` if unknown;
+    ``shape`` holds ints for static dims and strings for symbolic ones (``None`` for an unnamed
+    unknown dim), or is ``None`` when the rank is unknown. ``value`` reads a constant's data.
+    """
+
+    __slots__ = ("name", "kind", "dtype", "shape", "_tensor", "_model")
+
+    def __init__(
+        self,
+        name: str,
+        kind: str,
+        dtype: DType | None,
+        shape: Shape | None,
+        tensor: TensorProto | None = None,
+        model: Model | None = None,
+    ):
+        self.name = name
+        self.kind = kind
+        self.dtype = dtype
+        self.shape = shape
+        self._tensor = tensor
+        self._model = model
+
+    @property
+    def is_constant(self) -> bool:
+        return self._tensor is not None
+
+    @property
+    def rank(self) -> int | None:
+        return None if self.shape is None else len(self.shape)
+
+    @property
+    def is_static(self) -> bool:
+        return self.shape is not None and all(isinstance(d, int) for d in self.shape)
+
+    @property
+    def value(self) -> np.ndarray | None:
+        """The constant's data as a read-only numpy array (read on first use), else ``None``."""
+        if self._tensor is None:
+            return None
+        return self._model.constant_value(self.name, self._tensor)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this tensor occupies; symbolic dims count as 1, unknown type as 0."""
+        if self.dtype is None or self.shape is None:
+            return 0
+        n = 1
+        for d in self.shape:
+            if isinstance(d, int) and d >= 0:
+                n *= d
+        return self.dtype.storage_bytes(n)
+
+    def __repr__(self) -> str:
+        const = ", constant" if self.is_constant else ""
+        return f"ValueView({self.name!r}, {self.dtype}, {self.shape}{const})"
+
+
+def _parse_type(tp: TypeProto) -> tuple[str, DType | None, Shape | None]:
+    which = tp.WhichOneof("value")
+    if which == "tensor_type" or which == "sparse_tensor_type":
+        tt = getattr(tp, which)
+        dt = to_dtype(tt.elem_type) if tt.elem_type else None
+        if not tt.HasField("shape"):
+            return "tensor", dt, None
+        dims: list[int | str | None] = []
+        for d in tt.shape.dim:
+            w = d.WhichOneof("value")
+            dims.append(d.dim_value if w == "dim_value" else d.dim_param if w else None)
+        return "tensor", dt, tuple(dims)
+    if which == "sequence_type":
+        _, dt, _ = _parse_type(tp.sequence_type.elem_type)
+        return "sequence", dt, None
+    if which == "optional_type":
+        kind, dt, shape = _parse_type(tp.optional_type.elem_type)
+        return "optional", dt, shape
+    if which == "map_type":
+        return "map", None, None
+    return "unknown", None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Nodes
+# ---------------------------------------------------------------------------------------------
+
+
+@cache
+def _schema(domain: str, op_type: str, opset: int) -> onnx.defs.OpSchema | None:
+    try:
+        return onnx.defs.get_schema(op_type, opset, "" if domain == DEFAULT_DOMAIN else domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+@cache
+def _schema_defaults(domain: str, op_type: str, since_version: int) -> Mapping[str, Any]:
+    schema = _schema(domain, op_type, since_version)
+    if schema is None:
+        return MappingProxyType({})
+    out = {}
+    for name, attr in schema.attributes.items():
+        default = attr.default_value
+        if default.type != AttributeProto.UNDEFINED:
+            out[name] = _attribute_value(default, None, None)
+    return MappingProxyType(out)
+
+
+def _attribute_value(attr: AttributeProto, model: Model | None, parent: GraphView | None) -> Any:
+    t = attr.type
+    if t == AttributeProto.FLOAT:
+        return attr.f
+    if t == AttributeProto.INT:
+        return attr.i
+    if t == AttributeProto.STRING:
+        return attr.s.decode("utf-8", "replace")
+    if t == AttributeProto.FLOATS:
+        return tuple(attr.floats)
+    if t == AttributeProto.INTS:
+        return tuple(attr.ints)
+    if t == AttributeProto.STRINGS:
+        return tuple(s.decode("utf-8", "replace") for s in attr.strings)
+    if t == AttributeProto.TENSOR:
+        return _readonly(_tensor_to_array(attr.t, model))
+    if t == AttributeProto.TENSORS:
+        return tuple(_readonly(_tensor_to_array(x, model)) for x in attr.tensors)
+    if t == AttributeProto.GRAPH:
+        return GraphView(attr.g, model, parent) if model is not None else attr.g
+    if t == AttributeProto.GRAPHS:
+        return tuple(GraphView(g, model, parent) for g in attr.graphs)
+    if t == AttributeProto.TYPE_PROTO:
+        return _parse_type(attr.tp)
+    if t == AttributeProto.SPARSE_TENSOR:
+        return attr.sparse_tensor
+    return None
+
+
+class NodeView:
+    """A node as a provider sees it: read-only, no protobuf.
+
+    ``domain`` is ``"ai.onnx"`` for the default domain. ``since_version`` is the version of the
+    op's schema that the model's opset resolves to (``None`` for an op no schema defines).
+    ``attributes`` holds Python values with schema defaults filled in. ``inputs`` and
+    ``outputs`` are :class:`ValueView` tuples; an omitted optional input is ``None``.
+    """
+
+    __slots__ = (
+        "name", "op_type", "domain", "since_version", "index", "graph", "_proto", "_attributes",
+        "inputs", "outputs", "opset",
+    )
+
+    def __init__(self, proto: NodeProto, name: str, index: int, graph: GraphView):
+        model = graph.model
+        self._proto = proto
+        self.name = name
+        self.index = index
+        self.graph = graph
+        self.op_type = proto.op_type
+        self.domain = normalize_domain(proto.domain)
+        self.opset = model.opset_imports.get(self.domain)
+        schema = None if self.opset is None else _schema(self.domain, self.op_type, self.opset)
+        self.since_version = None if schema is None else schema.since_version
+        self._attributes: Mapping[str, Any] | None = None
+        values = graph.values
+        self.inputs = tuple(values[n] if n else None for n in proto.input)
+        self.outputs = tuple(values[n] if n else None for n in proto.output)
+
+    @property
+    def attributes(self) -> Mapping[str, Any]:
+        if self._attributes is None:
+            out = {}
+            if self.since_version is not None:
+                out.update(_schema_defaults(self.domain, self.op_type, self.since_version))
+            for attr in self._proto.attribute:
+                if attr.ref_attr_name:
+                    continue  # only inside function bodies, filled by expansion
+                out[attr.name] = _attribute_value(attr, self.graph.model, self.graph)
+            self._attributes = MappingProxyType(out)
+        return self._attributes
+
+    @property
+    def subgraphs(self) -> dict[str, GraphView]:
+        """The graph-valued attributes (If branches, Loop and Scan bodies)."""
+        out = {}
+        for k, v in self.attributes.items():
+            if isinstance(v, GraphView):
+                out[k] = v
+            elif isinstance(v, tuple) and v and isinstance(v[0], GraphView):
+                for i, g in enumerate(v):
+                    out[f"{k}[{i}]"] = g
+        return out
+
+    @property
+    def has_subgraphs(self) -> bool:
+        return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+                   for a in self._proto.attribute)
+
+    @property
+    def qualified_op(self) -> str:
+        return self.op_type if self.domain == DEFAULT_DOMAIN else f"{self.domain}::{self.op_type}"
+
+    def __repr__(self) -> str:
+        return f"NodeView({self.name!r}, {self.qualified_op}, since_version={self.since_version})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Graphs
+# ---------------------------------------------------------------------------------------------
+
+
+class GraphView:
+    """A graph (the model's main graph or a control-flow body): nodes in topological order,
+    its inputs and outputs, and every value it names (outer-scope values included)."""
+
+    def __init__(self, proto: GraphProto, model: Model, parent: GraphView | None = None):
+        self.name = proto.name
+        self.model = model
+        self.parent = parent
+        self._proto = proto
+        self.values: dict[str, ValueView] = {} if parent is None else _ScopedValues(parent.values)
+        types = model.value_types
+        init_names = set()
+        for t in proto.initializer:
+            init_names.add(t.name)
+            self.values[t.name] = ValueView(
+                t.name, "tensor", to_dtype(t.data_type), tuple(t.dims), tensor=t, model=model
+            )
+        for vi in proto.input:
+            if vi.name not in init_names:
+                self.values[vi.name] = ValueView(vi.name, *_parse_type(vi.type))
+        for n in proto.node:
+            if n.op_type == "Constant" and not n.domain and n.attribute:
+                self._add_constant_output(n)
+        for n in proto.node:
+            for out in n.output:
+                if out and out not in self.values:
+                    kind, dt, shape = types.get(out, ("unknown", None, None))
+                    self.values[out] = ValueView(out, kind, dt, shape)
+        self.inputs = tuple(self.values[vi.name] for vi in proto.input if vi.name not in init_names)
+        self.initializer_inputs = tuple(vi.name for vi in proto.input if vi.name in init_names)
+        self.outputs = tuple(self._output_view(vi) for vi in proto.output)
+        self.nodes = self._build_nodes(proto)
+
+    def _add_constant_output(self, n: NodeProto) -> None:
+        attr = n.attribute[0]
+        if attr.type == AttributeProto.TENSOR and n.output and n.output[0]:
+            t = attr.t
+            self.values[n.output[0]] = ValueView(
+                n.output[0], "tensor", to_dtype(t.data_type), tuple(t.dims), tensor=t,
+                model=self.model,
+            )
+
+    def _output_view(self, vi: onnx.ValueInfoProto) -> ValueView:
+        view = self.values.get(vi.name)
+        if view is None:
+            raise ModelValidationError(
+                f"{self.model.label}: graph output {vi.name!r} is produced by no node, "
+                "input or initializer"
+            )
+        if view.dtype is None and vi.type.WhichOneof("value"):
+            kind, dt, shape = _parse_type(vi.type)
+            view.kind, view.dtype, view.shape = kind, dt, shape
+        return view
+
+    def _build_nodes(self, proto: GraphProto) -> tuple[NodeView, ...]:
+        used: set[str] = set()
+        names = []
+        for i, n in enumerate(proto.node):
+            name = n.name or f"{n.op_type}_{i}"
+            if name in used:
+                k = 1
+                while f"{name}__{k}" in used:
+                    k += 1
+                name = f"{name}__{k}"
+            used.add(name)
+            names.append(name)
+        order = self._topological_order(proto, names)
+        return tuple(NodeView(proto.node[i], names[i], pos, self) for pos, i in enumerate(order))
+
+    def _topological_order(self, proto: GraphProto, names: list[str]) -> list[int]:
+        producer: dict[str, int] = {}
+        for i, n in enumerate(proto.node):
+            for out in n.output:
+                if out:
+                    producer[out] = i
+        available = set(self.values.keys()) if self.parent is None else None
+        deps: list[list[int]] = []
+        in_order = True
+        for i, n in enumerate(proto.node):
+            mine = []
+            for name in _node_reads(n):
+                j = producer.get(name)
+                if j is None:
+                    if not self._visible(name, available):
+                        raise ModelValidationError(
+                            f"{self.model.label}: node {names[i]!r} ({n.op_type}) reads "
+                            f"{name!r}, which no node, graph input or initializer provides"
+                        )
+                    continue
+                if j >= i:
+                    in_order = False
+                mine.append(j)
+            deps.append(mine)
+        if in_order:
+            return list(range(len(proto.node)))
+        return _kahn(deps, names, self.model.label)
+
+    def _visible(self, name: str, available: set[str] | None) -> bool:
+        if available is not None:
+            return name in available
+        return name in self.values
+
+    def walk(self) -> Iterator[NodeView]:
+        """Every node of this graph and of the bodies nested in it, depth first."""
+        for node in self.nodes:
+            yield node
+            if node.has_subgraphs:
+                for sub in node.subgraphs.values():
+                    yield from sub.walk()
+
+    def __repr__(self) -> str:
+        return f"GraphView({self.name!r}, {len(self.nodes)} nodes)"
+
+
+class _ScopedValues(dict):
+    """A body graph's values: its own, then the enclosing graphs' (outer scope)."""
+
+    def __init__(self, outer: Mapping[str, ValueView]):
+        super().__init__()
+        self.outer = outer
+
+    def __missing__(self, key: str) -> ValueView:
+        return self.outer[key]
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or key in self.outer
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
+def _node_reads(n: NodeProto) -> list[str]:
+    """Names a node reads: its inputs plus outer-scope names its subgraphs capture."""
+    reads = [x for x in n.input if x]
+    for attr in n.attribute:
+        if attr.type == AttributeProto.GRAPH:
+            reads.extend(_captured(attr.g))
+        elif attr.type == AttributeProto.GRAPHS:
+            for g in attr.graphs:
+                reads.extend(_captured(g))
+    return reads
+
+
+def _captured(g: GraphProto) -> set[str]:
+    local = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+    for n in g.node:
+        local.update(o for o in n.output if o)
+    out = set()
+    for n in g.node:
+        out.update(x for x in _node_reads(n) if x not in local)
+    out.update(vi.name for vi in g.output if vi.name not in local)
+    return out
+
+
+def _kahn(deps: list[list[int]], names: list[str], label: str) -> list[int]:
+    n = len(deps)
+    users: list[list[int]] = [[] for _ in range(n)]
+    indegree = [0] * n
+    for i, ds in enumerate(deps):
+        for j in set(ds):
+            users[j].append(i)
+            indegree[i] += 1
+    ready = [i for i in range(n) if indegree[i] == 0]
+    ready.reverse()
+    order = []
+    while ready:
+        i = ready.pop()
+        order.append(i)
+        for u in users[i]:
+            indegree[u] -= 1
+            if indegree[u] == 0:
+                ready.append(u)
+    if len(order) < n:
+        stuck = sorted(set(range(n)) - set(order))
+        shown = ", ".join(repr(names[i]) for i in stuck[:10])
+        more = f" and {len(stuck) - 10} more" if len(stuck) > 10 else ""
+        raise ModelValidationError(f"{label}: the graph has a cycle through nodes {shown}{more}")
+    return order
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensors and external data
+# ---------------------------------------------------------------------------------------------
+
+
+def _readonly(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False
+    return array
+
+
+def _tensor_to_array(t: TensorProto, model: Model | None, base_dir: str | None = None) -> np.ndarray:
+    if t.data_location == TensorProto.EXTERNAL:
+        if model is None:
+            raise ModelLoadError(f"tensor {t.name!r} has external data but no model folder")
+        return model.read_external(t)
+    return onnx.numpy_helper.to_array(t)
+
+
+def resolve_external_path(base_dir: str, location: str, label: str, tensor: str) -> str:
+    """The file an external-data ``location`` names, refused unless it lies inside ``base_dir``."""
+    if not location or os.path.isabs(location) or location.startswith(("/", "\\")):
+        raise ModelLoadError(
+            f"{label}: tensor {tensor!r} has external data at {location!r}: only paths relative "
+            "to the model's folder are allowed"
+        )
+    base = os.path.realpath(base_dir)
+    target = os.path.realpath(os.path.join(base, location))
+    if os.path.commonpath([base, target]) != base:
+        raise ModelLoadError(
+            f"{label}: tensor {tensor!r} has external data at {location!r}, which resolves "
+            f"outside the model's folder {base_dir!r}"
+        )
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        raise ModelLoadError(
+            f"{label}: tensor {tensor!r} has external data in {location!r}, which does not exist"
+        ) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ModelLoadError(
+            f"{label}: tensor {tensor!r} has external data in {location!r}, not a regular file"
+        )
+    return target
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------
+
+
+class Model:
+    """A loaded model: its opsets, main :class:`GraphView` and the inferred value types."""
+
+    def __init__(
+        self,
+        proto: ModelProto,
+        *,
+        path: str | None = None,
+        base_dir: str | None = None,
+        infer_shapes: bool = True,
+    ):
+        self.proto = proto
+        self.path = path
+        self.label = path or "<model bytes>"
+        self.base_dir = base_dir if base_dir is not None else (
+            os.path.dirname(os.path.abspath(path)) if path else None
+        )
+        self.warnings: list[str] = []
+        self.opset_imports = {normalize_domain(o.domain): o.version for o in proto.opset_import}
+        if DEFAULT_DOMAIN not in self.opset_imports:
+            raise ModelValidationError(f"{self.label}: the model imports no ai.onnx opset")
+        newest = onnx.defs.onnx_opset_version()
+        if self.opset_imports[DEFAULT_DOMAIN] > newest:
+            raise ModelValidationError(
+                f"{self.label}: the model uses ai.onnx opset {self.opset_imports[DEFAULT_DOMAIN]}, "
+                f"newer than {newest}, the newest this onnx {onnx.__version__} knows"
+            )
+        self.functions = {(normalize_domain(f.domain), f.name): f for f in proto.functions}
+        self._constants: dict[str, np.ndarray] = {}
+        self.value_types = self._infer_types() if infer_shapes else self._declared_types(proto)
+        self.graph = GraphView(proto.graph, self)
+
+    # -- types ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _declared_types(proto: ModelProto) -> dict[str, tuple[str, DType | None, Shape | None]]:
+        types = {}
+
+        def visit(g: GraphProto) -> None:
+            for vi in (*g.input, *g.value_info, *g.output):
+                if vi.type.WhichOneof("value"):
+                    types[vi.name] = _parse_type(vi.type)
+            for n in g.node:
+                for a in n.attribute:
+                    if a.type == AttributeProto.GRAPH:
+                        visit(a.g)
+                    elif a.type == AttributeProto.GRAPHS:
+                        for sub in a.graphs:
+                            visit(sub)
+
+        visit(proto.graph)
+        return types
+
+    def _infer_types(self) -> dict[str, tuple[str, DType | None, Shape | None]]:
+        light = self._weightless_copy()
+        try:
+            inferred = onnx.shape_inference.infer_shapes(
+                light, check_type=False, strict_mode=False, data_prop=True
+            )
+        except Exception as exc:  # onnx raises several kinds; any of them means "no inference"
+            self.warnings.append(f"shape inference failed, using declared types only: {exc}")
+            inferred = light
+        return self._declared_types(inferred)
+
+    def _weightless_copy(self) -> ModelProto:
+        src = self.proto
+        g = onnx.GraphProto(name=src.graph.name)
+        g.node.extend(src.graph.node)
+        g.output.extend(src.graph.output)
+        g.value_info.extend(src.graph.value_info)
+        inputs = {vi.name for vi in src.graph.input}
+        g.input.extend(src.graph.input)
+        for t in src.graph.initializer:
+            small = t.data_location != TensorProto.EXTERNAL and t.ByteSize() <= _INFERENCE_KEEP_BYTES
+            if small:
+                g.initializer.append(t)
+            elif t.name not in inputs:
+                g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
+        m = onnx.ModelProto(ir_version=src.ir_version, graph=g)
+        m.opset_import.extend(src.opset_import)
+        m.functions.extend(src.functions)
+        return m
+
+    # -- constants ----------------------------------------------------------------------------
+
+    def constant_value(self, name: str, tensor: TensorProto) -> np.ndarray:
+        key = f"{id(tensor)}:{name}"
+        array = self._constants.get(key)
+        if array is None:
+            try:
+                array = _readonly(_tensor_to_array(tensor, self))
+            except ModelLoadError:
+                raise
+            except Exception as exc:
+                raise ModelLoadError(
+                    f"{self.label}: cannot read initializer {name!r}: {exc}"
+                ) from exc
+            self._constants[key] = array
+        return array
+
+    def read_external(self, t: TensorProto) -> np.ndarray:
+        info = {e.key: e.value for e in t.external_data}
+        if self.base_dir is None:
+            raise ModelLoadError(
+                f"{self.label}: tensor {t.name!r} has external data, but the model was given as "
+                "bytes without a base directory (pass base_dir=)"
+            )
+        path = resolve_external_path(self.base_dir, info.get("location", ""), self.label, t.name)
+        offset = int(info.get("offset", 0) or 0)
+        size = os.path.getsize(path)
+        expected = to_dtype(t.data_type).storage_bytes(int(np.prod(t.dims, dtype=np.int64)))
+        length = int(info["length"]) if info.get("length") else expected
+        if offset < 0 or length < 0 or offset + length > size:
+            raise ModelLoadError(
+                f"{self.label}: tensor {t.name!r} reads bytes {offset}..{offset + length} of "
+                f"{info.get('location')!r}, which has {size}"
+            )
+        with open(path, "rb") as f:
+            f.seek(offset)
+            raw = f.read(length)
+        copy = TensorProto()
+        copy.CopyFrom(t)
+        del copy.external_data[:]
+        copy.data_location = TensorProto.DEFAULT
+        copy.raw_data = raw
+        return onnx.numpy_helper.to_array(copy)
+
+
+def load_model(
+    model: str | os.PathLike[str] | bytes | ModelProto,
+    *,
+    base_dir: str | None = None,
+    infer_shapes: bool = True,
+) -> Model:
+    """Load an ONNX model from a path, bytes or a ``ModelProto``, without reading external data.
+
+    External data is read, when a value is asked for, only from inside the model's folder (or
+    ``base_dir`` for bytes and protos). Raises :class:`ModelLoadError` naming the file and fault.
+    """
+    path = None
+    if isinstance(model, ModelProto):
+        proto = model
+    elif isinstance(model, bytes | bytearray | memoryview):
+        proto = _parse(bytes(model), "<model bytes>")
+    else:
+        path = os.fspath(model)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise ModelLoadError(f"cannot read model {path!r}: {exc.strerror or exc}") from exc
+        proto = _parse(data, path)
+    if not proto.HasField("graph"):
+        raise ModelLoadError(f"{path or '<model bytes>'}: not an ONNX model (it has no graph)")
+    return Model(proto, path=path, base_dir=base_dir, infer_shapes=infer_shapes)
+
+
+def _parse(data: bytes, label: str) -> ModelProto:
+    if not data:
+        raise ModelLoadError(f"{label}: the file is empty")
+    proto = ModelProto()
+    try:
+        proto.ParseFromString(data)
+    except Exception as exc:
+        raise ModelLoadError(f"{label}: not a valid ONNX protobuf: {exc}") from exc
+    return proto

@@ -1,0 +1,116 @@
+"""The EP contract: every hook an execution provider can implement.
+
+A provider is a module or object with ``@hookimpl``-decorated functions named after these
+specs, registered by an entry point in the group ``ep_host.providers``. Hook implementations
+may take any subset of a spec's parameters, in any order, and must not give them defaults.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from ep_host.graph import NodeView
+    from ep_host.kernel import Kernel
+    from ep_host.match import KernelMatch
+    from ep_host.provider import ProviderContext, ProviderInfo
+
+hookspec = pluggy.HookspecMarker("ep_host")
+hookimpl = pluggy.HookimplMarker("ep_host")
+
+
+# ---------------------------------------------------------------------------------------------
+# Who the provider is
+# ---------------------------------------------------------------------------------------------
+
+
+@hookspec
+def ep_host_provider_info() -> ProviderInfo:
+    """Describe this provider: its name, device, version and whether it can run here.
+
+    Called once when the host loads the provider, before any node is asked about.
+
+    :return: a :class:`ep_host.ProviderInfo`. When the provider cannot run on this machine (a
+        library is missing, no device is visible), return ``available=False`` with a reason
+        that says what to do; the host then declines every node for it with that reason,
+        code ``device``, and never calls its other hooks.
+
+    Raising, or returning anything but a ``ProviderInfo``, marks the provider as failed: it is
+    listed by ``ep-host providers`` with the error, and every other provider goes on.
+
+    Example::
+
+        @hookimpl
+        def ep_host_provider_info():
+            return ProviderInfo(name="mine", version="1.2.0")
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# What the provider can run
+# ---------------------------------------------------------------------------------------------
+
+
+@hookspec
+def ep_host_supports_op(node: NodeView, context: ProviderContext) -> KernelMatch:
+    """Say whether this provider computes ``node``, and at what estimated cost.
+
+    Called once per node per provider during the capability walk, for each provider alone:
+    the answer keeps the provider's identity and never affects another provider's answer.
+
+    :param node: a read-only view of the node: ``name``, ``op_type``, ``domain`` (``""`` is
+        given as ``"ai.onnx"``), ``since_version`` (the schema version the model's opset
+        resolves to), ``attributes`` (Python values with schema defaults filled in; tensors as
+        numpy arrays; subgraphs as graph views), ``inputs`` and ``outputs`` (value views with
+        ``name``, ``dtype``, ``shape``, ``is_constant`` and a lazily read ``value``; an omitted
+        optional input is ``None``).
+    :param context: a :class:`ep_host.ProviderContext`: the provider's registered name, the
+        user's options for it, the model's opset imports and folder.
+    :return: ``KernelMatch.supported(cost, ...)`` to claim the node, with a
+        :class:`ep_host.Cost` in microseconds and the indices of inputs that must be on the
+        host; or ``KernelMatch.unsupported(reason, code=...)`` with a reason that says what
+        the provider accepts and what would make it claim the node.
+
+    Calling :func:`ep_host.require` or :func:`ep_host.deny` inside the hook declines with that
+    reason. Any other exception, a return that is not a ``KernelMatch`` (``None`` included),
+    or a cost that is negative or not finite is recorded as this provider's decline for the
+    node with code ``fault``, naming the fault; ``EP_HOST_STRICT=1`` re-raises instead.
+
+    Claim only what you compute right: a wrong answer is worse than a decline.
+
+    Example::
+
+        @hookimpl
+        def ep_host_supports_op(node, context):
+            require(node.op_type == "Relu", "only Relu, got {}", node.op_type)
+            return KernelMatch.supported(Cost(compute_us=1.0))
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Running it
+# ---------------------------------------------------------------------------------------------
+
+
+@hookspec
+def ep_host_create_kernel(node: NodeView, context: ProviderContext) -> Kernel:
+    """Create the kernel that runs ``node`` on this provider.
+
+    Called once per placed node at session creation, only for nodes this provider claimed
+    in ``ep_host_supports_op``; the parameters are the same as there.
+
+    :return: an :class:`ep_host.Kernel`. The host then calls ``kernel.prepare(constants)``
+        once with the node's constant inputs and ``kernel.run(*inputs)`` on every run; ``run``
+        returns one array per node output, on this provider's device.
+
+    Raising, or returning something that is not a ``Kernel``, fails session creation with an
+    error that names the node and this provider.
+
+    Example::
+
+        @hookimpl
+        def ep_host_create_kernel(node, context):
+            return FunctionKernel(numpy.negative)
+    """

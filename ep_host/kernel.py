@@ -1,0 +1,50 @@
+"""The base class of the kernels providers create for nodes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ep_host.match import CaptureSupport
+
+
+class Kernel:
+    """One node's computation on one provider, created once per session.
+
+    The host calls :meth:`prepare` once with the node's constant inputs (by input index, already
+    on the kernel's device), then :meth:`run` for every execution with all inputs positionally
+    (``None`` for an omitted optional input). ``run`` returns a sequence with one array per node
+    output. Inputs are read-only: a kernel never writes into them.
+
+    Set ``thread_safe = False`` when ``run`` keeps per-call state; the host then serialises calls.
+    """
+
+    thread_safe: bool = True
+
+    def prepare(self, constants: Mapping[int, Any]) -> None:
+        """Receive constant inputs once (weights), e.g. to prepack them. Default: keep nothing."""
+
+    def run(self, *inputs: Any) -> Sequence[Any]:
+        raise NotImplementedError(f"{type(self).__name__}.run")
+
+    def capture_support(self) -> CaptureSupport:
+        """Whether ``run`` can be recorded into a device graph. Default: no."""
+        return CaptureSupport.no("{} does not declare capture support", type(self).__name__)
+
+
+class FunctionKernel(Kernel):
+    """A kernel around a plain function ``fn(*inputs) -> output or tuple of outputs``."""
+
+    __slots__ = ("fn", "n_outputs", "name")
+
+    def __init__(self, fn: Any, n_outputs: int = 1, name: str = ""):
+        self.fn = fn
+        self.n_outputs = n_outputs
+        self.name = name or getattr(fn, "__name__", "kernel")
+
+    def run(self, *inputs: Any) -> Sequence[Any]:
+        out = self.fn(*inputs)
+        return out if isinstance(out, tuple | list) else (out,)
+
+    def __repr__(self) -> str:
+        return f"FunctionKernel({self.name})"

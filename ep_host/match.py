@@ -1,0 +1,156 @@
+"""A provider's answer for a node (``KernelMatch``) and the decisions that carry their reason.
+
+A decline is a value with an actionable reason and a short machine-readable code. Inside
+``supports_op`` a provider may call :func:`require` or :func:`deny`; the host turns the
+:class:`Decline` they raise into ``KernelMatch.unsupported``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from ep_host.cost import Cost
+
+
+class ReasonCode(StrEnum):
+    """Why a provider declined a node, as a short class for filtering and counting."""
+
+    DTYPE = "dtype"  # an input or output type the provider does not compute
+    SHAPE = "shape"  # a rank, dim or dynamic shape it cannot handle
+    ATTRIBUTE = "attribute"  # an attribute value it does not implement
+    OPSET = "opset"  # the op exists, but not at the version the model's opset resolves to
+    OP = "op"  # the op (domain, type) is not implemented at all
+    DEVICE = "device"  # the provider or its device is not available
+    FAULT = "fault"  # the provider misbehaved: raised, returned garbage, an invalid cost
+
+
+def _format(template: str, args: tuple[Any, ...]) -> str:
+    if not args:
+        return template
+    try:
+        return template.format(*args)
+    except (IndexError, KeyError, ValueError):
+        return template + " " + " ".join(map(str, args))
+
+
+class Decline(Exception):  # noqa: N818 (it is a decision, not an error)
+    """Raised inside ``supports_op`` to decline a node; the reason is formatted when read."""
+
+    def __init__(self, template: str, *args: Any, code: ReasonCode | str = ReasonCode.OP):
+        super().__init__(template)
+        self.template = template
+        self.args_ = args
+        self.code = ReasonCode(code)
+
+    @property
+    def reason(self) -> str:
+        return _format(self.template, self.args_)
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+def require(condition: Any, template: str, *args: Any, code: ReasonCode | str = "op") -> None:
+    """Decline unless ``condition`` holds. ``template.format(*args)`` runs only on failure."""
+    if not condition:
+        raise Decline(template, *args, code=code)
+
+
+def deny(template: str, *args: Any, code: ReasonCode | str = "op") -> None:
+    """Always decline with this reason."""
+    raise Decline(template, *args, code=code)
+
+
+@dataclass(frozen=True, slots=True)
+class KernelMatch:
+    """A provider's answer for one node: supported at a cost, or unsupported with a reason.
+
+    Build with :meth:`supported` or :meth:`unsupported`, not the constructor.
+    ``required_input_layouts`` (one entry per input, ``None`` for "any") and ``output_layouts``
+    name memory layouts such as ``"NCHW"``; ``host_inputs`` are input indices whose values must be
+    on the host (a Reshape's shape), so placement can price the copies.
+    """
+
+    is_supported: bool
+    cost: Cost | None = None
+    reason: str = ""
+    code: ReasonCode | None = None
+    required_input_layouts: tuple[str | None, ...] | None = None
+    output_layouts: tuple[str | None, ...] = ()
+    host_inputs: tuple[int, ...] = ()
+
+    @classmethod
+    def supported(
+        cls,
+        cost: Cost,
+        required_input_layouts: Sequence[str | None] | None = None,
+        output_layouts: Sequence[str | None] = (),
+        host_inputs: Sequence[int] = (),
+    ) -> KernelMatch:
+        if not isinstance(cost, Cost):
+            raise TypeError(f"KernelMatch.supported needs a Cost, got {type(cost).__name__}")
+        return cls(
+            True,
+            cost=cost,
+            required_input_layouts=None
+            if required_input_layouts is None
+            else tuple(required_input_layouts),
+            output_layouts=tuple(output_layouts),
+            host_inputs=tuple(int(i) for i in host_inputs),
+        )
+
+    @classmethod
+    def unsupported(cls, reason: str, code: ReasonCode | str = ReasonCode.OP) -> KernelMatch:
+        if not reason:
+            raise ValueError("an unsupported KernelMatch needs a reason")
+        return cls(False, reason=str(reason), code=ReasonCode(code))
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.is_supported:
+            out: dict[str, Any] = {"supported": True, "cost": self.cost.to_dict()}
+            if self.host_inputs:
+                out["host_inputs"] = list(self.host_inputs)
+            return out
+        return {"supported": False, "reason": self.reason, "code": str(self.code)}
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureSupport:
+    """Whether a kernel can be recorded into a device graph (a CUDA graph), and if not, why."""
+
+    capturable: bool
+    reason: str = ""
+
+    @classmethod
+    def yes(cls) -> CaptureSupport:
+        return cls(True)
+
+    @classmethod
+    def no(cls, template: str, *args: Any) -> CaptureSupport:
+        return cls(False, _format(template, args))
+
+
+@dataclass(frozen=True, slots=True)
+class KernelVariantSelection:
+    """The implementation a kernel chose for a call (``"im2col_gemm"``) and why.
+
+    ``stage`` names a sub-decision (``"pack"``); it is recorded as ``kernel_variant.<stage>``
+    beside, never over, the primary choice. The reason is formatted only when read.
+    """
+
+    variant: str
+    template: str = ""
+    args: tuple[Any, ...] = ()
+    stage: str | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def reason(self) -> str:
+        return _format(self.template, self.args)
+
+    @property
+    def key(self) -> str:
+        return "kernel_variant" if self.stage is None else f"kernel_variant.{self.stage}"

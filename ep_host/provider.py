@@ -1,0 +1,90 @@
+"""What a provider says about itself (``ProviderInfo``), the device it runs on, and the
+context the host hands to every hook call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+CONTRACT_VERSION = "1.0"
+"""The version of the EP contract this host speaks. A provider built for a newer major version
+is reported unavailable, with that reason, instead of being called."""
+
+
+def contract_major(version: str) -> int:
+    return int(str(version).split(".", 1)[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """Where a provider's tensors live, and what moving them to and from the host costs.
+
+    ``to_host`` and ``from_host`` convert one array; the host's own device returns its input.
+    ``link_gbps`` and ``link_latency_us`` price a copy between this device and the host.
+    """
+
+    name: str = "cpu"
+    kind: str = "cpu"
+    link_gbps: float = 0.0
+    link_latency_us: float = 0.0
+    to_host: Any = None
+    from_host: Any = None
+
+    @property
+    def is_host(self) -> bool:
+        return self.kind == "cpu"
+
+    def copy_cost_us(self, nbytes: int) -> float:
+        """Estimated time to move ``nbytes`` between this device and the host."""
+        if self.is_host:
+            return 0.0
+        return self.link_latency_us + nbytes / (self.link_gbps * 1e3)
+
+    def upload(self, array: Any) -> Any:
+        return array if self.from_host is None else self.from_host(array)
+
+    def download(self, array: Any) -> Any:
+        return array if self.to_host is None else self.to_host(array)
+
+
+HOST = Device()
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderInfo:
+    """A provider's description of itself, answered by ``ep_host_provider_info``.
+
+    ``name`` should equal the entry-point name. ``available=False`` needs a ``reason`` a user
+    can act on ("cupy is not installed: pip install ep-host-cuda[cuda12]"); the host then
+    declines every node for this provider with that reason.
+    """
+
+    name: str
+    device: Device = HOST
+    version: str = "0"
+    contract_version: str = CONTRACT_VERSION
+    available: bool = True
+    reason: str = ""
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.available and not self.reason:
+            raise ValueError(f"provider {self.name!r} is unavailable but gives no reason")
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderContext:
+    """What the host tells a provider alongside each node.
+
+    ``provider``: the name this provider is registered under. ``options``: the user's
+    ``provider_options`` for it (read-only). ``opset_imports``: the model's domain -> version map.
+    ``model_dir``: the model's folder, or ``None`` for a model given as bytes.
+    """
+
+    provider: str
+    options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    opset_imports: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    model_dir: str | None = None

@@ -1,0 +1,372 @@
+"""Sessions: place a model, create each kernel once, and run it like onnxruntime does.
+
+At creation the placed graph becomes a flat plan: every value gets a slot, every step names its
+kernel, its input and output slots and the slots it frees, and device copies are steps too.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ep_host import capability
+from ep_host.discovery import Host, describe_exception
+from ep_host.errors import InputError, KernelError
+from ep_host.graph import Model, NodeView, ValueView, load_model
+from ep_host.kernel import Kernel
+from ep_host.placement import Placement, choose
+from ep_host.provider import HOST, Device
+
+# onnxruntime's provider names, accepted wherever a provider name is.
+ORT_ALIASES = {
+    "CPUExecutionProvider": "cpu",
+    "CUDAExecutionProvider": "cuda",
+}
+
+
+def provider_names(providers: Iterable[Any] | None) -> list[str] | None:
+    if providers is None:
+        return None
+    out = []
+    for p in providers:
+        name = p[0] if isinstance(p, tuple) else p
+        out.append(ORT_ALIASES.get(name, name))
+    return out
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output as ``get_inputs()`` lists it (onnxruntime's ``NodeArg``)."""
+
+    name: str
+    type: str
+    shape: list[int | str | None] | None
+    dtype: Any = None
+
+
+def _node_arg(view: ValueView) -> NodeArg:
+    elem = view.dtype.name if view.dtype is not None else "unknown"
+    kind = "tensor" if view.kind in ("tensor", "unknown") else view.kind
+    return NodeArg(view.name, f"{kind}({elem})", None if view.shape is None else list(view.shape),
+                   view.dtype)
+
+
+class _Step:
+    __slots__ = ("node", "kernel", "inputs", "outputs", "release", "lock", "provider", "copy")
+
+    def __init__(self, node, kernel, inputs, outputs, provider, copy=None):
+        self.node = node
+        self.kernel = kernel
+        self.inputs = inputs
+        self.outputs = outputs
+        self.release: tuple[int, ...] = ()
+        self.lock = None if kernel is None or kernel.thread_safe else threading.Lock()
+        self.provider = provider
+        self.copy = copy
+
+
+def select_providers(host: Host, requested: Sequence[str] | None) -> list[str]:
+    """The providers to use: the requested ones in order (each must exist), else every loaded
+    provider, in name order with ``cpu`` last (devices first, as onnxruntime users list them)."""
+    if requested is None:
+        return [r.name for r in sorted(host.records.values(), key=lambda r: (r.name == "cpu", r.name))]
+    missing = [p for p in requested if p not in host.records]
+    if missing:
+        known = ", ".join(sorted(host.records)) or "none"
+        raise KernelError(f"unknown provider(s) {', '.join(missing)}; installed: {known}")
+    return list(requested)
+
+
+class InferenceSession:
+    """Place ``model`` on the providers and run it; the API mirrors ``onnxruntime.InferenceSession``.
+
+    ``providers``: provider names in priority order (``"cpu"``; onnxruntime's
+    ``"CPUExecutionProvider"`` is accepted too); default: every installed provider.
+    ``provider_options``: a dict per provider name, or a list parallel to ``providers``.
+    ``strategy``: ``"greedy"`` or ``"priority"``. ``pins``: node name -> provider.
+    ``exclude``: providers not to use. ``host``: a :class:`Host` with providers already loaded.
+    """
+
+    def __init__(
+        self,
+        model: str | os.PathLike[str] | bytes | Any,
+        providers: Sequence[Any] | None = None,
+        provider_options: Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]] | None = None,
+        *,
+        strategy: str = "greedy",
+        pins: Mapping[str, str] | None = None,
+        exclude: Iterable[str] = (),
+        host: Host | None = None,
+        base_dir: str | None = None,
+    ):
+        names = provider_names(providers)
+        self._model = model if isinstance(model, Model) else load_model(model, base_dir=base_dir)
+        self._host = host if host is not None else Host.discover(names)
+        chosen = [p for p in select_providers(self._host, names) if p not in set(exclude)]
+        if isinstance(provider_options, Sequence) and not isinstance(provider_options, Mapping):
+            provider_options = dict(zip(chosen, provider_options, strict=False))
+        self._options = {k: dict(v) for k, v in (provider_options or {}).items()}
+        table = capability.walk(self._host, self._model, chosen, self._options)
+        devices = {p: self._device(p) for p in chosen}
+        self.placement: Placement = choose(
+            table, devices, strategy=strategy, pins=pins, model=self._model.label
+        )
+        self._build_plan()
+
+    # -- the plan ----------------------------------------------------------------------------
+
+    def _device(self, provider: str) -> Device:
+        info = self._host.records[provider].info
+        return HOST if info is None else info.device
+
+    def _create_kernel(self, node: NodeView, provider: str) -> Kernel:
+        context = self.placement.table.contexts[provider]
+        try:
+            kernel = self._host.call(provider, "ep_host_create_kernel", node=node, context=context)
+        except Exception as exc:
+            raise KernelError(
+                f"{self._model.label}: provider {provider!r} failed to create a kernel for node "
+                f"{node.name!r} ({node.qualified_op}): {describe_exception(exc)}"
+            ) from exc
+        if not isinstance(kernel, Kernel):
+            raise KernelError(
+                f"{self._model.label}: provider {provider!r} returned "
+                f"{type(kernel).__name__} instead of a Kernel for node {node.name!r}"
+            )
+        return kernel
+
+    def _build_plan(self) -> None:
+        graph = self._model.graph
+        where = {n.name: n.provider for n in self.placement.nodes}
+        slots: dict[tuple[str, str], int] = {}  # (value, device) -> slot
+        initial: dict[int, Any] = {}
+        home: dict[str, Device] = {}
+        steps: list[_Step] = []
+
+        def slot(name: str, device: Device) -> int:
+            key = (name, device.name)
+            if key not in slots:
+                slots[key] = len(slots)
+            return slots[key]
+
+        self._input_slots = {v.name: slot(v.name, HOST) for v in graph.inputs}
+        for v in graph.inputs:
+            home[v.name] = HOST
+
+        def fetch(value: ValueView, device: Device) -> int:
+            """The slot holding ``value`` on ``device``, adding a copy step the first time."""
+            if (value.name, device.name) in slots:
+                return slots[(value.name, device.name)]
+            if value.is_constant:
+                s = slot(value.name, device)
+                initial[s] = device.upload(value.value)
+                return s
+            src = home[value.name]
+            src_slot = slots[(value.name, src.name)]
+            dst_slot = slot(value.name, device)
+            steps.append(_Step(None, None, (src_slot,), (dst_slot,), None, copy=(src, device)))
+            return dst_slot
+
+        for node in graph.nodes:
+            provider = where[node.name]
+            device = self._device(provider)
+            answer = self.placement.table.answers[node.name][provider]
+            host_inputs = set(answer.host_inputs)
+            in_slots = []
+            constants = {}
+            for i, value in enumerate(node.inputs):
+                if value is None:
+                    in_slots.append(-1)
+                    continue
+                s = fetch(value, HOST if i in host_inputs else device)
+                in_slots.append(s)
+                if value.is_constant:
+                    constants[i] = initial[s]
+            kernel = self._create_kernel(node, provider)
+            try:
+                kernel.prepare(constants)
+            except Exception as exc:
+                raise KernelError(
+                    f"{self._model.label}: provider {provider!r} failed to prepare the kernel "
+                    f"for node {node.name!r}: {describe_exception(exc)}"
+                ) from exc
+            out_slots = []
+            for value in node.outputs:
+                if value is None:
+                    out_slots.append(-1)
+                    continue
+                out_slots.append(slot(value.name, device))
+                home[value.name] = device
+            steps.append(_Step(node, kernel, tuple(in_slots), tuple(out_slots), provider))
+
+        self._output_names = [v.name for v in graph.outputs]
+        self._output_slots = {}
+        for v in graph.outputs:
+            if v.name not in home and not v.is_constant:
+                home[v.name] = HOST
+            self._output_slots[v.name] = fetch(v, HOST)
+        self._release_points(steps, set(initial) | set(self._output_slots.values())
+                             | set(self._input_slots.values()))
+        self._steps = steps
+        self._n_slots = len(slots)
+        self._initial = initial
+
+    @staticmethod
+    def _release_points(steps: list[_Step], keep: set[int]) -> None:
+        last_use: dict[int, int] = {}
+        for i, step in enumerate(steps):
+            for s in (*step.inputs, *step.outputs):
+                if s >= 0:
+                    last_use[s] = i
+        frees: dict[int, list[int]] = {}
+        for s, i in last_use.items():
+            if s not in keep:
+                frees.setdefault(i, []).append(s)
+        for i, step in enumerate(steps):
+            step.release = tuple(frees.get(i, ()))
+
+    # -- onnxruntime's API ------------------------------------------------------------------
+
+    def get_inputs(self) -> list[NodeArg]:
+        return [_node_arg(v) for v in self._model.graph.inputs]
+
+    def get_outputs(self) -> list[NodeArg]:
+        return [_node_arg(v) for v in self._model.graph.outputs]
+
+    def get_providers(self) -> list[str]:
+        return list(self.placement.providers)
+
+    def get_modelmeta(self) -> Any:
+        return self._model.proto.metadata_props
+
+    @property
+    def model(self) -> Model:
+        return self._model
+
+    def run(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        run_options: Any = None,
+    ) -> list[Any]:
+        """Run the model; returns the requested outputs (all when ``output_names`` is falsy)."""
+        names = list(output_names) if output_names else self._output_names
+        unknown = [n for n in names if n not in self._output_slots]
+        if unknown:
+            raise InputError(
+                f"{self._model.label}: unknown output(s) {', '.join(map(repr, unknown))}; "
+                f"the model's outputs are {', '.join(map(repr, self._output_names))}"
+            )
+        values: list[Any] = [None] * self._n_slots
+        for s, v in self._initial.items():
+            values[s] = v
+        for name, array in self._check_inputs(input_feed).items():
+            values[self._input_slots[name]] = array
+        for step in self._steps:
+            args = [values[s] if s >= 0 else None for s in step.inputs]
+            if step.copy is not None:
+                src, dst = step.copy
+                values[step.outputs[0]] = dst.upload(src.download(args[0]))
+            else:
+                outs = self._run_step(step, args)
+                for s, out in zip(step.outputs, outs, strict=False):
+                    if s >= 0:
+                        values[s] = out
+            for s in step.release:
+                values[s] = None
+        return [self._output(values[self._output_slots[n]]) for n in names]
+
+    @staticmethod
+    def _output(value: Any) -> Any:
+        if isinstance(value, np.ndarray) and not value.flags.writeable:
+            return value.copy()  # constants are read-only; never hand out session state
+        return value
+
+    def _run_step(self, step: _Step, args: list[Any]) -> Sequence[Any]:
+        try:
+            if step.lock is not None:
+                with step.lock:
+                    outs = step.kernel.run(*args)
+            else:
+                outs = step.kernel.run(*args)
+        except Exception as exc:
+            node = step.node
+            raise KernelError(
+                f"{self._model.label}: node {node.name!r} ({node.qualified_op}) failed on "
+                f"provider {step.provider!r}: {describe_exception(exc)}"
+            ) from exc
+        expected = len(step.outputs)
+        if not isinstance(outs, Sequence) or len(outs) < sum(1 for s in step.outputs if s >= 0):
+            got = len(outs) if isinstance(outs, Sequence) else type(outs).__name__
+            raise KernelError(
+                f"{self._model.label}: node {step.node.name!r} on provider {step.provider!r} "
+                f"returned {got} output(s), expected {expected}"
+            )
+        return outs
+
+    def _check_inputs(self, feed: Mapping[str, Any]) -> dict[str, Any]:
+        label = self._model.label
+        declared = {v.name: v for v in self._model.graph.inputs}
+        unknown = [n for n in feed if n not in declared]
+        if unknown:
+            initializers = set(self._model.graph.initializer_inputs)
+            hint = [n for n in unknown if n in initializers]
+            extra = (f" ({', '.join(hint)} is an initializer and cannot be fed)" if hint else "")
+            raise InputError(
+                f"{label}: unknown input(s) {', '.join(map(repr, unknown))}{extra}; "
+                f"the model's inputs are {', '.join(map(repr, declared))}"
+            )
+        missing = [n for n in declared if n not in feed]
+        if missing:
+            raise InputError(f"{label}: missing input(s) {', '.join(map(repr, missing))}")
+        bound: dict[str, tuple[int, str]] = {}
+        out = {}
+        for name, view in declared.items():
+            array = feed[name]
+            if view.kind in ("sequence", "optional", "map"):
+                out[name] = array
+                continue
+            if array is None:
+                raise InputError(f"{label}: input {name!r} is None")
+            if not isinstance(array, np.ndarray):
+                array = np.asarray(array)
+            if not array.dtype.isnative:
+                array = array.astype(array.dtype.newbyteorder("="))
+            expected = view.dtype.numpy if view.dtype is not None else None
+            if expected is not None and array.dtype != expected:
+                raise InputError(
+                    f"{label}: input {name!r} must be {view.dtype.name}, got {array.dtype} "
+                    "(ep-host does not cast inputs)"
+                )
+            if view.shape is not None:
+                if array.ndim != len(view.shape):
+                    raise InputError(
+                        f"{label}: input {name!r} must have rank {len(view.shape)} "
+                        f"(shape {list(view.shape)}), got shape {list(array.shape)}"
+                    )
+                for axis, (want, got) in enumerate(zip(view.shape, array.shape, strict=True)):
+                    if isinstance(want, int) and want != got:
+                        raise InputError(
+                            f"{label}: input {name!r} dim {axis} must be {want} "
+                            f"(shape {list(view.shape)}), got shape {list(array.shape)}"
+                        )
+                    if isinstance(want, str) and want:
+                        prev = bound.setdefault(want, (got, name))
+                        if prev[0] != got:
+                            raise InputError(
+                                f"{label}: dim {want!r} is {prev[0]} in input {prev[1]!r} "
+                                f"but {got} in input {name!r}"
+                            )
+            out[name] = _readonly_view(array)
+        return out
+
+
+def _readonly_view(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view

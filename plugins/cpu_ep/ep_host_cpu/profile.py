@@ -1,0 +1,99 @@
+"""This machine's CPU figures for the roofline: peak GFLOP/s, memory GB/s, per-call dispatch.
+
+Measured once per machine (about 0.2 s) and cached as JSON under the user cache directory
+(``EP_HOST_CACHE_DIR`` overrides it), keyed by host, CPU and numpy version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+PROFILE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class MachineProfile:
+    peak_gflops: float
+    bandwidth_gbps: float
+    dispatch_us: float
+    source: str = "measured"
+
+
+def cache_dir() -> Path:
+    override = os.environ.get("EP_HOST_CACHE_DIR")
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("ep-host"))
+
+
+def _machine_key() -> str:
+    raw = "|".join([platform.node(), platform.machine(), platform.processor(), str(os.cpu_count()),
+                    np.__version__, str(PROFILE_VERSION)])
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def _best(fn, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def measure() -> MachineProfile:
+    """Time a float32 GEMM, a large copy and a one-element add on this machine."""
+    rng = np.random.default_rng(0)
+    n = 256
+    a = rng.random((n, n), dtype=np.float32)
+    b = rng.random((n, n), dtype=np.float32)
+    a @ b
+    gemm_s = _best(lambda: a @ b, 7)
+    src = np.ones(4 * 1024 * 1024, dtype=np.float32)  # 16 MiB, past the caches
+    dst = np.empty_like(src)
+    np.copyto(dst, src)
+    copy_s = _best(lambda: np.copyto(dst, src), 5)
+    x = np.ones(1, np.float32)
+    reps = 2000
+
+    def adds() -> None:
+        for _ in range(reps):
+            np.add(x, x)
+
+    dispatch_s = _best(adds, 3) / reps
+    return MachineProfile(
+        peak_gflops=2 * n**3 / gemm_s / 1e9,
+        bandwidth_gbps=2 * src.nbytes / copy_s / 1e9,
+        dispatch_us=dispatch_s * 1e6,
+    )
+
+
+@cache
+def machine_profile() -> MachineProfile:
+    """The cached profile, measuring and storing it the first time."""
+    path = cache_dir() / f"cpu-profile-{_machine_key()}.json"
+    try:
+        data = json.loads(path.read_text())
+        return MachineProfile(**{**data, "source": str(path)})
+    except (OSError, ValueError, TypeError):
+        pass
+    profile = measure()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps({k: v for k, v in asdict(profile).items() if k != "source"}))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable cache only costs a re-measure next time
+    return profile

@@ -1,0 +1,182 @@
+"""The kernel registry: ``(domain, op_type, since_version) -> KernelSpec``, filled by a decorator.
+
+A kernel is a plain function ``fn(xp, *inputs, **attributes)``: inputs positional in schema
+order, attributes keyword-only under their ONNX names (the host fills schema defaults). The EP
+binds ``xp`` (numpy here; the CUDA EP binds CuPy) when it creates the kernel.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import onnx
+
+from ep_host import Decline, FunctionKernel, Kernel, NodeView, deny, require
+
+DEFAULT_DOMAIN = "ai.onnx"
+
+FLOATS = frozenset({"float16", "float32", "float64"})
+SIGNED = frozenset({"int8", "int16", "int32", "int64"})
+UNSIGNED = frozenset({"uint8", "uint16", "uint32", "uint64"})
+INTS = SIGNED | UNSIGNED
+NUMERIC = FLOATS | INTS
+ALL = NUMERIC | {"bool"}
+ALL_WITH_STRING = ALL | {"string"}
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """How to build and price one op version.
+
+    ``dtypes``: element types accepted for the inputs sharing the first input's type constraint
+    (``None``: no check). ``host_inputs``: input indices whose values must be on the host.
+    ``check(node)``: declines (via ``require``/``deny``) what the kernel does not implement.
+    ``flops(node)``/``bytes(node)``: the work for the roofline; ``None`` uses the defaults.
+    ``bind(node)``: extra keyword arguments computed once from the node (output count...).
+    """
+
+    domain: str
+    op_type: str
+    since_version: int
+    fn: Callable[..., Any]
+    dtypes: frozenset[str] | None = NUMERIC
+    host_inputs: tuple[int, ...] = ()
+    check: Callable[[NodeView], None] | None = None
+    flops: Callable[[NodeView], float] | None = None
+    bytes: Callable[[NodeView], int] | None = None
+    bind: Callable[[NodeView], Mapping[str, Any]] | None = None
+    attributes: tuple[str, ...] = field(default=())
+    required: tuple[str, ...] = field(default=())
+    kernel_class: type[Kernel] | None = None
+
+    def make(self, xp: Any, node: NodeView) -> Kernel:
+        attrs = node.attributes
+        kwargs = {name: attrs[name] for name in self.attributes if name in attrs}
+        if self.bind is not None:
+            kwargs.update(self.bind(node))
+        if self.kernel_class is not None:
+            return self.kernel_class(xp, node, **kwargs)
+        fn = self.fn
+
+        def run(*inputs: Any) -> Any:
+            return fn(xp, *inputs, **kwargs)
+
+        run.__name__ = fn.__name__
+        return FunctionKernel(run, n_outputs=len(node.outputs), name=f"{self.op_type}-{self.since_version}")
+
+
+def _keyword_attributes(fn: Callable[..., Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    names, required = [], []
+    for p in inspect.signature(fn).parameters.values():
+        if p.kind is inspect.Parameter.KEYWORD_ONLY:
+            names.append(p.name)
+            if p.default is inspect.Parameter.empty:
+                required.append(p.name)
+    return tuple(names), tuple(required)
+
+
+class Registry:
+    """All kernels of one EP, keyed exactly by ``(domain, op_type, since_version)``."""
+
+    def __init__(self) -> None:
+        self.specs: dict[tuple[str, str, int], KernelSpec] = {}
+
+    def add(self, spec: KernelSpec) -> None:
+        key = (spec.domain, spec.op_type, spec.since_version)
+        if key in self.specs:
+            raise ValueError(f"kernel {key} registered twice")
+        self.specs[key] = spec
+
+    def kernel(
+        self,
+        op_type: str,
+        *versions: int,
+        domain: str = DEFAULT_DOMAIN,
+        dtypes: Iterable[str] | None = NUMERIC,
+        host_inputs: Iterable[int] = (),
+        check: Callable[[NodeView], None] | None = None,
+        flops: Callable[[NodeView], float] | None = None,
+        bytes: Callable[[NodeView], int] | None = None,  # noqa: A002 (the cost's own word)
+        bind: Callable[[NodeView], Mapping[str, Any]] | None = None,
+        kernel_class: type[Kernel] | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register ``fn`` for ``op_type`` at each listed ``since_version``; stackable."""
+        if not versions:
+            raise ValueError(f"{op_type}: list the since_versions this kernel implements")
+
+        def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+            attributes, required = _keyword_attributes(fn)
+            for v in versions:
+                self.add(KernelSpec(
+                    domain, op_type, v, fn,
+                    dtypes=None if dtypes is None else frozenset(dtypes),
+                    host_inputs=tuple(host_inputs), check=check, flops=flops, bytes=bytes,
+                    bind=bind, attributes=attributes, required=required,
+                    kernel_class=kernel_class,
+                ))
+            return fn
+
+        return decorate
+
+    def versions(self, domain: str, op_type: str) -> list[int]:
+        return sorted(v for (d, o, v) in self.specs if d == domain and o == op_type)
+
+    def lookup(self, node: NodeView, provider: str = "this EP") -> KernelSpec:
+        """The spec for ``node``, or a :class:`Decline` that says exactly what is missing."""
+        op = node.qualified_op
+        versions = self.versions(node.domain, node.op_type)
+        if not versions:
+            deny("{}: {} has no kernel for this op", op, provider, code="op")
+        if node.since_version is None:
+            deny("{}: no ONNX schema for opset {} of domain {}; {} has since_version {}", op,
+                 node.opset, node.domain, provider, ", ".join(map(str, versions)), code="opset")
+        spec = self.specs.get((node.domain, node.op_type, node.since_version))
+        if spec is None:
+            deny("{}: opset {} resolves to since_version {}; {} has {}", op, node.opset,
+                 node.since_version, provider, ", ".join(map(str, versions)), code="opset")
+        return spec
+
+
+@cache
+def _primary_inputs(domain: str, op_type: str, since_version: int) -> tuple[bool, ...] | None:
+    """Which schema inputs share the first input's type constraint (``None``: no schema)."""
+    try:
+        schema = onnx.defs.get_schema(op_type, since_version, "" if domain == DEFAULT_DOMAIN else domain)
+    except onnx.defs.SchemaError:
+        return None
+    if not schema.inputs:
+        return ()
+    first = schema.inputs[0].type_str
+    return tuple(p.type_str == first for p in schema.inputs)
+
+
+def check_node(spec: KernelSpec, node: NodeView, provider: str = "this EP") -> None:
+    """Decline what ``spec`` cannot compute: missing attributes, unsupported dtypes, its check."""
+    attrs = node.attributes
+    for name in spec.required:
+        require(name in attrs, "{}: attribute {!r} is required but missing", node.op_type, name,
+                code="attribute")
+    if spec.dtypes is not None:
+        primary = _primary_inputs(spec.domain, spec.op_type, spec.since_version)
+        for i, value in enumerate(node.inputs):
+            if value is None or value.dtype is None:
+                continue
+            if primary is not None and primary and not primary[min(i, len(primary) - 1)]:
+                continue
+            require(
+                value.dtype.name in spec.dtypes,
+                "{}: {} takes {} input, got {} for input {!r}",
+                node.op_type, provider, "/".join(sorted(spec.dtypes)), value.dtype.name,
+                value.name, code="dtype",
+            )
+    if spec.check is not None:
+        spec.check(node)
+
+REGISTRY = Registry()
+kernel = REGISTRY.kernel
+
+__all__ = ["Decline", "KernelSpec", "REGISTRY", "Registry", "check_node", "kernel"]

@@ -1,0 +1,21 @@
+"""The array namespace the CPU EP binds: numpy, plus the few functions numpy lacks (``erf``).
+
+A flat namespace (not a proxy), so ``xp.add`` costs one attribute lookup, as ``numpy.add`` does.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import scipy.special
+
+
+def numpy_namespace() -> SimpleNamespace:
+    ns = SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
+    ns.erf = scipy.special.erf
+    ns.__name__ = "numpy"
+    return ns
+
+
+numpy_xp = numpy_namespace()
