@@ -26,7 +26,8 @@ def cuda_status() -> tuple[bool, str]:
     try:
         import cupy
     except ImportError as exc:
-        return False, f"cupy is not installed ({exc.name or exc}): {INSTALL_HINT}"
+        missing = exc.name or "cupy"
+        return False, f"{missing} is not installed: {INSTALL_HINT}"
     except Exception as exc:  # a broken CuPy install raises more than ImportError
         return False, f"cupy failed to import ({type(exc).__name__}: {exc}); reinstall: {INSTALL_HINT}"
     try:

@@ -1,0 +1,395 @@
+"""The ``ep-host`` command: providers, explain, place, run.
+
+Only argparse runs before a subcommand is chosen, so ``--help`` stays fast: onnx, numpy-heavy
+modules and plugins load inside the subcommand that needs them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+EPILOG = """\
+environment:
+  EP_HOST_PROVIDERS=a,b     load only these provider entry points ("" loads none)
+  EP_HOST_STRICT=1          re-raise provider faults instead of reporting them as declines
+  EP_HOST_TRACE_PLUGINS=1   print every hook call, its provider, arguments and answer
+  EP_HOST_CACHE_DIR=DIR     where measured machine profiles are cached
+
+examples:
+  ep-host providers
+  ep-host explain model.onnx --op Conv
+  ep-host place model.onnx --strategy priority --providers cuda,cpu --json placement.json
+  ep-host run model.onnx --random-inputs --compare-onnxruntime
+"""
+
+
+def _csv(text: str) -> list[str]:
+    return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="path to an .onnx file")
+    p.add_argument("--providers", type=_csv, metavar="A,B",
+                   help="providers to use, in priority order (default: every installed one)")
+    p.add_argument("--exclude", type=_csv, default=[], metavar="A,B",
+                   help="providers not to use")
+    p.add_argument("--strategy", default="greedy", choices=["greedy", "priority"],
+                   help="greedy: each node's cheapest provider; priority: the first provider in "
+                   "--providers order that claims the node (onnxruntime's rule). Default: greedy")
+    p.add_argument("--pin", action="append", default=[], metavar="NODE=PROVIDER",
+                   help="force a node onto a provider (repeatable)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ep-host",
+        description="Where does each node of an ONNX model run, why, and how fast? "
+        "A plugin host for ONNX execution providers.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("providers", help="list installed providers, their devices and faults",
+                       description="List every provider entry point: name, distribution, "
+                       "version, device, and whether it is available (or why not).")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=cmd_providers)
+
+    p = sub.add_parser("explain", help="every provider's answer for every node",
+                       description="For each node: the chosen provider and every provider's "
+                       "estimated cost or decline reason.")
+    _add_model_args(p)
+    p.add_argument("--node", help="only this node")
+    p.add_argument("--op", help="only nodes of this op type (e.g. Conv, com.example::Foo)")
+    p.add_argument("--provider", help="only this provider's answers")
+    p.add_argument("--json", action="store_true",
+                   help="print the placement JSON (schema ep-host/placement/v1)")
+    p.set_defaults(func=cmd_explain)
+
+    p = sub.add_parser("place", help="place a model: nodes and estimated time per provider",
+                       description="Place every node and print per-provider totals, "
+                       "partitions and device copies.")
+    _add_model_args(p)
+    p.add_argument("--json", metavar="FILE",
+                   help="also write the placement as JSON to FILE ('-' for stdout)")
+    p.set_defaults(func=cmd_place)
+
+    p = sub.add_parser("run", help="run a model and print its outputs",
+                       description="Place and run a model once.")
+    _add_model_args(p)
+    p.add_argument("--input", action="append", default=[], metavar="NAME=FILE",
+                   help="an input from a .npy file or a TensorProto .pb file (repeatable)")
+    p.add_argument("--random-inputs", action="store_true",
+                   help="random values for inputs not given (symbolic dims are 1)")
+    p.add_argument("--dummy-inputs", action="store_true",
+                   help="arange(N)/N in each float input's shape, as onnx's backend runner does")
+    p.add_argument("--seed", type=int, default=0, help="seed for --random-inputs (default 0)")
+    p.add_argument("--compare-onnxruntime", action="store_true",
+                   help="also run onnxruntime's CPU provider and compare every output")
+    p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4)")
+    p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
+    p.add_argument("--output-dir", metavar="DIR", help="save each output as DIR/NAME.npy")
+    p.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from ep_host import __version__
+
+        print(f"ep-host {__version__}")
+        return 0
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    from ep_host.errors import HostError
+
+    try:
+        return args.func(args)
+    except HostError as exc:
+        print(f"ep-host: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+# ---------------------------------------------------------------------------------------------
+# providers
+# ---------------------------------------------------------------------------------------------
+
+
+def cmd_providers(args: argparse.Namespace) -> int:
+    import json
+
+    from ep_host.discovery import Host
+    from ep_host.report import Output
+
+    host = Host.discover()
+    records = host.providers()
+    if args.json:
+        print(json.dumps([r.to_dict() for r in records], indent=2))
+        return 0
+    out = Output()
+    if not records:
+        out.line("no providers installed (entry-point group ep_host.providers)"
+                 + (": EP_HOST_PROVIDERS is set" if "EP_HOST_PROVIDERS" in os.environ else ""))
+        return 0
+    out.table(
+        "Installed execution providers",
+        ["name", "distribution", "version", "device", "status"],
+        [(r.name, r.distribution or "-", r.version or "-", r.device or "-",
+          r.status if not r.fault else f"{r.status}: {r.fault}") for r in records],
+    )
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# explain / place
+# ---------------------------------------------------------------------------------------------
+
+
+def _pins(args: argparse.Namespace) -> dict[str, str]:
+    from ep_host.errors import PlacementError
+
+    pins = {}
+    for item in args.pin:
+        node, sep, provider = item.rpartition("=")
+        if not sep or not node or not provider:
+            raise PlacementError(f"--pin {item!r}: expected NODE=PROVIDER")
+        pins[node] = provider
+    return pins
+
+
+class _Prepared:
+    def __init__(self, model: Any, host: Any, table: Any, placement: Any, error: Any):
+        self.model, self.host, self.table, self.placement, self.error = (
+            model, host, table, placement, error)
+
+
+def _prepare(args: argparse.Namespace) -> _Prepared:
+    """Load, discover, walk and place; a placement failure is kept, not raised."""
+    from ep_host import capability
+    from ep_host.discovery import Host
+    from ep_host.errors import PlacementError
+    from ep_host.graph import load_model
+    from ep_host.placement import choose
+    from ep_host.session import provider_names, select_providers
+
+    with _status(f"loading {args.model}"):
+        model = load_model(args.model)
+    for warning in model.warnings:
+        print(f"ep-host: warning: {warning}", file=sys.stderr)
+    requested = provider_names(args.providers)
+    host = Host.discover(requested)
+    providers = [p for p in select_providers(host, requested) if p not in set(args.exclude)]
+    with _status(f"asking {len(providers)} provider(s) about {len(model.graph.nodes)} nodes"):
+        table = capability.walk(host, model, providers)
+    devices = {}
+    for p in providers:
+        info = host.records[p].info
+        if info is not None:
+            devices[p] = info.device
+    try:
+        placement = choose(table, devices, strategy=args.strategy, pins=_pins(args),
+                           model=model.label)
+        error = None
+    except PlacementError as exc:
+        placement, error = None, exc
+    return _Prepared(model, host, table, placement, error)
+
+
+def _status(message: str) -> Any:
+    """A spinner on stderr while long work runs, only on a terminal."""
+    import contextlib
+
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from rich.console import Console
+
+    return Console(file=sys.stderr).status(message)
+
+
+def _unplaceable(prepared: _Prepared) -> list[str]:
+    return [n.name for n in prepared.table.nodes if not prepared.table.claimants(n.name)]
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    from ep_host.report import Output, explain_dict, render_explain, write_json
+
+    prepared = _prepare(args)
+    table = prepared.table
+    if args.node and args.node not in table.answers:
+        from ep_host.errors import HostError
+
+        raise HostError(f"{prepared.model.label}: no node named {args.node!r}")
+    if args.provider and args.provider not in table.providers:
+        from ep_host.errors import HostError
+
+        raise HostError(f"provider {args.provider!r} is not in use "
+                        f"(providers: {', '.join(table.providers) or 'none'})")
+    if args.json:
+        write_json(explain_dict(table, prepared.placement, prepared.model.label,
+                                _unplaceable(prepared)), "-")
+    else:
+        render_explain(Output(), table, prepared.placement, node=args.node, op=args.op,
+                       provider=args.provider)
+    if prepared.error is not None:
+        print(f"ep-host: error: {prepared.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    from ep_host.report import Output, explain_dict, render_placement, write_json
+
+    prepared = _prepare(args)
+    if args.json:
+        write_json(explain_dict(prepared.table, prepared.placement, prepared.model.label,
+                                _unplaceable(prepared)), args.json)
+    if prepared.error is not None:
+        raise prepared.error
+    if args.json != "-":
+        render_placement(Output(), prepared.placement)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# run
+# ---------------------------------------------------------------------------------------------
+
+
+def _read_input(path: str) -> Any:
+    import numpy as np
+
+    from ep_host.errors import InputError
+
+    try:
+        if path.endswith(".pb"):
+            import onnx
+            from onnx import numpy_helper
+
+            tensor = onnx.TensorProto()
+            with open(path, "rb") as f:
+                tensor.ParseFromString(f.read())
+            return numpy_helper.to_array(tensor)
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise InputError(f"cannot read input file {path!r}: {exc}") from exc
+
+
+def _generated_input(view: Any, rng: Any, dummy: bool) -> Any:
+    import numpy as np
+
+    from ep_host.errors import InputError
+
+    if view.dtype is None or view.dtype.numpy is None or view.kind != "tensor":
+        raise InputError(f"cannot generate input {view.name!r} of type {view.kind}({view.dtype})")
+    shape = tuple(d if isinstance(d, int) else 1 for d in (view.shape or ()))
+    dt = view.dtype.numpy
+    if dummy:
+        if view.dtype.name != "float32":
+            raise InputError(f"--dummy-inputs makes float32 inputs only; {view.name!r} is "
+                             f"{view.dtype.name}")
+        n = int(np.prod(shape))
+        return (np.arange(n).reshape(shape) / n).astype(np.float32)
+    if dt.kind == "f":
+        return rng.standard_normal(shape).astype(dt)
+    if dt.kind in "iu":
+        return rng.integers(0, 10, size=shape).astype(dt)
+    if dt.kind == "b":
+        return rng.random(shape) < 0.5
+    raise InputError(f"cannot generate input {view.name!r} of type {view.dtype.name}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from ep_host.errors import InputError
+    from ep_host.report import Output
+    from ep_host.session import InferenceSession
+
+    prepared = _prepare(args)
+    if prepared.error is not None:
+        raise prepared.error
+    session = InferenceSession(prepared.model, args.providers, host=prepared.host,
+                               strategy=args.strategy, pins=_pins(args), exclude=args.exclude)
+    feeds: dict[str, Any] = {}
+    for item in args.input:
+        name, sep, path = item.partition("=")
+        if not sep:
+            raise InputError(f"--input {item!r}: expected NAME=FILE")
+        feeds[name] = _read_input(path)
+    rng = np.random.default_rng(args.seed)
+    for view in prepared.model.graph.inputs:
+        if view.name in feeds:
+            continue
+        if not (args.random_inputs or args.dummy_inputs):
+            raise InputError(f"input {view.name!r} is not given: pass --input "
+                             f"{view.name}=FILE.npy, --random-inputs or --dummy-inputs")
+        feeds[view.name] = _generated_input(view, rng, args.dummy_inputs)
+    outputs = session.run(None, feeds)
+    names = [o.name for o in session.get_outputs()]
+    out = Output()
+    rows = []
+    for name, value in zip(names, outputs, strict=True):
+        arr = np.asarray(value)
+        stats = ""
+        if arr.size and arr.dtype.kind in "fiub":
+            stats = f"min {arr.min():.6g} max {arr.max():.6g} mean {arr.astype(np.float64).mean():.6g}"
+        rows.append((name, arr.dtype, list(arr.shape), stats))
+    out.table("Outputs", ["output", "dtype", "shape", "values"], rows)
+    if args.output_dir:
+        os.makedirs(args.output_dir, exist_ok=True)
+        for name, value in zip(names, outputs, strict=True):
+            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+            np.save(os.path.join(args.output_dir, f"{safe}.npy"), np.asarray(value))
+    if args.compare_onnxruntime:
+        return _compare(out, prepared.model, feeds, names, outputs, args.rtol, args.atol)
+    return 0
+
+
+def _compare(out: Any, model: Any, feeds: dict[str, Any], names: list[str], ours: list[Any],
+             rtol: float, atol: float) -> int:
+    import numpy as np
+
+    from ep_host.errors import HostError
+
+    try:
+        import onnxruntime
+    except ImportError as exc:
+        raise HostError("--compare-onnxruntime needs onnxruntime: pip install onnxruntime") from exc
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = 1
+    source = model.path if model.path else model.proto.SerializeToString()
+    try:
+        ref = onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        theirs = ref.run(names, feeds)
+    except Exception as exc:
+        raise HostError(f"onnxruntime could not run {model.label}: {exc}") from exc
+    rows, failed = [], 0
+    for name, a, b in zip(names, ours, theirs, strict=True):
+        a, b = np.asarray(a), np.asarray(b)
+        if a.shape != b.shape or a.dtype != b.dtype:
+            rows.append((name, "-", "-", f"MISMATCH: ep-host {a.dtype}{list(a.shape)}, "
+                         f"onnxruntime {b.dtype}{list(b.shape)}"))
+            failed += 1
+            continue
+        ok = np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
+        diff = np.abs(a.astype(np.float64) - b.astype(np.float64)) if a.size else np.zeros(1)
+        rel = diff / np.maximum(np.abs(b.astype(np.float64)), 1e-30) if a.size else diff
+        rows.append((name, f"{diff.max():.3g}", f"{rel.max():.3g}", "ok" if ok else "MISMATCH"))
+        failed += not ok
+    out.table(f"Compared with onnxruntime {onnxruntime.__version__} (rtol {rtol}, atol {atol})",
+              ["output", "max abs diff", "max rel diff", "verdict"], rows)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

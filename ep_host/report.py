@@ -1,0 +1,195 @@
+"""Rendering placements and capability tables: terminal tables (rich on a terminal, plain text
+when piped) and JSON with a versioned schema (``ep-host/placement/v1``, see docs/)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Sequence
+from typing import IO, Any
+
+from ep_host.capability import CapabilityTable
+from ep_host.match import KernelMatch
+from ep_host.placement import SCHEMA, Placement
+
+
+def fmt_us(us: float) -> str:
+    if us >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if us >= 1e3:
+        return f"{us / 1e3:.2f} ms"
+    return f"{us:.2f} us"
+
+
+def fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def verdict(answer: KernelMatch) -> str:
+    if answer.is_supported:
+        return fmt_us(answer.cost.total_us)
+    return f"declined [{answer.code}]: {answer.reason}"
+
+
+class Output:
+    """Writes tables and lines: rich on a terminal, aligned plain text otherwise."""
+
+    def __init__(self, stream: IO[str] | None = None, rich: bool | None = None):
+        self.stream = stream or sys.stdout
+        self.rich = self.stream.isatty() if rich is None else rich
+        self._console = None
+
+    @property
+    def console(self) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(file=self.stream, highlight=False)
+        return self._console
+
+    def line(self, text: str = "") -> None:
+        if self.rich:
+            self.console.print(text, markup=False)
+        else:
+            print(text, file=self.stream)
+
+    def table(self, title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+        rows = [[str(c) for c in row] for row in rows]
+        if self.rich:
+            from rich.table import Table
+
+            table = Table(title=title, title_justify="left")
+            for c in columns:
+                table.add_column(c, overflow="fold")
+            for row in rows:
+                table.add_row(*row)
+            self.console.print(table)
+            return
+        if title:
+            print(title, file=self.stream)
+        widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c)
+                  for i, c in enumerate(columns)]
+        widths[-1] = 0  # the last column is free text; do not pad it
+        print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip(),
+              file=self.stream)
+        for row in rows:
+            print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(),
+                  file=self.stream)
+
+
+# ---------------------------------------------------------------------------------------------
+# explain
+# ---------------------------------------------------------------------------------------------
+
+
+def explain_rows(
+    table: CapabilityTable,
+    placement: Placement | None,
+    *,
+    node: str | None = None,
+    op: str | None = None,
+    provider: str | None = None,
+) -> list[tuple[Any, ...]]:
+    chosen = {} if placement is None else {n.name: n.provider for n in placement.nodes}
+    providers = [provider] if provider else table.providers
+    rows = []
+    for n in table.nodes:
+        if node and n.name != node:
+            continue
+        if op and op not in (n.op_type, n.qualified_op):
+            continue
+        for i, p in enumerate(providers):
+            answer = table.answers[n.name][p]
+            mark = "*" if chosen.get(n.name) == p else ""
+            rows.append((n.name if i == 0 else "", n.qualified_op if i == 0 else "",
+                         f"{mark}{p}", verdict(answer)))
+    return rows
+
+
+def render_explain(out: Output, table: CapabilityTable, placement: Placement | None,
+                   **filters: Any) -> None:
+    rows = explain_rows(table, placement, **filters)
+    out.table(
+        "Every provider's answer for every node (* = chosen)",
+        ["node", "op", "provider", "cost or reason"],
+        rows,
+    )
+    if not rows:
+        out.line("no node matches the filters")
+
+
+def explain_dict(table: CapabilityTable, placement: Placement | None, model: str,
+                 unplaceable: Sequence[str] = ()) -> dict[str, Any]:
+    """The placement JSON; when placement failed, nodes have ``provider: null``."""
+    if placement is not None:
+        data = placement.to_dict()
+        data["unplaceable"] = []
+        return data
+    return {
+        "schema": SCHEMA,
+        "model": model,
+        "strategy": None,
+        "providers": [{"name": p, "device": None} for p in table.providers],
+        "nodes": [
+            {
+                "name": n.name,
+                "op_type": n.op_type,
+                "domain": n.domain,
+                "provider": None,
+                "cost_us": None,
+                "pinned": False,
+                "answers": {p: table.answers[n.name][p].to_dict() for p in table.providers},
+            }
+            for n in table.nodes
+        ],
+        "transfers": [],
+        "totals": None,
+        "partitions": [],
+        "unplaceable": list(unplaceable),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# place
+# ---------------------------------------------------------------------------------------------
+
+
+def render_placement(out: Output, placement: Placement) -> None:
+    totals = placement.totals()
+    out.table(
+        f"Placement of {placement.model} ({placement.strategy})",
+        ["provider", "nodes", "estimated"],
+        [(p, t["nodes"], fmt_us(t["cost_us"])) for p, t in totals.items()],
+    )
+    parts = placement.partitions()
+    out.table(
+        f"{len(parts)} partition(s)",
+        ["#", "provider", "nodes", "estimated", "first .. last"],
+        [(i, p.provider, len(p.nodes), fmt_us(p.cost_us),
+          p.nodes[0] if len(p.nodes) == 1 else f"{p.nodes[0]} .. {p.nodes[-1]}")
+         for i, p in enumerate(parts)],
+    )
+    if placement.transfers:
+        out.table(
+            f"{len(placement.transfers)} device copies",
+            ["tensor", "from", "to", "bytes", "estimated"],
+            [(t.tensor, t.source, t.destination, fmt_bytes(t.nbytes), fmt_us(t.cost_us))
+             for t in placement.transfers],
+        )
+    out.line(
+        f"total estimated: {fmt_us(placement.total_us)} "
+        f"(nodes {fmt_us(placement.node_cost_us)}, copies {fmt_us(placement.transfer_cost_us)})"
+    )
+
+
+def write_json(data: Any, path: str) -> None:
+    text = json.dumps(data, indent=2, default=str)
+    if path == "-":
+        sys.stdout.write(text + "\n")
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text + "\n")
