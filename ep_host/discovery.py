@@ -289,7 +289,12 @@ class Host:
 
         def after(outcome: Any, hook_name: str, hook_impls: Sequence[Any], kwargs: dict[str, Any]) -> None:
             exc = outcome.exception
-            shown = f"raised {describe_exception(exc)}" if exc else repr(outcome.get_result())
-            print(f"[ep-host]   {hook_name} answered {shown}", file=sys.stderr)
+            if exc is not None:
+                shown = f"raised {describe_exception(exc)}"
+            else:
+                result = outcome.get_result()
+                shown = repr(result[0] if isinstance(result, list) and len(result) == 1 else result)
+            names = ", ".join(self.pm.get_name(i.plugin) or "?" for i in hook_impls)
+            print(f"[ep-host]   {hook_name} <- {names} answered {shown}", file=sys.stderr)
 
         self.pm.add_hookcall_monitoring(before, after)

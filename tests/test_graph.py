@@ -1,0 +1,222 @@
+"""Model loading and the read-only views handed to providers."""
+
+import os
+import sys
+
+import numpy as np
+import onnx
+import pytest
+from conftest import add_relu_model, make_model
+from onnx import TensorProto, helper, numpy_helper
+
+from ep_host.errors import ModelLoadError, ModelValidationError
+from ep_host.graph import load_model
+
+
+def test_since_version_resolves_from_the_models_opset():
+    def softmax_at(opset):
+        model = make_model([helper.make_node("Softmax", ["x"], ["y"])],
+                           [("x", TensorProto.FLOAT, [2, 3])], [("y", TensorProto.FLOAT, None)],
+                           opset=opset)
+        return load_model(model).graph.nodes[0].since_version
+
+    assert softmax_at(10) == 1
+    assert softmax_at(12) == 11
+    assert softmax_at(13) == 13
+    assert softmax_at(21) == 13
+
+
+def test_default_domain_is_normalised_and_attributes_get_schema_defaults():
+    model = make_model([helper.make_node("Gemm", ["a", "b"], ["c"], transB=1)],
+                       [("a", TensorProto.FLOAT, [2, 3]), ("b", TensorProto.FLOAT, [4, 3])],
+                       [("c", TensorProto.FLOAT, None)])
+    node = load_model(model).graph.nodes[0]
+    assert node.domain == "ai.onnx" and node.qualified_op == "Gemm"
+    assert node.attributes == {"alpha": 1.0, "beta": 1.0, "transA": 0, "transB": 1}
+    with pytest.raises(TypeError):
+        node.attributes["alpha"] = 2.0
+
+
+def test_values_carry_dtype_shape_and_inferred_types():
+    node_add, node_relu = load_model(add_relu_model()).graph.nodes
+    x, y = node_add.inputs
+    assert (x.name, x.dtype.name, x.shape, x.is_constant) == ("x", "float32", (2, 3), False)
+    # "s" is declared nowhere: shape inference fills it in
+    assert node_relu.inputs[0].shape == (2, 3) and node_relu.inputs[0].dtype.name == "float32"
+
+
+def test_omitted_optional_inputs_are_none():
+    model = make_model([helper.make_node("Clip", ["x", "", "hi"], ["y"])],
+                       [("x", TensorProto.FLOAT, [3]), ("hi", TensorProto.FLOAT, [])],
+                       [("y", TensorProto.FLOAT, [3])])
+    node = load_model(model).graph.nodes[0]
+    assert node.inputs[1] is None and node.inputs[2].name == "hi"
+
+
+def test_shape_inference_propagates_data_through_shape_subgraphs():
+    # Shape -> Gather -> Unsqueeze -> Concat -> Reshape, as exporters write a head split
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]),
+        helper.make_node("Gather", ["shape", "zero"], ["batch"], axis=0),
+        helper.make_node("Unsqueeze", ["batch", "axes"], ["batch1"]),
+        helper.make_node("Concat", ["batch1", "rest"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             numpy_helper.from_array(np.array([4, 2], np.int64), "rest")]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [3, 8])], [("y", TensorProto.FLOAT, None)],
+                       initializers=inits)
+    reshape = load_model(model).graph.nodes[-1]
+    assert reshape.outputs[0].shape == (3, 4, 2)
+
+
+def test_symbolic_dims_are_strings():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [("x", TensorProto.FLOAT, ["batch", 4])], [("y", TensorProto.FLOAT, None)])
+    node = load_model(model).graph.nodes[0]
+    assert node.inputs[0].shape == ("batch", 4)
+    assert node.outputs[0].shape == ("batch", 4)
+
+
+def test_constants_are_read_only_and_read_on_demand():
+    weight = np.arange(6, dtype=np.float32).reshape(2, 3)
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])],
+                       [("x", TensorProto.FLOAT, [2, 3])], [("y", TensorProto.FLOAT, None)],
+                       initializers=[numpy_helper.from_array(weight, "w")])
+    w = load_model(model).graph.nodes[0].inputs[1]
+    assert w.is_constant and w.shape == (2, 3)
+    np.testing.assert_array_equal(w.value, weight)
+    with pytest.raises(ValueError):
+        w.value[0, 0] = 1.0
+
+
+def _external_model(tmp_path, location, data=b"\0" * 24):
+    tensor = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[2, 3])
+    tensor.data_location = TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value=location)
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"])],
+                       [("x", TensorProto.FLOAT, [2, 3])], [("y", TensorProto.FLOAT, None)],
+                       initializers=[tensor])
+    folder = tmp_path / "model"
+    folder.mkdir()
+    if data is not None:
+        (folder / "weights.bin").write_bytes(data)
+    path = folder / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
+def test_external_data_is_not_opened_until_a_value_is_asked_for(tmp_path):
+    path = _external_model(tmp_path, "weights.bin",
+                           np.arange(6, dtype=np.float32).tobytes())
+    opened = []
+
+    def audit(event, args):
+        if event == "open" and isinstance(args[0], str) and args[0].endswith("weights.bin"):
+            opened.append(args[0])
+
+    sys.addaudithook(audit)
+    model = load_model(str(path))
+    w = model.graph.nodes[0].inputs[1]
+    assert opened == []
+    np.testing.assert_array_equal(w.value.ravel(), np.arange(6, dtype=np.float32))
+    assert len(opened) == 1
+
+
+@pytest.mark.parametrize("location", ["../secret.bin", "sub/../../secret.bin", "/etc/passwd"])
+def test_external_data_outside_the_model_folder_is_refused(tmp_path, location):
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 24)
+    w = load_model(str(_external_model(tmp_path, location))).graph.nodes[0].inputs[1]
+    with pytest.raises(ModelLoadError, match="w"):
+        w.value
+
+
+def test_external_data_through_a_symlink_out_of_the_folder_is_refused(tmp_path):
+    (tmp_path / "secret.bin").write_bytes(b"\0" * 24)
+    path = _external_model(tmp_path, "link.bin", data=None)
+    os.symlink(tmp_path / "secret.bin", path.parent / "link.bin")
+    with pytest.raises(ModelLoadError, match="outside the model's folder"):
+        load_model(str(path)).graph.nodes[0].inputs[1].value
+
+
+def test_external_data_needs_a_base_dir_for_bytes(tmp_path):
+    path = _external_model(tmp_path, "weights.bin")
+    w = load_model(path.read_bytes()).graph.nodes[0].inputs[1]
+    with pytest.raises(ModelLoadError, match="base directory"):
+        w.value
+    w = load_model(path.read_bytes(), base_dir=str(path.parent)).graph.nodes[0].inputs[1]
+    assert w.value.shape == (2, 3)
+
+
+def test_external_data_past_the_end_of_the_file_is_refused(tmp_path):
+    w = load_model(str(_external_model(tmp_path, "weights.bin", data=b"\0" * 8))
+                   ).graph.nodes[0].inputs[1]
+    with pytest.raises(ModelLoadError, match="which has 8"):
+        w.value
+
+
+def test_unreadable_files_name_the_file(tmp_path):
+    with pytest.raises(ModelLoadError, match="missing.onnx"):
+        load_model(str(tmp_path / "missing.onnx"))
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    with pytest.raises(ModelLoadError, match="empty"):
+        load_model(str(empty))
+    garbage = tmp_path / "garbage.onnx"
+    garbage.write_bytes(b"\xff\xfe not a protobuf \x00\x01" * 10)
+    with pytest.raises(ModelLoadError, match="garbage.onnx"):
+        load_model(str(garbage))
+
+
+def test_a_dangling_input_names_the_node_and_the_value():
+    model = make_model([helper.make_node("Relu", ["nowhere"], ["y"], name="r")],
+                       [("x", TensorProto.FLOAT, [1])], [("y", TensorProto.FLOAT, None)])
+    with pytest.raises(ModelValidationError, match="'r'.*'nowhere'"):
+        load_model(model)
+
+
+def test_a_cycle_names_its_nodes():
+    model = make_model([helper.make_node("Add", ["x", "b"], ["a"], name="first"),
+                        helper.make_node("Relu", ["a"], ["b"], name="second")],
+                       [("x", TensorProto.FLOAT, [1])], [("b", TensorProto.FLOAT, None)])
+    with pytest.raises(ModelValidationError, match="cycle.*'first'.*'second'"):
+        load_model(model)
+
+
+def test_nodes_out_of_order_are_sorted_topologically():
+    model = make_model([helper.make_node("Relu", ["s"], ["y"], name="second"),
+                        helper.make_node("Neg", ["x"], ["s"], name="first")],
+                       [("x", TensorProto.FLOAT, [1])], [("y", TensorProto.FLOAT, None)])
+    assert [n.name for n in load_model(model).graph.nodes] == ["first", "second"]
+
+
+def test_unnamed_nodes_get_unique_names():
+    model = make_model([helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"])],
+                       [("x", TensorProto.FLOAT, [1])], [("b", TensorProto.FLOAT, None)])
+    assert [n.name for n in load_model(model).graph.nodes] == ["Neg_0", "Neg_1"]
+
+
+def test_control_flow_bodies_are_walked_with_outer_scope_visible():
+    then_branch = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"], name="inner_add")],
+                                    "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
+    else_branch = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="inner_neg")],
+                                    "else", [], [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
+    model = make_model([helper.make_node("If", ["c"], ["y"], then_branch=then_branch,
+                                         else_branch=else_branch, name="if")],
+                       [("c", TensorProto.BOOL, []), ("x", TensorProto.FLOAT, [2])],
+                       [("y", TensorProto.FLOAT, [2])])
+    graph = load_model(model).graph
+    names = [n.name for n in graph.walk()]
+    assert names[0] == "if" and sorted(names[1:]) == ["inner_add", "inner_neg"]
+    inner = graph.nodes[0].subgraphs["then_branch"].nodes[0]
+    assert inner.since_version == 14 and inner.inputs[0].name == "x"
+    assert inner.inputs[0].dtype.name == "float32"
+
+
+def test_an_opset_newer_than_onnx_knows_is_refused_with_both_numbers():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [("x", TensorProto.FLOAT, [1])], [("y", TensorProto.FLOAT, None)])
+    model.opset_import[0].version = 99
+    with pytest.raises(ModelValidationError, match="99.*newer than"):
+        load_model(model)
