@@ -74,9 +74,10 @@ def ep_host_supports_op(node: NodeView, context: ProviderContext) -> KernelMatch
         the provider accepts and what would make it claim the node.
 
     Calling :func:`ep_host.require` or :func:`ep_host.deny` inside the hook declines with that
-    reason. Any other exception, a return that is not a ``KernelMatch`` (``None`` included),
-    or a cost that is negative or not finite is recorded as this provider's decline for the
-    node with code ``fault``, naming the fault; ``EP_HOST_STRICT=1`` re-raises instead.
+    reason. Raising any other exception, returning something that is not a ``KernelMatch``
+    (``None`` included), or a cost that is negative or not finite is recorded as this
+    provider's decline for the node with code ``fault``, naming the fault; other providers'
+    answers are unaffected. ``EP_HOST_STRICT=1`` re-raises instead.
 
     Claim only what you compute right: a wrong answer is worse than a decline.
 
@@ -99,8 +100,11 @@ def ep_host_create_kernel(node: NodeView, context: ProviderContext) -> Kernel:
     """Create the kernel that runs ``node`` on this provider.
 
     Called once per placed node at session creation, only for nodes this provider claimed
-    in ``ep_host_supports_op``; the parameters are the same as there.
+    in ``ep_host_supports_op``.
 
+    :param node: the same read-only view ``ep_host_supports_op`` saw; constant inputs' values
+        are readable through ``node.inputs[i].value`` if the kernel wants them now.
+    :param context: the same :class:`ep_host.ProviderContext` as in ``ep_host_supports_op``.
     :return: an :class:`ep_host.Kernel`. The host then calls ``kernel.prepare(constants)``
         once with the node's constant inputs and ``kernel.run(*inputs)`` on every run; ``run``
         returns one array per node output, on this provider's device.

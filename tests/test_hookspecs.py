@@ -1,0 +1,69 @@
+"""The contract itself: every hook is tested by name, documented, and behaves as documented."""
+
+import inspect
+import re
+from pathlib import Path
+
+import numpy as np
+from conftest import InlineProvider, add_relu_model
+
+from ep_host import CONTRACT_VERSION, InferenceSession, Kernel, KernelMatch, ProviderInfo, hookspecs
+from ep_host.capability import walk
+from ep_host.graph import load_model
+
+ROOT = Path(__file__).resolve().parent.parent
+SPECS = [name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
+         if name.startswith("ep_host_")]
+
+
+def test_the_contract_has_the_three_hooks():
+    assert sorted(SPECS) == ["ep_host_create_kernel", "ep_host_provider_info",
+                             "ep_host_supports_op"]
+
+
+def test_every_hookspec_has_a_test_named_after_it():
+    sources = "\n".join(p.read_text() for p in (ROOT / "tests").glob("test_*.py"))
+    for name in SPECS:
+        assert re.search(rf"def test_{name}\b", sources), f"no test named test_{name}"
+
+
+def test_every_hookspec_has_a_section_in_the_author_guide():
+    guide = (ROOT / "docs" / "ep-author-guide.md").read_text()
+    for name in SPECS:
+        assert f"### {name}" in guide, f"docs/ep-author-guide.md has no section for {name}"
+
+
+def test_every_hookspec_documents_its_parameters_return_and_faults():
+    for name in SPECS:
+        fn = getattr(hookspecs, name)
+        doc = inspect.getdoc(fn)
+        for param in inspect.signature(fn).parameters:
+            assert f":param {param}:" in doc, f"{name} does not document {param}"
+        assert ":return:" in doc and "Raising" in doc and "Example::" in doc
+
+
+def test_ep_host_provider_info(host):
+    record = host.register(InlineProvider("mine", version="2.1"), name="mine")
+    assert isinstance(record.info, ProviderInfo)
+    assert (record.info.name, record.info.version, record.status) == ("mine", "2.1", "available")
+    assert record.info.contract_version == CONTRACT_VERSION
+
+
+def test_ep_host_supports_op(host):
+    provider = InlineProvider("mine", ops=("Relu",))
+    host.register(provider, name="mine")
+    table = walk(host, load_model(add_relu_model()), ["mine"])
+    assert provider.asked == ["add", "relu"]
+    assert isinstance(table.answers["relu"]["mine"], KernelMatch)
+    assert table.answers["relu"]["mine"].is_supported
+    assert table.answers["add"]["mine"].reason == "Add: mine only runs Relu"
+
+
+def test_ep_host_create_kernel(host, tensors):
+    provider = InlineProvider("mine")
+    host.register(provider, name="mine")
+    session = InferenceSession(add_relu_model().SerializeToString(), ["mine"], host=host)
+    assert provider.created == ["add", "relu"]
+    assert all(isinstance(s.kernel, Kernel) for s in session._steps)
+    (out,) = session.run(None, {"x": tensors.x, "y": tensors.y})
+    np.testing.assert_array_equal(out, np.maximum(tensors.x + tensors.y, 0))
