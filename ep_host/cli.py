@@ -342,7 +342,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         arr = np.asarray(value)
         stats = ""
         if arr.size and arr.dtype.kind in "fiub":
-            stats = f"min {arr.min():.6g} max {arr.max():.6g} mean {arr.astype(np.float64).mean():.6g}"
+            mean = arr.astype(np.float64).mean()
+            stats = f"min {arr.min():.6g} max {arr.max():.6g} mean {mean:.6g}"
         rows.append((name, arr.dtype, list(arr.shape), stats))
     out.table("Outputs", ["output", "dtype", "shape", "values"], rows)
     if args.output_dir:

@@ -9,7 +9,8 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from ep_host.dtypes import DType, dtype as to_dtype
+from ep_host.dtypes import DType
+from ep_host.dtypes import dtype as to_dtype
 
 
 def _check(name: str, value: float) -> float:

@@ -146,7 +146,9 @@ class Host:
             return
         self._register(record, plugin)
 
-    def register(self, plugin: Any, name: str | None = None, distribution: str | None = None) -> ProviderRecord:
+    def register(
+        self, plugin: Any, name: str | None = None, distribution: str | None = None
+    ) -> ProviderRecord:
         """Register a provider object (a module, class instance or namespace) under ``name``.
 
         The name defaults to what its ``ep_host_provider_info`` answers."""
@@ -165,7 +167,8 @@ class Host:
         if not record.name:
             record.name = self.pm.get_name(plugin)
         record.hooks = tuple(
-            h for h in HOOK_NAMES if any(i.plugin is plugin for i in getattr(self.pm.hook, h).get_hookimpls())
+            h for h in HOOK_NAMES
+            if any(i.plugin is plugin for i in getattr(self.pm.hook, h).get_hookimpls())
         )
         others = [p for p in self.pm.get_plugins() if p is not plugin]
         record.callers = {
@@ -189,7 +192,9 @@ class Host:
             if rec.plugin is None or not self.pm.is_registered(rec.plugin):
                 continue
             others = [p for p in plugins if p is not rec.plugin and self._is_provider(p)]
-            rec.callers = {h: self.pm.subset_hook_caller(h, remove_plugins=others) for h in HOOK_NAMES}
+            rec.callers = {
+                h: self.pm.subset_hook_caller(h, remove_plugins=others) for h in HOOK_NAMES
+            }
 
     def _is_provider(self, plugin: Any) -> bool:
         return any(rec.plugin is plugin for rec in self.records.values())
@@ -233,7 +238,8 @@ class Host:
         except Exception as exc:
             if self.strict:
                 raise ProviderError(f"provider {record.name!r}: {describe_exception(exc)}") from exc
-            record.status, record.fault = "failed", f"provider_info raised {describe_exception(exc)}"
+            record.status = "failed"
+            record.fault = f"provider_info raised {describe_exception(exc)}"
             return
         record.info = info
         if not record.name:
@@ -256,7 +262,9 @@ class Host:
             return
         record.status = "available"
 
-    def _add_failed(self, record: ProviderRecord, fault: str, exc: BaseException | None = None) -> ProviderRecord:
+    def _add_failed(
+        self, record: ProviderRecord, fault: str, exc: BaseException | None = None
+    ) -> ProviderRecord:
         if self.strict and exc is not None:
             raise ProviderError(f"provider {record.name!r}: {fault}") from exc
         if self.strict:
@@ -287,7 +295,9 @@ class Host:
             args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
             print(f"[ep-host] {hook_name}({args}) -> {names}", file=sys.stderr)
 
-        def after(outcome: Any, hook_name: str, hook_impls: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        def after(
+            outcome: Any, hook_name: str, hook_impls: Sequence[Any], kwargs: dict[str, Any]
+        ) -> None:
             exc = outcome.exception
             if exc is not None:
                 shown = f"raised {describe_exception(exc)}"

@@ -100,11 +100,36 @@ class ValueView:
         return f"ValueView({self.name!r}, {self.dtype}, {self.shape}{const})"
 
 
-def _parse_type(tp: TypeProto) -> tuple[str, DType | None, Shape | None]:
+_DTYPES: dict[int, DType] = {}
+
+
+def _dtype_of(code: int) -> DType:
+    """``to_dtype(code)`` for a TensorProto code, memoised (unknown codes raise as it does)."""
+    dt = _DTYPES.get(code)
+    if dt is None:
+        dt = _DTYPES[code] = to_dtype(code)
+    return dt
+
+
+ParsedType = tuple[str, DType | None, Shape | None]
+
+
+def _parse_type_cached(tp: TypeProto, cache: dict[bytes, ParsedType]) -> ParsedType:
+    """``_parse_type(tp)``, shared between equal types: a model's values repeat few types, and
+    serializing one is several times cheaper than walking its fields."""
+    key = tp.SerializeToString()
+    parsed = cache.get(key)
+    if parsed is None:
+        parsed = cache[key] = _parse_type(tp)
+    return parsed
+
+
+def _parse_type(tp: TypeProto) -> ParsedType:
     which = tp.WhichOneof("value")
     if which == "tensor_type" or which == "sparse_tensor_type":
         tt = getattr(tp, which)
-        dt = to_dtype(tt.elem_type) if tt.elem_type else None
+        elem = tt.elem_type
+        dt = _dtype_of(elem) if elem else None
         if not tt.HasField("shape"):
             return "tensor", dt, None
         dims: list[int | str | None] = []
@@ -134,6 +159,12 @@ def _schema(domain: str, op_type: str, opset: int) -> onnx.defs.OpSchema | None:
         return onnx.defs.get_schema(op_type, opset, "" if domain == DEFAULT_DOMAIN else domain)
     except onnx.defs.SchemaError:
         return None
+
+
+@cache
+def _since_version(domain: str, op_type: str, opset: int) -> int | None:
+    schema = _schema(domain, op_type, opset)
+    return None if schema is None else schema.since_version
 
 
 @cache
@@ -189,24 +220,27 @@ class NodeView:
 
     __slots__ = (
         "name", "op_type", "domain", "since_version", "index", "graph", "_proto", "_attributes",
-        "inputs", "outputs", "opset",
+        "inputs", "outputs", "opset", "_has_graphs",
     )
 
-    def __init__(self, proto: NodeProto, name: str, index: int, graph: GraphView):
-        model = graph.model
+    def __init__(
+        self, proto: NodeProto, name: str, index: int, graph: GraphView, row: _Row | None = None
+    ):
+        # ``row``: the node's fields as _scan_nodes read them, so the protobuf is read once
+        _, op_type, domain, _, inputs, outputs, has_graphs = row or _scan_node(proto)
         self._proto = proto
         self.name = name
         self.index = index
         self.graph = graph
-        self.op_type = proto.op_type
-        self.domain = normalize_domain(proto.domain)
-        self.opset = model.opset_imports.get(self.domain)
-        schema = None if self.opset is None else _schema(self.domain, self.op_type, self.opset)
-        self.since_version = None if schema is None else schema.since_version
+        self.op_type = op_type
+        self.domain = domain = normalize_domain(domain)
+        self.opset = opset = graph.model.opset_imports.get(domain)
+        self.since_version = None if opset is None else _since_version(domain, op_type, opset)
         self._attributes: Mapping[str, Any] | None = None
+        self._has_graphs = has_graphs
         values = graph.values
-        self.inputs = tuple(values[n] if n else None for n in proto.input)
-        self.outputs = tuple(values[n] if n else None for n in proto.output)
+        self.inputs = tuple([values[n] if n else None for n in inputs])
+        self.outputs = tuple([values[n] if n else None for n in outputs])
 
     @property
     def attributes(self) -> Mapping[str, Any]:
@@ -235,8 +269,7 @@ class NodeView:
 
     @property
     def has_subgraphs(self) -> bool:
-        return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)
-                   for a in self._proto.attribute)
+        return self._has_graphs
 
     @property
     def qualified_op(self) -> str:
@@ -255,34 +288,46 @@ class GraphView:
     """A graph (the model's main graph or a control-flow body): nodes in topological order,
     its inputs and outputs, and every value it names (outer-scope values included)."""
 
-    def __init__(self, proto: GraphProto, model: Model, parent: GraphView | None = None):
+    def __init__(
+        self,
+        proto: GraphProto,
+        model: Model,
+        parent: GraphView | None = None,
+        rows: list[_Row] | None = None,
+    ):
         self.name = proto.name
         self.model = model
         self.parent = parent
         self._proto = proto
         self.values: dict[str, ValueView] = {} if parent is None else _ScopedValues(parent.values)
+        values = self.values
         types = model.value_types
         init_names = set()
         for t in proto.initializer:
-            init_names.add(t.name)
-            self.values[t.name] = ValueView(
-                t.name, "tensor", to_dtype(t.data_type), tuple(t.dims), tensor=t, model=model
+            name = t.name
+            init_names.add(name)
+            values[name] = ValueView(
+                name, "tensor", _dtype_of(t.data_type), tuple(t.dims), tensor=t, model=model
             )
-        for vi in proto.input:
-            if vi.name not in init_names:
-                self.values[vi.name] = ValueView(vi.name, *_parse_type(vi.type))
-        for n in proto.node:
-            if n.op_type == "Constant" and not n.domain and n.attribute:
-                self._add_constant_output(n)
-        for n in proto.node:
-            for out in n.output:
-                if out and out not in self.values:
-                    kind, dt, shape = types.get(out, ("unknown", None, None))
-                    self.values[out] = ValueView(out, kind, dt, shape)
-        self.inputs = tuple(self.values[vi.name] for vi in proto.input if vi.name not in init_names)
-        self.initializer_inputs = tuple(vi.name for vi in proto.input if vi.name in init_names)
+        graph_inputs = [(vi, vi.name) for vi in proto.input]
+        for vi, name in graph_inputs:
+            if name not in init_names:
+                values[name] = ValueView(name, *_parse_type(vi.type))
+        if rows is None:
+            rows = _scan_nodes(proto)
+        for row in rows:
+            if row[1] == "Constant" and not row[2] and row[0].attribute:
+                self._add_constant_output(row[0])
+        unknown = ("unknown", None, None)
+        for row in rows:
+            for out in row[5]:
+                if out and out not in values:
+                    kind, dt, shape = types.get(out, unknown)
+                    values[out] = ValueView(out, kind, dt, shape)
+        self.inputs = tuple(values[name] for _, name in graph_inputs if name not in init_names)
+        self.initializer_inputs = tuple(name for _, name in graph_inputs if name in init_names)
         self.outputs = tuple(self._output_view(vi) for vi in proto.output)
-        self.nodes = self._build_nodes(proto)
+        self.nodes = self._build_nodes(rows)
 
     def _add_constant_output(self, n: NodeProto) -> None:
         attr = n.attribute[0]
@@ -305,11 +350,11 @@ class GraphView:
             view.kind, view.dtype, view.shape = kind, dt, shape
         return view
 
-    def _build_nodes(self, proto: GraphProto) -> tuple[NodeView, ...]:
+    def _build_nodes(self, rows: list[_Row]) -> tuple[NodeView, ...]:
         used: set[str] = set()
         names = []
-        for i, n in enumerate(proto.node):
-            name = n.name or f"{n.op_type}_{i}"
+        for i, row in enumerate(rows):
+            name = row[3] or f"{row[1]}_{i}"
             if name in used:
                 k = 1
                 while f"{name}__{k}" in used:
@@ -317,41 +362,38 @@ class GraphView:
                 name = f"{name}__{k}"
             used.add(name)
             names.append(name)
-        order = self._topological_order(proto, names)
-        return tuple(NodeView(proto.node[i], names[i], pos, self) for pos, i in enumerate(order))
+        order = self._topological_order(rows, names)
+        if order is None:
+            return tuple(NodeView(row[0], name, i, self, row)
+                         for i, (row, name) in enumerate(zip(rows, names, strict=True)))
+        return tuple(NodeView(rows[i][0], names[i], pos, self, rows[i])
+                     for pos, i in enumerate(order))
 
-    def _topological_order(self, proto: GraphProto, names: list[str]) -> list[int]:
+    def _topological_order(self, rows: list[_Row], names: list[str]) -> list[int] | None:
+        """The execution order of ``rows``, or ``None`` when they are already in it."""
         producer: dict[str, int] = {}
-        for i, n in enumerate(proto.node):
-            for out in n.output:
+        for i, row in enumerate(rows):
+            for out in row[5]:
                 if out:
                     producer[out] = i
-        available = set(self.values.keys()) if self.parent is None else None
-        deps: list[list[int]] = []
+        values = self.values
         in_order = True
-        for i, n in enumerate(proto.node):
-            mine = []
-            for name in _node_reads(n):
+        for i, row in enumerate(rows):
+            for name in _row_reads(row):
                 j = producer.get(name)
                 if j is None:
-                    if not self._visible(name, available):
+                    if name not in values:
                         raise ModelValidationError(
-                            f"{self.model.label}: node {names[i]!r} ({n.op_type}) reads "
+                            f"{self.model.label}: node {names[i]!r} ({row[1]}) reads "
                             f"{name!r}, which no node, graph input or initializer provides"
                         )
-                    continue
-                if j >= i:
+                elif j >= i:
                     in_order = False
-                mine.append(j)
-            deps.append(mine)
         if in_order:
-            return list(range(len(proto.node)))
+            return None
+        deps = [[j for name in _row_reads(row) if (j := producer.get(name)) is not None]
+                for row in rows]
         return _kahn(deps, names, self.model.label)
-
-    def _visible(self, name: str, available: set[str] | None) -> bool:
-        if available is not None:
-            return name in available
-        return name in self.values
 
     def walk(self) -> Iterator[NodeView]:
         """Every node of this graph and of the bodies nested in it, depth first."""
@@ -380,6 +422,32 @@ class _ScopedValues(dict):
 
     def get(self, key, default=None):
         return self[key] if key in self else default
+
+
+# A node's fields, read from the protobuf once: (proto, op_type, domain as written, name,
+# inputs, outputs, whether an attribute holds a graph). Reading a protobuf field costs far more
+# than a tuple index, and building views reads most of them several times.
+_Row = tuple[NodeProto, str, str, str, tuple[str, ...], tuple[str, ...], bool]
+_GRAPH_ATTRIBUTES = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+
+
+def _scan_node(n: NodeProto) -> _Row:
+    has_graphs = False
+    attributes = n.attribute
+    if attributes:
+        for a in attributes:
+            if a.type in _GRAPH_ATTRIBUTES:
+                has_graphs = True
+                break
+    return n, n.op_type, n.domain, n.name, tuple(n.input), tuple(n.output), has_graphs
+
+
+def _scan_nodes(g: GraphProto) -> list[_Row]:
+    return [_scan_node(n) for n in g.node]
+
+
+def _row_reads(row: _Row) -> list[str]:
+    return _node_reads(row[0]) if row[6] else [x for x in row[4] if x]
 
 
 def _node_reads(n: NodeProto) -> list[str]:
@@ -510,20 +578,33 @@ class Model:
             )
         self.functions = {(normalize_domain(f.domain), f.name): f for f in proto.functions}
         self._constants: dict[str, np.ndarray] = {}
-        self.value_types = self._infer_types() if infer_shapes else self._declared_types(proto)
-        self.graph = GraphView(proto.graph, self)
+        rows = _scan_nodes(proto.graph)
+        with_graphs = [i for i, row in enumerate(rows) if row[6]]
+        self.value_types = (self._infer_types(with_graphs) if infer_shapes
+                            else self._declared_types(proto, with_graphs))
+        self.graph = GraphView(proto.graph, self, rows=rows)
 
     # -- types ------------------------------------------------------------------------------
 
     @staticmethod
-    def _declared_types(proto: ModelProto) -> dict[str, tuple[str, DType | None, Shape | None]]:
-        types = {}
+    def _declared_types(
+        proto: ModelProto, with_graphs: list[int] | None = None
+    ) -> dict[str, ParsedType]:
+        """Every typed value of the model, bodies included. ``with_graphs``: the indices of the
+        main graph's nodes that hold graphs, when known, so the others' attributes are not read."""
+        types: dict[str, ParsedType] = {}
+        cache: dict[bytes, ParsedType | None] = {}
 
-        def visit(g: GraphProto) -> None:
+        def visit(g: GraphProto, nodes: Any = None) -> None:
             for vi in (*g.input, *g.value_info, *g.output):
-                if vi.type.WhichOneof("value"):
-                    types[vi.name] = _parse_type(vi.type)
-            for n in g.node:
+                tp = vi.type
+                key = tp.SerializeToString()
+                parsed = cache.get(key, cache)
+                if parsed is cache:
+                    parsed = cache[key] = _parse_type(tp) if tp.WhichOneof("value") else None
+                if parsed is not None:
+                    types[vi.name] = parsed
+            for n in (g.node if nodes is None else nodes):
                 for a in n.attribute:
                     if a.type == AttributeProto.GRAPH:
                         visit(a.g)
@@ -531,10 +612,14 @@ class Model:
                         for sub in a.graphs:
                             visit(sub)
 
-        visit(proto.graph)
+        main = proto.graph
+        if with_graphs is not None:
+            visit(main, [main.node[i] for i in with_graphs])
+        else:
+            visit(main)
         return types
 
-    def _infer_types(self) -> dict[str, tuple[str, DType | None, Shape | None]]:
+    def _infer_types(self, with_graphs: list[int] | None = None) -> dict[str, ParsedType]:
         light = self._weightless_copy()
         try:
             inferred = onnx.shape_inference.infer_shapes(
@@ -543,23 +628,36 @@ class Model:
         except Exception as exc:  # onnx raises several kinds; any of them means "no inference"
             self.warnings.append(f"shape inference failed, using declared types only: {exc}")
             inferred = light
-        return self._declared_types(inferred)
+        if len(inferred.graph.node) != len(self.proto.graph.node):
+            with_graphs = None
+        return self._declared_types(inferred, with_graphs)
 
     def _weightless_copy(self) -> ModelProto:
+        # Built in place (``ModelProto(graph=g)`` would copy the graph a second time), with
+        # bulk ``extend`` calls rather than one ``append`` per initializer.
         src = self.proto
-        g = onnx.GraphProto(name=src.graph.name)
-        g.node.extend(src.graph.node)
-        g.output.extend(src.graph.output)
-        g.value_info.extend(src.graph.value_info)
-        inputs = {vi.name for vi in src.graph.input}
-        g.input.extend(src.graph.input)
-        for t in src.graph.initializer:
-            small = t.data_location != TensorProto.EXTERNAL and t.ByteSize() <= _INFERENCE_KEEP_BYTES
-            if small:
-                g.initializer.append(t)
-            elif t.name not in inputs:
-                g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims))
-        m = onnx.ModelProto(ir_version=src.ir_version, graph=g)
+        sg = src.graph
+        m = onnx.ModelProto(ir_version=src.ir_version)
+        g = m.graph
+        g.name = sg.name
+        g.node.extend(sg.node)
+        g.output.extend(sg.output)
+        g.value_info.extend(sg.value_info)
+        g.input.extend(sg.input)
+        initializers = list(sg.initializer)
+        external = TensorProto.EXTERNAL
+        small = [t.data_location != external and t.ByteSize() <= _INFERENCE_KEEP_BYTES
+                 for t in initializers]
+        if all(small):
+            g.initializer.extend(initializers)
+        else:
+            inputs = {vi.name for vi in sg.input}
+            g.initializer.extend([t for t, keep in zip(initializers, small, strict=True) if keep])
+            g.input.extend([
+                onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+                for t, keep in zip(initializers, small, strict=True)
+                if not keep and t.name not in inputs
+            ])
         m.opset_import.extend(src.opset_import)
         m.functions.extend(src.functions)
         return m

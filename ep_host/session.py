@@ -22,6 +22,8 @@ from ep_host.kernel import Kernel
 from ep_host.placement import Placement, choose
 from ep_host.provider import HOST, Device
 
+ProviderOptions = Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]]
+
 # onnxruntime's provider names, accepted wherever a provider name is.
 ORT_ALIASES = {
     "CPUExecutionProvider": "cpu",
@@ -74,7 +76,8 @@ def select_providers(host: Host, requested: Sequence[str] | None) -> list[str]:
     """The providers to use: the requested ones in order (each must exist), else every loaded
     provider, in name order with ``cpu`` last (devices first, as onnxruntime users list them)."""
     if requested is None:
-        return [r.name for r in sorted(host.records.values(), key=lambda r: (r.name == "cpu", r.name))]
+        records = sorted(host.records.values(), key=lambda r: (r.name == "cpu", r.name))
+        return [r.name for r in records]
     missing = [p for p in requested if p not in host.records]
     if missing:
         known = ", ".join(sorted(host.records)) or "none"
@@ -83,7 +86,7 @@ def select_providers(host: Host, requested: Sequence[str] | None) -> list[str]:
 
 
 class InferenceSession:
-    """Place ``model`` on the providers and run it; the API mirrors ``onnxruntime.InferenceSession``.
+    """Place ``model`` on the providers and run it, with onnxruntime's ``InferenceSession`` API.
 
     ``providers``: provider names in priority order (``"cpu"``; onnxruntime's
     ``"CPUExecutionProvider"`` is accepted too); default: every installed provider.
@@ -96,7 +99,7 @@ class InferenceSession:
         self,
         model: str | os.PathLike[str] | bytes | Any,
         providers: Sequence[Any] | None = None,
-        provider_options: Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]] | None = None,
+        provider_options: ProviderOptions | None = None,
         *,
         strategy: str = "greedy",
         pins: Mapping[str, str] | None = None,
@@ -166,6 +169,8 @@ class InferenceSession:
                 s = slot(value.name, device)
                 initial[s] = device.upload(value.value)
                 return s
+            if value.name not in home:
+                raise KeyError(value.name)
             src = home[value.name]
             src_slot = slots[(value.name, src.name)]
             dst_slot = slot(value.name, device)
@@ -173,6 +178,8 @@ class InferenceSession:
             return dst_slot
 
         for node in graph.nodes:
+            if node.outputs and all(v is None or v.is_constant for v in node.outputs):
+                continue  # a Constant node: its value is known at load, consumers read it
             provider = where[node.name]
             device = self._device(provider)
             answer = self.placement.table.answers[node.name][provider]

@@ -1,16 +1,12 @@
-"""Shared fixtures: tiny models built with onnx.helper, hosts with inline providers."""
+"""Fixtures for the host's tests; the helpers they use live in hostkit.py."""
 
 from __future__ import annotations
 
-import textwrap
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
 
-from ep_host import Cost, FunctionKernel, KernelMatch, ProviderInfo, hookimpl
 from ep_host.discovery import Host
 
 
@@ -21,81 +17,10 @@ def _isolated_env(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("EP_HOST_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
-def make_model(nodes, inputs, outputs, *, opset=17, initializers=(), domains=(), value_info=()):
-    graph = helper.make_graph(
-        nodes, "test",
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
-        initializer=list(initializers), value_info=list(value_info),
-    )
-    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in domains]
-    model = helper.make_model(graph, opset_imports=opsets)
-    model.ir_version = 10
-    return model
-
-
-def add_relu_model():
-    """x, y -> Add -> Relu -> out, float32 [2, 3]."""
-    return make_model(
-        [helper.make_node("Add", ["x", "y"], ["s"], name="add"),
-         helper.make_node("Relu", ["s"], ["out"], name="relu")],
-        [("x", TensorProto.FLOAT, [2, 3]), ("y", TensorProto.FLOAT, [2, 3])],
-        [("out", TensorProto.FLOAT, [2, 3])],
-    )
-
-
-class InlineProvider:
-    """A provider object for tests: claims ``ops`` at ``cost_us`` each, computing with numpy."""
-
-    FUNCS = {"Add": np.add, "Relu": lambda x: np.maximum(x, 0), "Mul": np.multiply,
-             "Neg": np.negative, "Sub": np.subtract}
-
-    def __init__(self, name, ops=("Add", "Relu"), cost_us=1.0, device=None, **info):
-        self.name = name
-        self.ops = set(ops)
-        self.cost_us = cost_us
-        self.device = device
-        self.info = info
-        self.created = []
-        self.asked = []
-
-    @hookimpl
-    def ep_host_provider_info(self):
-        kwargs = dict(self.info)
-        if self.device is not None:
-            kwargs["device"] = self.device
-        return ProviderInfo(name=self.name, **kwargs)
-
-    @hookimpl
-    def ep_host_supports_op(self, node, context):
-        self.asked.append(node.name)
-        if node.op_type not in self.ops:
-            return KernelMatch.unsupported(f"{node.op_type}: {self.name} only runs "
-                                           f"{', '.join(sorted(self.ops))}", code="op")
-        return KernelMatch.supported(Cost(compute_us=self.cost_us))
-
-    @hookimpl
-    def ep_host_create_kernel(self, node, context):
-        self.created.append(node.name)
-        return FunctionKernel(self.FUNCS[node.op_type])
-
-
 @pytest.fixture
 def host():
     """A host with no entry points loaded; register inline providers on it."""
     return Host(strict=False)
-
-
-def write_distribution(root: Path, dist: str, entry_points: dict[str, str], modules: dict[str, str]):
-    """A fake installed distribution: ``<dist>-1.0.dist-info`` plus its modules, under ``root``."""
-    info = root / f"{dist.replace('-', '_')}-1.0.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n")
-    lines = ["[ep_host.providers]"] + [f"{k} = {v}" for k, v in entry_points.items()]
-    (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
-    for name, source in modules.items():
-        (root / f"{name}.py").write_text(textwrap.dedent(source))
-    return info
 
 
 @pytest.fixture

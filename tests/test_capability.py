@@ -3,7 +3,7 @@
 import math
 
 import pytest
-from conftest import InlineProvider, add_relu_model
+from hostkit import InlineProvider, add_relu_model
 
 from ep_host import Cost, KernelMatch, hookimpl, require
 from ep_host.capability import walk

@@ -1,7 +1,7 @@
 """Finding providers through entry points, each one isolated from the others' faults."""
 
 import pytest
-from conftest import InlineProvider, add_relu_model, write_distribution
+from hostkit import InlineProvider, add_relu_model, write_distribution
 
 from ep_host import capability, hookimpl
 from ep_host.discovery import Host
@@ -90,8 +90,9 @@ def test_a_newer_contract_major_version_is_unavailable_not_crashed(host):
 
 
 def test_a_name_two_distributions_register_names_both(site):
-    write_distribution(site, "dup-one", {"twin": "twin_one"}, {"twin_one": GOOD.format(name="twin")})
-    write_distribution(site, "dup-two", {"twin": "twin_two"}, {"twin_two": GOOD.format(name="twin")})
+    source = GOOD.format(name="twin")
+    write_distribution(site, "dup-one", {"twin": "twin_one"}, {"twin_one": source})
+    write_distribution(site, "dup-two", {"twin": "twin_two"}, {"twin_two": source})
     host = Host.discover(["twin", "cpu"])
     twin = host.records["twin"]
     assert twin.status == "failed"

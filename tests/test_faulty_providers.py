@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import write_distribution
+from hostkit import write_distribution
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL = os.path.join(ROOT, "examples", "cnn.onnx")
@@ -87,7 +87,8 @@ def test_the_table_shows_each_fault_as_a_reason(broken_site):
     assert "provider raised KeyError" in out
     assert "provider returned str instead of a KernelMatch" in out
     assert "must be finite" in out
-    assert "import failed: ModuleNotFoundError: No module named 'a_module_that_does_not_exist'" in out
+    assert ("import failed: ModuleNotFoundError: No module named "
+            "'a_module_that_does_not_exist'") in out
 
 
 def test_providers_lists_the_broken_ones_with_their_faults(broken_site):

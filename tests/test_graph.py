@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import add_relu_model, make_model
+from hostkit import add_relu_model, make_model
 from onnx import TensorProto, helper, numpy_helper
 
 from ep_host.errors import ModelLoadError, ModelValidationError
@@ -129,7 +129,7 @@ def test_external_data_outside_the_model_folder_is_refused(tmp_path, location):
     (tmp_path / "secret.bin").write_bytes(b"\0" * 24)
     w = load_model(str(_external_model(tmp_path, location))).graph.nodes[0].inputs[1]
     with pytest.raises(ModelLoadError, match="w"):
-        w.value
+        _ = w.value
 
 
 def test_external_data_through_a_symlink_out_of_the_folder_is_refused(tmp_path):
@@ -137,14 +137,14 @@ def test_external_data_through_a_symlink_out_of_the_folder_is_refused(tmp_path):
     path = _external_model(tmp_path, "link.bin", data=None)
     os.symlink(tmp_path / "secret.bin", path.parent / "link.bin")
     with pytest.raises(ModelLoadError, match="outside the model's folder"):
-        load_model(str(path)).graph.nodes[0].inputs[1].value
+        _ = load_model(str(path)).graph.nodes[0].inputs[1].value
 
 
 def test_external_data_needs_a_base_dir_for_bytes(tmp_path):
     path = _external_model(tmp_path, "weights.bin")
     w = load_model(path.read_bytes()).graph.nodes[0].inputs[1]
     with pytest.raises(ModelLoadError, match="base directory"):
-        w.value
+        _ = w.value
     w = load_model(path.read_bytes(), base_dir=str(path.parent)).graph.nodes[0].inputs[1]
     assert w.value.shape == (2, 3)
 
@@ -153,7 +153,7 @@ def test_external_data_past_the_end_of_the_file_is_refused(tmp_path):
     w = load_model(str(_external_model(tmp_path, "weights.bin", data=b"\0" * 8))
                    ).graph.nodes[0].inputs[1]
     with pytest.raises(ModelLoadError, match="which has 8"):
-        w.value
+        _ = w.value
 
 
 def test_unreadable_files_name_the_file(tmp_path):
@@ -192,16 +192,19 @@ def test_nodes_out_of_order_are_sorted_topologically():
 
 
 def test_unnamed_nodes_get_unique_names():
-    model = make_model([helper.make_node("Neg", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"])],
+    model = make_model([helper.make_node("Neg", ["x"], ["a"]),
+                        helper.make_node("Neg", ["a"], ["b"])],
                        [("x", TensorProto.FLOAT, [1])], [("b", TensorProto.FLOAT, None)])
     assert [n.name for n in load_model(model).graph.nodes] == ["Neg_0", "Neg_1"]
 
 
 def test_control_flow_bodies_are_walked_with_outer_scope_visible():
-    then_branch = helper.make_graph([helper.make_node("Add", ["x", "x"], ["t"], name="inner_add")],
-                                    "then", [], [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
-    else_branch = helper.make_graph([helper.make_node("Neg", ["x"], ["e"], name="inner_neg")],
-                                    "else", [], [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
+    def branch(op, inputs, out, name):
+        return helper.make_graph([helper.make_node(op, inputs, [out], name=name)], name, [],
+                                 [helper.make_tensor_value_info(out, TensorProto.FLOAT, [2])])
+
+    then_branch = branch("Add", ["x", "x"], "t", "inner_add")
+    else_branch = branch("Neg", ["x"], "e", "inner_neg")
     model = make_model([helper.make_node("If", ["c"], ["y"], then_branch=then_branch,
                                          else_branch=else_branch, name="if")],
                        [("c", TensorProto.BOOL, []), ("x", TensorProto.FLOAT, [2])],

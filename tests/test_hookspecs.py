@@ -5,7 +5,7 @@ import re
 from pathlib import Path
 
 import numpy as np
-from conftest import InlineProvider, add_relu_model
+from hostkit import InlineProvider, add_relu_model
 
 from ep_host import CONTRACT_VERSION, InferenceSession, Kernel, KernelMatch, ProviderInfo, hookspecs
 from ep_host.capability import walk

@@ -4,7 +4,7 @@ import weakref
 
 import numpy as np
 import pytest
-from conftest import InlineProvider, add_relu_model, make_model
+from hostkit import InlineProvider, add_relu_model, make_model
 from onnx import TensorProto, helper, numpy_helper
 
 from ep_host import Device, FunctionKernel, InferenceSession, Kernel, hookimpl
@@ -146,7 +146,8 @@ def test_a_kernel_that_raises_names_node_and_provider(host, tensors):
             return FunctionKernel(boom)
 
     session = _session(host, add_relu_model(), Breaks("cpu"))
-    with pytest.raises(KernelError, match="node 'add' \\(Add\\) failed on provider 'cpu'.*overflow"):
+    expected = "node 'add' \\(Add\\) failed on provider 'cpu'.*overflow"
+    with pytest.raises(KernelError, match=expected):
         session.run(None, {"x": tensors.x, "y": tensors.y})
 
 
@@ -213,3 +214,21 @@ def test_onnxruntime_provider_names_are_accepted(tensors):
 def test_unknown_provider_names_are_an_error():
     with pytest.raises(KernelError, match="unknown provider.*nosuch"):
         InferenceSession(add_relu_model().SerializeToString(), ["nosuch"])
+
+
+def test_constant_nodes_feed_their_consumers(host):
+    import onnx
+
+    value = onnx.numpy_helper.from_array(np.array([1.0, 2.0, 3.0], np.float32))
+    model = make_model([helper.make_node("Constant", [], ["c"], value=value, name="const"),
+                        helper.make_node("Add", ["x", "c"], ["y"], name="add")],
+                       [("x", TensorProto.FLOAT, [3])], [("y", TensorProto.FLOAT, [3])])
+
+    class WithConstant(InlineProvider):
+        FUNCS = {**InlineProvider.FUNCS, "Constant": lambda: None}
+
+    session = _session(host, model, WithConstant("cpu", ops=("Add", "Constant")))
+    assert session.placement.by_node["const"].provider == "cpu"
+    for _ in range(2):
+        (y,) = session.run(None, {"x": np.ones(3, np.float32)})
+        np.testing.assert_array_equal(y, [2.0, 3.0, 4.0])

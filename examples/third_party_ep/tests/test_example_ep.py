@@ -1,0 +1,161 @@
+"""The example EP: its FastSwish result, where placement puts custom_op.onnx's nodes, its decline
+reasons, its discovery through the entry point, and custom_op.onnx against onnxruntime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import ep_host
+
+provider = pytest.importorskip(
+    "ep_host_example.provider", reason="install it: pip install -e examples/third_party_ep"
+)
+
+CUSTOM_OP_MODEL = Path(__file__).resolve().parents[2] / "custom_op.onnx"
+
+
+def one_node_model(op_type, dtype=TensorProto.FLOAT, domain="", opsets=(("", 17),), **attrs):
+    node = helper.make_node(op_type, ["x"], ["y"], name="node", domain=domain, **attrs)
+    graph = helper.make_graph(
+        [node], "one_node",
+        [helper.make_tensor_value_info("x", dtype, [2, 3])],
+        [helper.make_tensor_value_info("y", dtype, [2, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def example_answer(model_bytes):
+    """The example EP's answer for the model's only node, asked through its hook directly."""
+    model = ep_host.load_model(model_bytes)
+    context = ep_host.ProviderContext(provider="example", opset_imports=model.opset_imports)
+    try:
+        return provider.ep_host_supports_op(node=model.graph.nodes[0], context=context)
+    except ep_host.Decline as decline:
+        return ep_host.KernelMatch.unsupported(decline.reason, decline.code)
+
+
+# -- computing -----------------------------------------------------------------------------------
+
+
+def test_fast_swish_matches_formula():
+    x = np.array([[-100.0, -5.0, -0.5], [0.0, 0.5, 100.0]], np.float32)
+    model = one_node_model("FastSwish", domain="com.example",
+                           opsets=(("", 17), ("com.example", 1)))
+    session = ep_host.InferenceSession(model, providers=["example"])
+    (y,) = session.run(None, {"x": x})
+    x64 = x.astype(np.float64)
+    expected = x64 / (1 + np.exp(-x64))
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-7)
+    assert session.placement.by_node["node"].provider == "example"
+
+
+# -- placement -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def custom_op_session():
+    return ep_host.InferenceSession(str(CUSTOM_OP_MODEL), providers=["example", "cpu"])
+
+
+def test_fast_swish_goes_to_example_and_the_rest_to_cpu(custom_op_session):
+    where = {name: p.provider for name, p in custom_op_session.placement.by_node.items()}
+    assert where == {
+        "dense/MatMul": "cpu",
+        "act/FastSwish": "example",
+        "dense/Add": "cpu",
+        "out/Relu": "cpu",
+    }
+
+
+def test_example_claims_relu_but_loses_on_cost(custom_op_session):
+    table = custom_op_session.placement.table
+    ours, cpus = table.answer("out/Relu", "example"), table.answer("out/Relu", "cpu")
+    assert ours.is_supported and cpus.is_supported
+    assert ours.cost.total_us > cpus.cost.total_us
+    assert not table.answer("act/FastSwish", "cpu").is_supported
+
+
+def test_custom_op_model_matches_onnxruntime(custom_op_session):
+    ort = pytest.importorskip("onnxruntime")
+    # onnxruntime has no FastSwish: give it the same model with Sigmoid and Mul in its place.
+    model = onnx.load(CUSTOM_OP_MODEL)
+    nodes = list(model.graph.node)
+    i = next(k for k, n in enumerate(nodes) if n.op_type == "FastSwish")
+    x, y = nodes[i].input[0], nodes[i].output[0]
+    nodes[i:i + 1] = [
+        helper.make_node("Sigmoid", [x], ["swish_gate"]),
+        helper.make_node("Mul", [x, "swish_gate"], [y]),
+    ]
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    del model.opset_import[1:]
+    reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {"x": np.random.default_rng(0).standard_normal((3, 32)).astype(np.float32) * 3}
+    (ours,) = custom_op_session.run(None, feed)
+    (theirs,) = reference.run(None, feed)
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape == (3, 32)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+# -- declining ---------------------------------------------------------------------------------
+
+
+def test_declines_ops_it_does_not_run(custom_op_session):
+    answer = custom_op_session.placement.table.answer("dense/MatMul", "example")
+    assert not answer.is_supported
+    assert answer.code == "op"
+    assert answer.reason.startswith("MatMul: the example EP runs only com.example::FastSwish")
+    assert "another provider" in answer.reason
+
+
+def test_declines_float64_with_dtype_code():
+    answer = example_answer(one_node_model("Relu", dtype=TensorProto.DOUBLE))
+    assert not answer.is_supported
+    assert answer.code == "dtype"
+    assert "takes float32 input, got float64" in answer.reason
+
+
+def test_declines_other_custom_opset_with_opset_code():
+    model = one_node_model("FastSwish", domain="com.example",
+                           opsets=(("", 17), ("com.example", 2)))
+    answer = example_answer(model)
+    assert not answer.is_supported
+    assert answer.code == "opset"
+    assert "resolves to version 2; the example EP implements 1" in answer.reason
+
+
+def test_declines_fast_swish_with_attributes():
+    model = one_node_model("FastSwish", domain="com.example",
+                           opsets=(("", 17), ("com.example", 1)), beta=2.0)
+    answer = example_answer(model)
+    assert (answer.is_supported, answer.code) == (False, "attribute")
+    assert "beta" in answer.reason
+
+
+def test_claims_float32_sigmoid():
+    answer = example_answer(one_node_model("Sigmoid"))
+    assert answer.is_supported
+    assert answer.cost.total_us >= provider.LAUNCH_US
+
+
+# -- discovery -----------------------------------------------------------------------------------
+
+
+def test_discovered_through_its_entry_point():
+    host = ep_host.Host.discover(["example"])
+    record = host.records["example"]
+    assert record.status == "available", record.fault
+    assert record.distribution == "ep-host-example"
+    assert record.entry_point == "ep_host_example.provider"
+    assert record.plugin is provider
+    assert set(record.hooks) == {
+        "ep_host_provider_info", "ep_host_supports_op", "ep_host_create_kernel",
+    }
