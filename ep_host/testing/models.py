@@ -64,9 +64,11 @@ def with_random_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProt
     graph.node.extend(keep)
     still_used = {i for n in keep for i in n.input}
     survivors = [t for t in graph.initializer if t.name not in replaced or t.name in still_used]
-    variances = {n.input[4] for n in keep if n.op_type == "BatchNormalization"}
-    survivors = [_positive(t, rng) if t.name in variances else t for t in survivors]
-    new_inits = [_positive(t, rng) if t.name in variances else t for t in new_inits]
+    bn = [n for n in keep if n.op_type == "BatchNormalization"]
+    ranges = {n.input[1]: (0.3, 0.6) for n in bn}  # scales under 1 keep residual sums in range
+    ranges.update({n.input[4]: (0.5, 1.5) for n in bn})  # variances must be positive
+    survivors = [_uniform(t, rng, ranges[t.name]) if t.name in ranges else t for t in survivors]
+    new_inits = [_uniform(t, rng, ranges[t.name]) if t.name in ranges else t for t in new_inits]
     del graph.initializer[:]
     graph.initializer.extend(survivors + new_inits)
     inputs = [vi for vi in graph.input if vi.name not in replaced or vi.name in still_used]
@@ -93,11 +95,12 @@ def random_inputs(model: onnx.ModelProto, seed: int = 1) -> dict[str, np.ndarray
     return feeds
 
 
-def _positive(tensor: onnx.TensorProto, rng: np.random.Generator) -> onnx.TensorProto:
-    """A batch-norm variance with random values in [0.5, 1.5) (some light models ship
-    negative ones, which make NaNs)."""
-    shape = tuple(tensor.dims)
-    return numpy_helper.from_array(rng.uniform(0.5, 1.5, shape).astype(np.float32), tensor.name)
+def _uniform(tensor: onnx.TensorProto, rng: np.random.Generator, bounds: tuple[float, float]
+             ) -> onnx.TensorProto:
+    """A batch-norm parameter drawn afresh: some light models ship negative variances and
+    scales that blow activations up to 1e4."""
+    values = rng.uniform(*bounds, tuple(tensor.dims)).astype(np.float32)
+    return numpy_helper.from_array(values, tensor.name)
 
 
 def _random_weight(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
