@@ -1,0 +1,174 @@
+"""MatMul and Gemm on the CPU EP, against onnxruntime (or the spec's formula where it has none)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cpukit import assert_matches_onnxruntime, cpu_answer, make_model, run_ep_host
+from ep_host_cpu.kernels import REGISTRY
+from onnx import TensorProto, helper
+
+import ep_host
+from ep_host import KernelError
+
+F = TensorProto.FLOAT
+TOL = {"rtol": 1e-4, "atol": 1e-5}
+
+
+def matmul_model(a_shape, b_shape, opset, elem=F):
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    return make_model([node], [("a", elem, a_shape), ("b", elem, b_shape)], [("y", elem, None)],
+                      opset=opset)
+
+
+def gemm_model(a_shape, b_shape, c_shape, opset, elem=F, **attrs):
+    names = ["a", "b"] + ([] if c_shape is None else ["c"])
+    inputs = [("a", elem, a_shape), ("b", elem, b_shape)]
+    if c_shape is not None:
+        inputs.append(("c", elem, c_shape))
+    node = helper.make_node("Gemm", names, ["y"], **attrs)
+    return make_model([node], inputs, [("y", elem, None)], opset=opset)
+
+
+MATMUL_SHAPES = [
+    ([3, 4], [4, 5]),
+    ([2, 1, 3, 4], [5, 4, 2]),  # batch broadcasting
+    ([4], [4, 5]),
+    ([3, 4], [4]),
+    ([4], [4]),
+    ([2, 3, 4], [4]),
+    ([6], [2, 6, 3]),
+]
+
+
+@pytest.mark.parametrize("opset", [1, 9, 13])
+@pytest.mark.parametrize(("a_shape", "b_shape"), MATMUL_SHAPES)
+def test_matmul_matches_onnxruntime(rng, opset, a_shape, b_shape):
+    feeds = {"a": rng.standard_normal(a_shape).astype(np.float32),
+             "b": rng.standard_normal(b_shape).astype(np.float32)}
+    assert_matches_onnxruntime(matmul_model(a_shape, b_shape, opset), feeds, **TOL)
+
+
+@pytest.mark.parametrize("elem", [TensorProto.INT32, TensorProto.INT64, TensorProto.UINT32,
+                                  TensorProto.UINT64, TensorProto.DOUBLE, TensorProto.FLOAT16])
+def test_matmul_other_types(rng, elem):
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
+    feeds = {"a": rng.integers(0, 9, [2, 3, 4]).astype(dtype),
+             "b": rng.integers(0, 9, [4, 5]).astype(dtype)}
+    (y,) = assert_matches_onnxruntime(matmul_model([2, 3, 4], [4, 5], 13, elem), feeds)
+    assert y.dtype == dtype
+
+
+GEMM_CASES = [
+    ([3, 4], [4, 5], [3, 5], {}),
+    ([4, 3], [4, 5], [5], {"transA": 1, "alpha": 0.5, "beta": 2.0}),
+    ([3, 4], [5, 4], [1, 5], {"transB": 1, "beta": -1.5}),
+    ([4, 3], [5, 4], [3, 1], {"transA": 1, "transB": 1, "alpha": 2.0}),
+    ([3, 4], [4, 5], [], {"alpha": 1.5, "beta": 0.0}),
+    ([1, 4], [6, 4], [6], {"transB": 1}),  # the light models' classifier layout
+]
+
+
+@pytest.mark.parametrize("opset", [7, 9, 11, 13])
+@pytest.mark.parametrize(("a_shape", "b_shape", "c_shape", "attrs"), GEMM_CASES)
+def test_gemm_matches_onnxruntime(rng, opset, a_shape, b_shape, c_shape, attrs):
+    feeds = {"a": rng.standard_normal(a_shape).astype(np.float32),
+             "b": rng.standard_normal(b_shape).astype(np.float32),
+             "c": rng.standard_normal(c_shape).astype(np.float32)}
+    model = gemm_model(a_shape, b_shape, c_shape, opset, **attrs)
+    assert_matches_onnxruntime(model, feeds, **TOL)
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+@pytest.mark.parametrize("attrs", [{}, {"transA": 1, "transB": 1, "alpha": 3.0}])
+def test_gemm_without_c(rng, opset, attrs):
+    feeds = {"a": rng.standard_normal([4, 4]).astype(np.float32),
+             "b": rng.standard_normal([4, 4]).astype(np.float32)}
+    assert_matches_onnxruntime(gemm_model([4, 4], [4, 4], None, opset, **attrs), feeds, **TOL)
+
+
+def test_gemm_float64(rng):
+    feeds = {"a": rng.standard_normal([3, 4]), "b": rng.standard_normal([5, 4]),
+             "c": rng.standard_normal([5])}
+    model = gemm_model([3, 4], [5, 4], [5], 13, elem=TensorProto.DOUBLE, transB=1, alpha=0.25)
+    assert_matches_onnxruntime(model, feeds, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("opset", [1, 6])
+@pytest.mark.parametrize(("c_shape", "broadcast"), [([3, 5], 0), ([5], 1), ([1, 5], 1), ([], 1)])
+def test_gemm_before_7_broadcasts_c_only_when_asked(rng, opset, c_shape, broadcast):
+    # onnxruntime has no Gemm-1/6: compare with the spec's formula.
+    a = rng.standard_normal([4, 3]).astype(np.float32)
+    b = rng.standard_normal([4, 5]).astype(np.float32)
+    c = rng.standard_normal(c_shape).astype(np.float32)
+    model = gemm_model([4, 3], [4, 5], c_shape, opset, transA=1, alpha=0.5, beta=2.0,
+                       broadcast=broadcast)
+    (y,) = run_ep_host(model, {"a": a, "b": b, "c": c})
+    np.testing.assert_allclose(y, 0.5 * a.T @ b + 2.0 * c, **TOL)
+
+
+def test_gemm_before_7_refuses_at_run_time_a_c_to_broadcast_without_broadcast_1(rng):
+    model = gemm_model([3, 4], [4, 5], ["n"], 6)
+    feeds = {"a": rng.standard_normal([3, 4]).astype(np.float32),
+             "b": rng.standard_normal([4, 5]).astype(np.float32),
+             "c": rng.standard_normal([5]).astype(np.float32)}
+    with pytest.raises(KernelError, match="broadcast=0 needs C of shape"):
+        run_ep_host(model, feeds)
+
+
+def test_integer_gemm_with_whole_alpha_and_beta(rng):
+    # onnxruntime has no integer Gemm: compare with exact integer arithmetic.
+    a = rng.integers(-9, 9, [3, 4]).astype(np.int64)
+    b = rng.integers(-9, 9, [5, 4]).astype(np.int64)
+    c = rng.integers(-9, 9, [5]).astype(np.int64)
+    model = gemm_model([3, 4], [5, 4], [5], 13, elem=TensorProto.INT64, transB=1, alpha=2.0,
+                       beta=-3.0)
+    (y,) = run_ep_host(model, {"a": a, "b": b, "c": c})
+    assert y.dtype == np.int64
+    np.testing.assert_array_equal(y, 2 * a @ b.T - 3 * c)
+
+
+def flops(model):
+    node = ep_host.load_model(model.SerializeToString()).graph.nodes[0]
+    return REGISTRY.lookup(node).flops(node)
+
+
+def test_flops():
+    assert flops(matmul_model([2, 3, 4], [4, 5], 13)) == 2 * 2 * 3 * 5 * 4
+    assert flops(gemm_model([4, 3], [5, 4], [5], 13, transA=1, transB=1)) == 2 * 3 * 5 * 4
+
+
+# -- declines ---------------------------------------------------------------------------------
+
+
+def assert_declines(model, code, *words):
+    answer = cpu_answer(model)
+    assert not answer.is_supported
+    assert answer.code == code, answer.reason
+    for word in words:
+        assert word in answer.reason, answer.reason
+
+
+def test_matmul_declines_int8():
+    model = matmul_model([2, 3], [3, 4], 13, elem=TensorProto.INT8)
+    assert_declines(model, "dtype", "int32/int64/uint32/uint64", "int8")
+
+
+def test_matmul_1_declines_integers():
+    model = matmul_model([2, 3], [3, 4], 1, elem=TensorProto.INT32)
+    assert_declines(model, "dtype", "float16/float32/float64", "int32")
+
+
+def test_gemm_declines_integer_input_with_a_fractional_alpha():
+    model = gemm_model([3, 4], [4, 5], None, 13, elem=TensorProto.INT32, alpha=0.5)
+    assert_declines(model, "attribute", "whole alpha and beta", "alpha=0.5")
+
+
+def test_gemm_declines_a_3d_operand():
+    model = gemm_model([2, 3, 4], [4, 5], None, 13)
+    assert_declines(model, "shape", "2-D A", "(2, 3, 4)")
+
+
+def test_gemm_before_7_declines_a_c_to_broadcast_without_broadcast_1():
+    model = gemm_model([3, 4], [4, 5], [5], 6)
+    assert_declines(model, "shape", "(M, N) = (3, 5)", "set broadcast=1")
