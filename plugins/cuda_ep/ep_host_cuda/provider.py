@@ -29,7 +29,8 @@ def cuda_status() -> tuple[bool, str]:
         missing = exc.name or "cupy"
         return False, f"{missing} is not installed: {INSTALL_HINT}"
     except Exception as exc:  # a broken CuPy install raises more than ImportError
-        return False, f"cupy failed to import ({type(exc).__name__}: {exc}); reinstall: {INSTALL_HINT}"
+        return False, (f"cupy failed to import ({type(exc).__name__}: {exc}); "
+                       f"reinstall: {INSTALL_HINT}")
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:
