@@ -23,6 +23,7 @@ examples:
   ep-host explain model.onnx --op Conv
   ep-host place model.onnx --strategy priority --providers cuda,cpu --json placement.json
   ep-host run model.onnx --random-inputs --compare-onnxruntime
+  ep-host conformance --provider cpu --op Conv --json conformance.json
 """
 
 
@@ -95,6 +96,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
     p.add_argument("--output-dir", metavar="DIR", help="save each output as DIR/NAME.npy")
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("conformance", help="run onnx's node conformance cases on a provider",
+                       description="Run the node test cases shipped in the onnx package, each "
+                       "isolated in a worker process. Every case ends as pass, declined (with "
+                       "the provider's reason), wrong (an output differs) or error.")
+    p.add_argument("--provider", default="cpu", help="provider to test (default: cpu)")
+    p.add_argument("--op", action="append", default=[], metavar="TYPE",
+                   help="only cases of this op (repeatable)")
+    p.add_argument("--case", metavar="REGEX", help="only cases whose name matches")
+    p.add_argument("--jobs", type=int, default=None,
+                   help="worker processes (default: CPU count)")
+    p.add_argument("--timeout", type=float, default=60.0,
+                   help="seconds before a case counts as hung (default 60)")
+    p.add_argument("--json", metavar="FILE", help="write every case's result as JSON to FILE")
+    p.add_argument("--quiet", action="store_true", help="print only the summary")
+    p.set_defaults(func=cmd_conformance)
     return parser
 
 
@@ -390,6 +407,84 @@ def _compare(out: Any, model: Any, feeds: dict[str, Any], names: list[str], ours
     out.table(f"Compared with onnxruntime {onnxruntime.__version__} (rtol {rtol}, atol {atol})",
               ["output", "max abs diff", "max rel diff", "verdict"], rows)
     return 1 if failed else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# conformance
+# ---------------------------------------------------------------------------------------------
+
+
+def cmd_conformance(args: argparse.Namespace) -> int:
+    from ep_host import conformance
+    from ep_host.errors import HostError
+    from ep_host.report import Output, write_json
+
+    with _status("collecting onnx's node test cases"):
+        names = conformance.select_cases(args.op, args.case)
+    if not names:
+        raise HostError("no conformance case matches --op/--case")
+    providers = [args.provider]
+    progress = _progress(len(names), f"{args.provider}: {len(names)} cases")
+    with progress as bar:
+        results = conformance.run_cases(names, providers, jobs=args.jobs, timeout=args.timeout,
+                                        on_result=lambda r: bar.advance(r.outcome))
+    summary = conformance.summarize(results)
+    out = Output()
+    failures = [r for r in results if r.outcome != "pass"]
+    if failures and not args.quiet:
+        out.table(f"{len(failures)} case(s) that did not pass",
+                  ["case", "op", "outcome", "reason"],
+                  [(r.name, r.op, r.outcome, r.reason) for r in failures])
+    ops = summary["by_op"]
+    if not args.quiet:
+        out.table("By op", ["op", *conformance.OUTCOMES],
+                  [(op, *(c[o] for o in conformance.OUTCOMES)) for op, c in ops.items()])
+    counts = summary["outcomes"]
+    out.line(f"{summary['cases']} cases on {args.provider}: "
+             + ", ".join(f"{counts[o]} {o}" for o in conformance.OUTCOMES))
+    if args.json:
+        write_json({"schema": "ep-host/conformance/v1", "provider": args.provider,
+                    "summary": summary, "cases": [r.to_dict() for r in results]}, args.json)
+    return 1 if counts["wrong"] or counts["error"] else 0
+
+
+class _Bar:
+    def __init__(self, progress: Any, task: Any):
+        self.progress, self.task = progress, task
+        self.counts: dict[str, int] = {}
+
+    def advance(self, outcome: str) -> None:
+        self.counts[outcome] = self.counts.get(outcome, 0) + 1
+        if self.progress is not None:
+            shown = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+            self.progress.update(self.task, advance=1, status=shown)
+
+
+class _progress:
+    """A progress bar on stderr when it is a terminal; silent otherwise."""
+
+    def __init__(self, total: int, description: str):
+        self.total, self.description = total, description
+        self.progress = None
+
+    def __enter__(self) -> _Bar:
+        if not sys.stderr.isatty():
+            return _Bar(None, None)
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.progress import TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                 MofNCompleteColumn(), TimeElapsedColumn(),
+                                 TextColumn("{task.fields[status]}"),
+                                 console=Console(file=sys.stderr))
+        self.progress.__enter__()
+        task = self.progress.add_task(self.description, total=self.total, status="")
+        return _Bar(self.progress, task)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.progress is not None:
+            self.progress.__exit__(*exc)
 
 
 if __name__ == "__main__":
