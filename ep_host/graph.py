@@ -7,9 +7,11 @@ a copy of the model that carries no weight bytes. Values read their data only wh
 
 from __future__ import annotations
 
+import gc
 import os
 import stat
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from functools import cache
 from types import MappingProxyType
 from typing import Any
@@ -18,7 +20,8 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, TypeProto
 
-from ep_host.dtypes import DType, dtype as to_dtype
+from ep_host.dtypes import DType
+from ep_host.dtypes import dtype as to_dtype
 from ep_host.errors import ModelLoadError, ModelValidationError
 
 DEFAULT_DOMAIN = "ai.onnx"
@@ -27,6 +30,25 @@ DEFAULT_DOMAIN = "ai.onnx"
 _INFERENCE_KEEP_BYTES = 1024
 
 Shape = tuple[int | str | None, ...]
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while many long-lived objects are built at once.
+
+    Every collection scans all live objects, so building a large model's views (or its
+    capability table) with it running costs a third more time; reference counting still frees
+    what dies meanwhile (Mercurial's ``nogc`` does the same). Nested and threaded uses are safe:
+    only the caller that paused it resumes it.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def normalize_domain(domain: str) -> str:
@@ -47,7 +69,7 @@ class ValueView:
     unknown dim), or is ``None`` when the rank is unknown. ``value`` reads a constant's data.
     """
 
-    __slots__ = ("name", "kind", "dtype", "shape", "_tensor", "_model")
+    __slots__ = ("name", "kind", "dtype", "shape", "_tensor", "_model", "_nbytes")
 
     def __init__(
         self,
@@ -64,6 +86,7 @@ class ValueView:
         self.shape = shape
         self._tensor = tensor
         self._model = model
+        self._nbytes: tuple[DType | None, Shape | None, int] | None = None
 
     @property
     def is_constant(self) -> bool:
@@ -87,13 +110,19 @@ class ValueView:
     @property
     def nbytes(self) -> int:
         """Bytes this tensor occupies; symbolic dims count as 1, unknown type as 0."""
-        if self.dtype is None or self.shape is None:
+        dtype, shape = self.dtype, self.shape
+        known = self._nbytes  # every consumer of a value asks; count it once per (dtype, shape)
+        if known is not None and known[0] is dtype and known[1] is shape:
+            return known[2]
+        if dtype is None or shape is None:
             return 0
         n = 1
-        for d in self.shape:
+        for d in shape:
             if isinstance(d, int) and d >= 0:
                 n *= d
-        return self.dtype.storage_bytes(n)
+        n = dtype.storage_bytes(n)
+        self._nbytes = (dtype, shape, n)
+        return n
 
     def __repr__(self) -> str:
         const = ", constant" if self.is_constant else ""
@@ -112,16 +141,6 @@ def _dtype_of(code: int) -> DType:
 
 
 ParsedType = tuple[str, DType | None, Shape | None]
-
-
-def _parse_type_cached(tp: TypeProto, cache: dict[bytes, ParsedType]) -> ParsedType:
-    """``_parse_type(tp)``, shared between equal types: a model's values repeat few types, and
-    serializing one is several times cheaper than walking its fields."""
-    key = tp.SerializeToString()
-    parsed = cache.get(key)
-    if parsed is None:
-        parsed = cache[key] = _parse_type(tp)
-    return parsed
 
 
 def _parse_type(tp: TypeProto) -> ParsedType:
@@ -165,6 +184,9 @@ def _schema(domain: str, op_type: str, opset: int) -> onnx.defs.OpSchema | None:
 def _since_version(domain: str, op_type: str, opset: int) -> int | None:
     schema = _schema(domain, op_type, opset)
     return None if schema is None else schema.since_version
+
+
+_NO_ATTRIBUTES: Mapping[str, Any] = MappingProxyType({})
 
 
 @cache
@@ -220,14 +242,15 @@ class NodeView:
 
     __slots__ = (
         "name", "op_type", "domain", "since_version", "index", "graph", "_proto", "_attributes",
-        "inputs", "outputs", "opset", "_has_graphs",
+        "inputs", "outputs", "opset", "_has_graphs", "_has_attributes",
     )
 
     def __init__(
         self, proto: NodeProto, name: str, index: int, graph: GraphView, row: _Row | None = None
     ):
         # ``row``: the node's fields as _scan_nodes read them, so the protobuf is read once
-        _, op_type, domain, _, inputs, outputs, has_graphs = row or _scan_node(proto)
+        _, op_type, domain, _, inputs, outputs, has_graphs, has_attributes = (
+            row or _scan_node(proto))
         self._proto = proto
         self.name = name
         self.index = index
@@ -238,13 +261,21 @@ class NodeView:
         self.since_version = None if opset is None else _since_version(domain, op_type, opset)
         self._attributes: Mapping[str, Any] | None = None
         self._has_graphs = has_graphs
+        self._has_attributes = has_attributes
         values = graph.values
-        self.inputs = tuple([values[n] if n else None for n in inputs])
-        self.outputs = tuple([values[n] if n else None for n in outputs])
+        get = values.__getitem__
+        self.inputs = (tuple(map(get, inputs)) if "" not in inputs
+                       else tuple([values[n] if n else None for n in inputs]))
+        self.outputs = (tuple(map(get, outputs)) if "" not in outputs
+                        else tuple([values[n] if n else None for n in outputs]))
 
     @property
     def attributes(self) -> Mapping[str, Any]:
         if self._attributes is None:
+            if not self._has_attributes:  # the schema's defaults alone: share the cached mapping
+                self._attributes = _NO_ATTRIBUTES if self.since_version is None else (
+                    _schema_defaults(self.domain, self.op_type, self.since_version))
+                return self._attributes
             out = {}
             if self.since_version is not None:
                 out.update(_schema_defaults(self.domain, self.op_type, self.since_version))
@@ -306,8 +337,8 @@ class GraphView:
         for t in proto.initializer:
             name = t.name
             init_names.add(name)
-            values[name] = ValueView(
-                name, "tensor", _dtype_of(t.data_type), tuple(t.dims), tensor=t, model=model
+            values[name] = ValueView(  # dims[:] copies in C; tuple(t.dims) iterates in Python
+                name, "tensor", _dtype_of(t.data_type), tuple(t.dims[:]), tensor=t, model=model
             )
         graph_inputs = [(vi, vi.name) for vi in proto.input]
         for vi, name in graph_inputs:
@@ -319,15 +350,18 @@ class GraphView:
             if row[1] == "Constant" and not row[2] and row[0].attribute:
                 self._add_constant_output(row[0])
         unknown = ("unknown", None, None)
-        for row in rows:
+        producer: dict[str, int] = {}  # the last node that writes each name
+        for i, row in enumerate(rows):
             for out in row[5]:
-                if out and out not in values:
-                    kind, dt, shape = types.get(out, unknown)
-                    values[out] = ValueView(out, kind, dt, shape)
+                if out:
+                    producer[out] = i
+                    if out not in values:
+                        kind, dt, shape = types.get(out, unknown)
+                        values[out] = ValueView(out, kind, dt, shape)
         self.inputs = tuple(values[name] for _, name in graph_inputs if name not in init_names)
         self.initializer_inputs = tuple(name for _, name in graph_inputs if name in init_names)
         self.outputs = tuple(self._output_view(vi) for vi in proto.output)
-        self.nodes = self._build_nodes(rows)
+        self.nodes = self._build_nodes(rows, producer)
 
     def _add_constant_output(self, n: NodeProto) -> None:
         attr = n.attribute[0]
@@ -350,7 +384,7 @@ class GraphView:
             view.kind, view.dtype, view.shape = kind, dt, shape
         return view
 
-    def _build_nodes(self, rows: list[_Row]) -> tuple[NodeView, ...]:
+    def _build_nodes(self, rows: list[_Row], producer: dict[str, int]) -> tuple[NodeView, ...]:
         used: set[str] = set()
         names = []
         for i, row in enumerate(rows):
@@ -362,24 +396,23 @@ class GraphView:
                 name = f"{name}__{k}"
             used.add(name)
             names.append(name)
-        order = self._topological_order(rows, names)
+        order = self._topological_order(rows, names, producer)
         if order is None:
             return tuple(NodeView(row[0], name, i, self, row)
                          for i, (row, name) in enumerate(zip(rows, names, strict=True)))
         return tuple(NodeView(rows[i][0], names[i], pos, self, rows[i])
                      for pos, i in enumerate(order))
 
-    def _topological_order(self, rows: list[_Row], names: list[str]) -> list[int] | None:
+    def _topological_order(
+        self, rows: list[_Row], names: list[str], producer: dict[str, int]
+    ) -> list[int] | None:
         """The execution order of ``rows``, or ``None`` when they are already in it."""
-        producer: dict[str, int] = {}
-        for i, row in enumerate(rows):
-            for out in row[5]:
-                if out:
-                    producer[out] = i
         values = self.values
         in_order = True
         for i, row in enumerate(rows):
-            for name in _row_reads(row):
+            for name in _node_reads(row[0]) if row[6] else row[4]:
+                if not name:
+                    continue
                 j = producer.get(name)
                 if j is None:
                     if name not in values:
@@ -425,9 +458,10 @@ class _ScopedValues(dict):
 
 
 # A node's fields, read from the protobuf once: (proto, op_type, domain as written, name,
-# inputs, outputs, whether an attribute holds a graph). Reading a protobuf field costs far more
-# than a tuple index, and building views reads most of them several times.
-_Row = tuple[NodeProto, str, str, str, tuple[str, ...], tuple[str, ...], bool]
+# inputs, outputs, whether an attribute holds a graph, whether it has attributes). Reading a
+# protobuf field costs far more than a tuple index, and building views reads most of them
+# several times.
+_Row = tuple[NodeProto, str, str, str, list[str], list[str], bool, bool]
 _GRAPH_ATTRIBUTES = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
 
 
@@ -439,7 +473,8 @@ def _scan_node(n: NodeProto) -> _Row:
             if a.type in _GRAPH_ATTRIBUTES:
                 has_graphs = True
                 break
-    return n, n.op_type, n.domain, n.name, tuple(n.input), tuple(n.output), has_graphs
+    return (n, n.op_type, n.domain, n.name, n.input[:], n.output[:], has_graphs,
+            len(attributes) > 0)
 
 
 def _scan_nodes(g: GraphProto) -> list[_Row]:
@@ -509,7 +544,9 @@ def _readonly(array: np.ndarray) -> np.ndarray:
     return array
 
 
-def _tensor_to_array(t: TensorProto, model: Model | None, base_dir: str | None = None) -> np.ndarray:
+def _tensor_to_array(
+    t: TensorProto, model: Model | None, base_dir: str | None = None
+) -> np.ndarray:
     if t.data_location == TensorProto.EXTERNAL:
         if model is None:
             raise ModelLoadError(f"tensor {t.name!r} has external data but no model folder")
@@ -568,13 +605,12 @@ class Model:
         )
         self.warnings: list[str] = []
         self.opset_imports = {normalize_domain(o.domain): o.version for o in proto.opset_import}
-        if DEFAULT_DOMAIN not in self.opset_imports:
-            raise ModelValidationError(f"{self.label}: the model imports no ai.onnx opset")
         newest = onnx.defs.onnx_opset_version()
-        if self.opset_imports[DEFAULT_DOMAIN] > newest:
+        opset = self.opset_imports.get(DEFAULT_DOMAIN, 0)
+        if opset > newest:
             raise ModelValidationError(
-                f"{self.label}: the model uses ai.onnx opset {self.opset_imports[DEFAULT_DOMAIN]}, "
-                f"newer than {newest}, the newest this onnx {onnx.__version__} knows"
+                f"{self.label}: the model uses ai.onnx opset {opset}, newer than {newest}, "
+                f"the newest this onnx {onnx.__version__} knows"
             )
         self.functions = {(normalize_domain(f.domain), f.name): f for f in proto.functions}
         self._constants: dict[str, np.ndarray] = {}
@@ -633,10 +669,19 @@ class Model:
         return self._declared_types(inferred, with_graphs)
 
     def _weightless_copy(self) -> ModelProto:
-        # Built in place (``ModelProto(graph=g)`` would copy the graph a second time), with
-        # bulk ``extend`` calls rather than one ``append`` per initializer.
+        """The model shape inference runs on: its nodes, types, opsets, functions and small
+        initializers. The model itself when that is all it holds that inference reads (no big or
+        external initializer, no sparse one), since inference never modifies its argument."""
         src = self.proto
         sg = src.graph
+        initializers = list(sg.initializer)
+        external = TensorProto.EXTERNAL
+        small = [t.data_location != external and t.ByteSize() <= _INFERENCE_KEEP_BYTES
+                 for t in initializers]
+        if all(small) and not sg.sparse_initializer:
+            return src
+        # Built in place (``ModelProto(graph=g)`` would copy the graph a second time), with
+        # bulk ``extend`` calls rather than one ``append`` per initializer.
         m = onnx.ModelProto(ir_version=src.ir_version)
         g = m.graph
         g.name = sg.name
@@ -644,10 +689,6 @@ class Model:
         g.output.extend(sg.output)
         g.value_info.extend(sg.value_info)
         g.input.extend(sg.input)
-        initializers = list(sg.initializer)
-        external = TensorProto.EXTERNAL
-        small = [t.data_location != external and t.ByteSize() <= _INFERENCE_KEEP_BYTES
-                 for t in initializers]
         if all(small):
             g.initializer.extend(initializers)
         else:
@@ -733,7 +774,8 @@ def load_model(
         proto = _parse(data, path)
     if not proto.HasField("graph"):
         raise ModelLoadError(f"{path or '<model bytes>'}: not an ONNX model (it has no graph)")
-    return Model(proto, path=path, base_dir=base_dir, infer_shapes=infer_shapes)
+    with paused_gc():
+        return Model(proto, path=path, base_dir=base_dir, infer_shapes=infer_shapes)
 
 
 def _parse(data: bytes, label: str) -> ModelProto:

@@ -1,0 +1,1 @@
+"""Kernels of this family (being written)."""
