@@ -15,7 +15,7 @@ from typing import Any
 from ep_host.cost import Cost
 from ep_host.discovery import Host, ProviderRecord, describe_exception
 from ep_host.errors import ProviderError
-from ep_host.graph import Model, NodeView
+from ep_host.graph import Model, NodeView, paused_gc
 from ep_host.match import Decline, KernelMatch, ReasonCode
 from ep_host.provider import ProviderContext
 
@@ -37,7 +37,9 @@ class CapabilityTable:
         return [p for p in self.providers if row[p].is_supported]
 
 
-def provider_context(model: Model, record: ProviderRecord, options: Mapping[str, Any]) -> ProviderContext:
+def provider_context(
+    model: Model, record: ProviderRecord, options: Mapping[str, Any]
+) -> ProviderContext:
     return ProviderContext(
         provider=record.name,
         options=MappingProxyType(dict(options)),
@@ -70,13 +72,27 @@ def check_answer(answer: Any) -> KernelMatch:
     return answer
 
 
-def ask(host: Host, record: ProviderRecord, node: NodeView, context: ProviderContext) -> KernelMatch:
-    """One provider's answer for one node, its faults turned into declines."""
+def unavailable_answer(record: ProviderRecord) -> KernelMatch:
+    """The decline every node gets from a provider that is not available."""
+    return KernelMatch.unsupported(
+        f"provider {record.status}: {record.fault}",
+        ReasonCode.DEVICE if record.status == "unavailable" else ReasonCode.FAULT,
+    )
+
+
+def ask(
+    host: Host,
+    record: ProviderRecord,
+    node: NodeView,
+    context: ProviderContext,
+    checked: dict[int, KernelMatch] | None = None,
+) -> KernelMatch:
+    """One provider's answer for one node, its faults turned into declines.
+
+    ``checked`` (by ``id``) holds claims already validated: a provider that returns the same
+    immutable ``KernelMatch`` for many nodes has it checked once."""
     if record.status != "available":
-        return KernelMatch.unsupported(
-            f"provider {record.status}: {record.fault}",
-            ReasonCode.DEVICE if record.status == "unavailable" else ReasonCode.FAULT,
-        )
+        return unavailable_answer(record)
     try:
         answers = record.callers["ep_host_supports_op"](node=node, context=context)
     except Decline as d:
@@ -89,9 +105,15 @@ def ask(host: Host, record: ProviderRecord, node: NodeView, context: ProviderCon
         return KernelMatch.unsupported(
             f"provider raised {describe_exception(exc)}", ReasonCode.FAULT
         )
-    answer = check_answer(answers[0] if answers else None)
+    raw = answers[0] if answers else None
+    if checked is not None and raw is not None and checked.get(id(raw)) is raw:  # held there, so its id is unique
+        return raw
+    answer = check_answer(raw)
     if host.strict and answer.code == ReasonCode.FAULT:
         raise ProviderError(f"provider {record.name!r} on node {node.name!r}: {answer.reason}")
+    if (checked is not None and answer is raw and answer.is_supported
+            and type(answer) is KernelMatch and type(answer.cost) is Cost):
+        checked[id(answer)] = answer  # exact frozen types: nothing can change it afterwards
     return answer
 
 
@@ -108,8 +130,14 @@ def walk(
     nodes = list(model.graph.nodes if nodes is None else nodes)
     table = CapabilityTable(providers=list(providers), nodes=nodes)
     table.contexts = {r.name: provider_context(model, r, options.get(r.name, {})) for r in records}
-    for node in nodes:
-        table.answers[node.name] = {
-            r.name: ask(host, r, node, table.contexts[r.name]) for r in records
-        }
+    # An unavailable provider declines every node alike: one (immutable) answer serves them all.
+    fixed = {r.name: unavailable_answer(r) for r in records if r.status != "available"}
+    asked = [(r.name, r, table.contexts[r.name], {}) for r in records]
+    answers = table.answers
+    with paused_gc():
+        for node in nodes:
+            answers[node.name] = {
+                name: fixed[name] if name in fixed else ask(host, r, node, context, checked)
+                for name, r, context, checked in asked
+            }
     return table

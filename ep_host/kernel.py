@@ -16,6 +16,10 @@ class Kernel:
     (``None`` for an omitted optional input). ``run`` returns a sequence with one array per node
     output. Inputs are read-only: a kernel never writes into them.
 
+    For a node with subgraphs (If, Loop, Scan...), ``run`` also gets ``scope=``: the current
+    values of the outer-scope names its bodies read, to pass on to the compiled bodies
+    (see ``ProviderContext.subgraphs``).
+
     Set ``thread_safe = False`` when ``run`` keeps per-call state; the host then serialises calls.
     """
 

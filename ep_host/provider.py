@@ -82,9 +82,14 @@ class ProviderContext:
     ``provider``: the name this provider is registered under. ``options``: the user's
     ``provider_options`` for it (read-only). ``opset_imports``: the model's domain -> version map.
     ``model_dir``: the model's folder, or ``None`` for a model given as bytes.
+    ``subgraphs``: set only in ``ep_host_create_kernel``: ``subgraphs.compile(graph_view)`` places
+    a control-flow body (If branch, Loop or Scan body) with the session's providers and returns
+    an object whose ``run(inputs, scope)`` runs it; ``scope`` is the mapping of outer-scope values
+    the host passes to ``Kernel.run`` of a node with subgraphs.
     """
 
     provider: str
     options: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     opset_imports: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     model_dir: str | None = None
+    subgraphs: Any = None

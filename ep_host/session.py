@@ -9,15 +9,15 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ep_host import capability
 from ep_host.discovery import Host, describe_exception
-from ep_host.errors import InputError, KernelError
-from ep_host.graph import Model, NodeView, ValueView, load_model
+from ep_host.errors import HostError, InputError, KernelError, ModelValidationError
+from ep_host.graph import GraphView, Model, NodeView, ValueView, _captured, load_model
 from ep_host.kernel import Kernel
 from ep_host.placement import Placement, choose
 from ep_host.provider import HOST, Device
@@ -59,9 +59,10 @@ def _node_arg(view: ValueView) -> NodeArg:
 
 
 class _Step:
-    __slots__ = ("node", "kernel", "inputs", "outputs", "release", "lock", "provider", "copy")
+    __slots__ = ("node", "kernel", "inputs", "outputs", "release", "lock", "provider", "copy",
+                 "scope")
 
-    def __init__(self, node, kernel, inputs, outputs, provider, copy=None):
+    def __init__(self, node, kernel, inputs, outputs, provider, copy=None, scope=()):
         self.node = node
         self.kernel = kernel
         self.inputs = inputs
@@ -70,6 +71,251 @@ class _Step:
         self.lock = None if kernel is None or kernel.thread_safe else threading.Lock()
         self.provider = provider
         self.copy = copy
+        self.scope: tuple[tuple[str, int], ...] = scope  # outer names its bodies read
+
+
+class ExecutionPlan:
+    """A placed graph compiled to a flat list of steps over numbered value slots.
+
+    ``outer`` names values the graph reads from an enclosing graph (a control-flow body's outer
+    scope); they are passed to :meth:`run` in ``scope``.
+    """
+
+    def __init__(self, runtime: _Runtime, graph: GraphView, placement: Placement,
+                 outer: Iterable[str] = ()):
+        self.runtime = runtime
+        self.graph = graph
+        self.placement = placement
+        self.label = runtime.model.label
+        self._build(sorted(set(outer)))
+
+    def _build(self, outer: list[str]) -> None:
+        graph, runtime = self.graph, self.runtime
+        where = {n.name: n.provider for n in self.placement.nodes}
+        slots: dict[tuple[str, str], int] = {}  # (value, device) -> slot
+        initial: dict[int, Any] = {}
+        home: dict[str, Device] = {}
+        steps: list[_Step] = []
+
+        def slot(name: str, device: Device) -> int:
+            key = (name, device.name)
+            if key not in slots:
+                slots[key] = len(slots)
+            return slots[key]
+
+        self.input_slots = {v.name: slot(v.name, HOST) for v in graph.inputs}
+        self.outer_slots = {name: slot(name, HOST) for name in outer}
+        for name in (*self.input_slots, *self.outer_slots):
+            home[name] = HOST
+
+        def fetch(value: ValueView, device: Device) -> int:
+            """The slot holding ``value`` on ``device``, adding a copy step the first time."""
+            if (value.name, device.name) in slots:
+                return slots[(value.name, device.name)]
+            if value.is_constant and value.name not in home:
+                s = slot(value.name, device)
+                initial[s] = device.upload(value.value)
+                return s
+            src = home[value.name]
+            src_slot = slots[(value.name, src.name)]
+            dst_slot = slot(value.name, device)
+            steps.append(_Step(None, None, (src_slot,), (dst_slot,), None, copy=(src, device)))
+            return dst_slot
+
+        for node in graph.nodes:
+            if node.outputs and all(v is None or v.is_constant for v in node.outputs):
+                continue  # a Constant node: its value is known at load, consumers read it
+            provider = where[node.name]
+            device = runtime.device(provider)
+            answer = self.placement.table.answers[node.name][provider]
+            host_inputs = set(answer.host_inputs)
+            in_slots = []
+            constants = {}
+            for i, value in enumerate(node.inputs):
+                if value is None:
+                    in_slots.append(-1)
+                    continue
+                s = fetch(value, HOST if i in host_inputs else device)
+                in_slots.append(s)
+                if s in initial:
+                    constants[i] = initial[s]
+            scope = ()
+            if node.has_subgraphs:
+                names = sorted(captured_names(node))
+                scope = tuple((n, fetch(graph.values[n], HOST)) for n in names)
+            kernel = runtime.create_kernel(node, provider, self.placement)
+            try:
+                kernel.prepare(constants)
+            except Exception as exc:
+                raise KernelError(
+                    f"{self.label}: provider {provider!r} failed to prepare the kernel "
+                    f"for node {node.name!r}: {describe_exception(exc)}"
+                ) from exc
+            out_slots = []
+            for value in node.outputs:
+                if value is None:
+                    out_slots.append(-1)
+                    continue
+                out_slots.append(slot(value.name, device))
+                home[value.name] = device
+            steps.append(_Step(node, kernel, tuple(in_slots), tuple(out_slots), provider,
+                               scope=scope))
+
+        self.output_names = [v.name for v in graph.outputs]
+        self.output_slots = {}
+        for v in graph.outputs:
+            if v.name not in home and not v.is_constant:
+                raise ModelValidationError(
+                    f"{self.label}: graph output {v.name!r} of graph {graph.name!r} is never "
+                    "computed")
+            self.output_slots[v.name] = fetch(v, HOST)
+        keep = (set(initial) | set(self.output_slots.values()) | set(self.input_slots.values())
+                | set(self.outer_slots.values()))
+        _release_points(steps, keep)
+        self.steps = steps
+        self.n_slots = len(slots)
+        self.initial = initial
+
+    def run(self, feeds: Mapping[str, Any], scope: Mapping[str, Any] | None = None,
+            names: Sequence[str] | None = None) -> list[Any]:
+        """Run with inputs by name (already checked) and outer values; returns the outputs."""
+        values: list[Any] = [None] * self.n_slots
+        for s, v in self.initial.items():
+            values[s] = v
+        for name, value in feeds.items():
+            values[self.input_slots[name]] = value
+        if self.outer_slots:
+            for name, s in self.outer_slots.items():
+                values[s] = scope[name]
+        for step in self.steps:
+            args = [values[s] if s >= 0 else None for s in step.inputs]
+            if step.copy is not None:
+                src, dst = step.copy
+                values[step.outputs[0]] = dst.upload(src.download(args[0]))
+            else:
+                outs = self._run_step(step, args, values)
+                for s, out in zip(step.outputs, outs, strict=False):
+                    if s >= 0:
+                        values[s] = out
+            for s in step.release:
+                values[s] = None
+        return [values[self.output_slots[n]] for n in (names or self.output_names)]
+
+    def _run_step(self, step: _Step, args: list[Any], values: list[Any]) -> Sequence[Any]:
+        kwargs = {"scope": {n: values[s] for n, s in step.scope}} if step.scope else {}
+        try:
+            if step.lock is not None:
+                with step.lock:
+                    outs = step.kernel.run(*args, **kwargs)
+            else:
+                outs = step.kernel.run(*args, **kwargs)
+        except Exception as exc:
+            node = step.node
+            raise KernelError(
+                f"{self.label}: node {node.name!r} ({node.qualified_op}) failed on "
+                f"provider {step.provider!r}: {describe_exception(exc)}"
+            ) from exc
+        expected = len(step.outputs)
+        if not isinstance(outs, Sequence) or len(outs) < sum(1 for s in step.outputs if s >= 0):
+            got = len(outs) if isinstance(outs, Sequence) else type(outs).__name__
+            raise KernelError(
+                f"{self.label}: node {step.node.name!r} on provider {step.provider!r} "
+                f"returned {got} output(s), expected {expected}"
+            )
+        return outs
+
+
+def _release_points(steps: list[_Step], keep: set[int]) -> None:
+    last_use: dict[int, int] = {}
+    for i, step in enumerate(steps):
+        for s in (*step.inputs, *step.outputs, *(s for _, s in step.scope)):
+            if s >= 0:
+                last_use[s] = i
+    frees: dict[int, list[int]] = {}
+    for s, i in last_use.items():
+        if s not in keep:
+            frees.setdefault(i, []).append(s)
+    for i, step in enumerate(steps):
+        step.release = tuple(frees.get(i, ()))
+
+
+class CompiledGraph:
+    """A control-flow body compiled with the session's providers: ``run(inputs, scope)``."""
+
+    def __init__(self, plan: ExecutionPlan):
+        self.plan = plan
+        self.input_names = list(plan.input_slots)
+        self.output_names = list(plan.output_names)
+
+    @property
+    def placement(self) -> Placement:
+        return self.plan.placement
+
+    def run(self, inputs: Sequence[Any], scope: Mapping[str, Any] | None = None) -> list[Any]:
+        """Run the body with its formal inputs in order and the outer values it reads."""
+        if len(inputs) > len(self.input_names):
+            raise KernelError(f"{self.plan.label}: body {self.plan.graph.name!r} takes "
+                              f"{len(self.input_names)} inputs, got {len(inputs)}")
+        feeds = dict(zip(self.input_names, inputs, strict=False))
+        return self.plan.run(feeds, scope or {})
+
+
+class _Runtime:
+    """What plans share: the model, the host, the providers and how to place a (sub)graph."""
+
+    def __init__(self, model: Model, host: Host, providers: list[str],
+                 options: dict[str, dict[str, Any]], strategy: str):
+        self.model = model
+        self.host = host
+        self.providers = providers
+        self.options = options
+        self.strategy = strategy
+
+    def device(self, provider: str) -> Device:
+        info = self.host.records[provider].info
+        return HOST if info is None else info.device
+
+    def place(self, graph: GraphView, pins: Mapping[str, str] | None = None) -> Placement:
+        table = capability.walk(self.host, self.model, self.providers, self.options,
+                                nodes=graph.nodes)
+        devices = {p: self.device(p) for p in self.providers}
+        return choose(table, devices, strategy=self.strategy, pins=pins,
+                      model=self.model.label)
+
+    def compile(self, graph: GraphView) -> CompiledGraph:
+        """Place and compile a body graph; its outer-scope names become scope inputs."""
+        plan = ExecutionPlan(self, graph, self.place(graph), outer=graph_captures(graph))
+        return CompiledGraph(plan)
+
+    def create_kernel(self, node: NodeView, provider: str, placement: Placement) -> Kernel:
+        context = replace(placement.table.contexts[provider], subgraphs=self)
+        try:
+            kernel = self.host.call(provider, "ep_host_create_kernel", node=node, context=context)
+        except HostError:
+            raise
+        except Exception as exc:
+            raise KernelError(
+                f"{self.model.label}: provider {provider!r} failed to create a kernel for node "
+                f"{node.name!r} ({node.qualified_op}): {describe_exception(exc)}"
+            ) from exc
+        if not isinstance(kernel, Kernel):
+            raise KernelError(
+                f"{self.model.label}: provider {provider!r} returned "
+                f"{type(kernel).__name__} instead of a Kernel for node {node.name!r}"
+            )
+        return kernel
+
+
+def captured_names(node: NodeView) -> set[str]:
+    """Outer-scope names the bodies of ``node`` read."""
+    out: set[str] = set()
+    for sub in node.subgraphs.values():
+        out |= graph_captures(sub)
+    return out
+
+
+def graph_captures(graph: GraphView) -> set[str]:
+    return _captured(graph._proto)
 
 
 def select_providers(host: Host, requested: Sequence[str] | None) -> list[str]:
@@ -114,128 +360,13 @@ class InferenceSession:
         if isinstance(provider_options, Sequence) and not isinstance(provider_options, Mapping):
             provider_options = dict(zip(chosen, provider_options, strict=False))
         self._options = {k: dict(v) for k, v in (provider_options or {}).items()}
-        table = capability.walk(self._host, self._model, chosen, self._options)
-        devices = {p: self._device(p) for p in chosen}
-        self.placement: Placement = choose(
-            table, devices, strategy=strategy, pins=pins, model=self._model.label
-        )
-        self._build_plan()
+        self._runtime = _Runtime(self._model, self._host, chosen, self._options, strategy)
+        self.placement: Placement = self._runtime.place(self._model.graph, pins)
+        self._plan = ExecutionPlan(self._runtime, self._model.graph, self.placement)
 
-    # -- the plan ----------------------------------------------------------------------------
-
-    def _device(self, provider: str) -> Device:
-        info = self._host.records[provider].info
-        return HOST if info is None else info.device
-
-    def _create_kernel(self, node: NodeView, provider: str) -> Kernel:
-        context = self.placement.table.contexts[provider]
-        try:
-            kernel = self._host.call(provider, "ep_host_create_kernel", node=node, context=context)
-        except Exception as exc:
-            raise KernelError(
-                f"{self._model.label}: provider {provider!r} failed to create a kernel for node "
-                f"{node.name!r} ({node.qualified_op}): {describe_exception(exc)}"
-            ) from exc
-        if not isinstance(kernel, Kernel):
-            raise KernelError(
-                f"{self._model.label}: provider {provider!r} returned "
-                f"{type(kernel).__name__} instead of a Kernel for node {node.name!r}"
-            )
-        return kernel
-
-    def _build_plan(self) -> None:
-        graph = self._model.graph
-        where = {n.name: n.provider for n in self.placement.nodes}
-        slots: dict[tuple[str, str], int] = {}  # (value, device) -> slot
-        initial: dict[int, Any] = {}
-        home: dict[str, Device] = {}
-        steps: list[_Step] = []
-
-        def slot(name: str, device: Device) -> int:
-            key = (name, device.name)
-            if key not in slots:
-                slots[key] = len(slots)
-            return slots[key]
-
-        self._input_slots = {v.name: slot(v.name, HOST) for v in graph.inputs}
-        for v in graph.inputs:
-            home[v.name] = HOST
-
-        def fetch(value: ValueView, device: Device) -> int:
-            """The slot holding ``value`` on ``device``, adding a copy step the first time."""
-            if (value.name, device.name) in slots:
-                return slots[(value.name, device.name)]
-            if value.is_constant:
-                s = slot(value.name, device)
-                initial[s] = device.upload(value.value)
-                return s
-            if value.name not in home:
-                raise KeyError(value.name)
-            src = home[value.name]
-            src_slot = slots[(value.name, src.name)]
-            dst_slot = slot(value.name, device)
-            steps.append(_Step(None, None, (src_slot,), (dst_slot,), None, copy=(src, device)))
-            return dst_slot
-
-        for node in graph.nodes:
-            if node.outputs and all(v is None or v.is_constant for v in node.outputs):
-                continue  # a Constant node: its value is known at load, consumers read it
-            provider = where[node.name]
-            device = self._device(provider)
-            answer = self.placement.table.answers[node.name][provider]
-            host_inputs = set(answer.host_inputs)
-            in_slots = []
-            constants = {}
-            for i, value in enumerate(node.inputs):
-                if value is None:
-                    in_slots.append(-1)
-                    continue
-                s = fetch(value, HOST if i in host_inputs else device)
-                in_slots.append(s)
-                if value.is_constant:
-                    constants[i] = initial[s]
-            kernel = self._create_kernel(node, provider)
-            try:
-                kernel.prepare(constants)
-            except Exception as exc:
-                raise KernelError(
-                    f"{self._model.label}: provider {provider!r} failed to prepare the kernel "
-                    f"for node {node.name!r}: {describe_exception(exc)}"
-                ) from exc
-            out_slots = []
-            for value in node.outputs:
-                if value is None:
-                    out_slots.append(-1)
-                    continue
-                out_slots.append(slot(value.name, device))
-                home[value.name] = device
-            steps.append(_Step(node, kernel, tuple(in_slots), tuple(out_slots), provider))
-
-        self._output_names = [v.name for v in graph.outputs]
-        self._output_slots = {}
-        for v in graph.outputs:
-            if v.name not in home and not v.is_constant:
-                home[v.name] = HOST
-            self._output_slots[v.name] = fetch(v, HOST)
-        self._release_points(steps, set(initial) | set(self._output_slots.values())
-                             | set(self._input_slots.values()))
-        self._steps = steps
-        self._n_slots = len(slots)
-        self._initial = initial
-
-    @staticmethod
-    def _release_points(steps: list[_Step], keep: set[int]) -> None:
-        last_use: dict[int, int] = {}
-        for i, step in enumerate(steps):
-            for s in (*step.inputs, *step.outputs):
-                if s >= 0:
-                    last_use[s] = i
-        frees: dict[int, list[int]] = {}
-        for s, i in last_use.items():
-            if s not in keep:
-                frees.setdefault(i, []).append(s)
-        for i, step in enumerate(steps):
-            step.release = tuple(frees.get(i, ()))
+    @property
+    def _steps(self) -> list[_Step]:
+        return self._plan.steps
 
     # -- onnxruntime's API ------------------------------------------------------------------
 
@@ -262,59 +393,16 @@ class InferenceSession:
         run_options: Any = None,
     ) -> list[Any]:
         """Run the model; returns the requested outputs (all when ``output_names`` is falsy)."""
-        names = list(output_names) if output_names else self._output_names
-        unknown = [n for n in names if n not in self._output_slots]
+        plan = self._plan
+        names = list(output_names) if output_names else plan.output_names
+        unknown = [n for n in names if n not in plan.output_slots]
         if unknown:
             raise InputError(
                 f"{self._model.label}: unknown output(s) {', '.join(map(repr, unknown))}; "
-                f"the model's outputs are {', '.join(map(repr, self._output_names))}"
+                f"the model's outputs are {', '.join(map(repr, plan.output_names))}"
             )
-        values: list[Any] = [None] * self._n_slots
-        for s, v in self._initial.items():
-            values[s] = v
-        for name, array in self._check_inputs(input_feed).items():
-            values[self._input_slots[name]] = array
-        for step in self._steps:
-            args = [values[s] if s >= 0 else None for s in step.inputs]
-            if step.copy is not None:
-                src, dst = step.copy
-                values[step.outputs[0]] = dst.upload(src.download(args[0]))
-            else:
-                outs = self._run_step(step, args)
-                for s, out in zip(step.outputs, outs, strict=False):
-                    if s >= 0:
-                        values[s] = out
-            for s in step.release:
-                values[s] = None
-        return [self._output(values[self._output_slots[n]]) for n in names]
-
-    @staticmethod
-    def _output(value: Any) -> Any:
-        if isinstance(value, np.ndarray) and not value.flags.writeable:
-            return value.copy()  # constants are read-only; never hand out session state
-        return value
-
-    def _run_step(self, step: _Step, args: list[Any]) -> Sequence[Any]:
-        try:
-            if step.lock is not None:
-                with step.lock:
-                    outs = step.kernel.run(*args)
-            else:
-                outs = step.kernel.run(*args)
-        except Exception as exc:
-            node = step.node
-            raise KernelError(
-                f"{self._model.label}: node {node.name!r} ({node.qualified_op}) failed on "
-                f"provider {step.provider!r}: {describe_exception(exc)}"
-            ) from exc
-        expected = len(step.outputs)
-        if not isinstance(outs, Sequence) or len(outs) < sum(1 for s in step.outputs if s >= 0):
-            got = len(outs) if isinstance(outs, Sequence) else type(outs).__name__
-            raise KernelError(
-                f"{self._model.label}: node {step.node.name!r} on provider {step.provider!r} "
-                f"returned {got} output(s), expected {expected}"
-            )
-        return outs
+        outputs = plan.run(self._check_inputs(input_feed), names=names)
+        return [_output(v) for v in outputs]
 
     def _check_inputs(self, feed: Mapping[str, Any]) -> dict[str, Any]:
         label = self._model.label
@@ -371,6 +459,16 @@ class InferenceSession:
                             )
             out[name] = _readonly_view(array)
         return out
+
+
+def _output(value: Any) -> Any:
+    if isinstance(value, np.ndarray) and not value.flags.writeable:
+        return value.copy()  # constants and inputs are read-only; never hand out session state
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    if isinstance(value, list):
+        return [_output(v) for v in value]
+    return value
 
 
 def _readonly_view(array: np.ndarray) -> np.ndarray:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ep_host import (
     Cost,
     Kernel,
@@ -10,11 +12,10 @@ from ep_host import (
     ProviderContext,
     ProviderInfo,
     hookimpl,
-    structural_input_bytes,
 )
 from ep_host_cpu import __version__
 from ep_host_cpu.kernels import REGISTRY
-from ep_host_cpu.profile import machine_profile
+from ep_host_cpu.profile import MachineProfile, machine_profile
 from ep_host_cpu.registry import KernelSpec, check_node
 from ep_host_cpu.xp import numpy_xp
 
@@ -27,20 +28,33 @@ def output_elements(node: NodeView) -> int:
         if v is not None and v.shape is not None:
             n = 1
             for d in v.shape:
-                n *= d if isinstance(d, int) and d >= 0 else 1
+                if isinstance(d, int) and d >= 0:
+                    n *= d
             total += n
     return total
 
 
 def traffic_bytes(node: NodeView) -> int:
-    values = [v for v in (*node.inputs, *node.outputs) if v is not None]
-    return structural_input_bytes([v.shape for v in values], [v.dtype for v in values])
+    """The bytes of every input and output (``ValueView.nbytes``, which counts as
+    ``structural_input_bytes`` does and is computed once per value)."""
+    total = 0
+    for v in node.inputs:
+        if v is not None:
+            total += v.nbytes
+    for v in node.outputs:
+        if v is not None:
+            total += v.nbytes
+    return total
 
 
-def estimate(spec: KernelSpec, node: NodeView) -> Cost:
-    profile = machine_profile()
+def work(spec: KernelSpec, node: NodeView) -> tuple[float, int]:
+    """The node's flops and bytes moved, for the roofline."""
     flops = spec.flops(node) if spec.flops is not None else output_elements(node)
     nbytes = spec.bytes(node) if spec.bytes is not None else traffic_bytes(node)
+    return flops, nbytes
+
+
+def roofline(flops: float, nbytes: int, profile: MachineProfile) -> Cost:
     return Cost.roofline(
         flops=flops,
         bytes_moved=nbytes,
@@ -48,6 +62,43 @@ def estimate(spec: KernelSpec, node: NodeView) -> Cost:
         bandwidth_gbps=profile.bandwidth_gbps,
         launch_us=2 * profile.dispatch_us,  # the numpy call plus the kernel wrapper
     )
+
+
+def estimate(spec: KernelSpec, node: NodeView) -> Cost:
+    return roofline(*work(spec, node), machine_profile())
+
+
+class Claims:
+    """The answer for a claimed node, shared by every node of the same work.
+
+    A claim's ``Cost`` depends only on (flops, bytes, machine profile) and its ``KernelMatch``
+    adds only the spec's host inputs; both are immutable, so nodes that repeat a size (most of
+    a model's) share one instead of each building and validating its own. A new machine
+    profile starts afresh; the table is cleared when it reaches ``limit`` entries.
+    """
+
+    def __init__(self, limit: int = 4096):
+        self.limit = limit
+        self.profile: MachineProfile | None = None
+        self.answers: dict[tuple[Any, Any, tuple[int, ...]], KernelMatch] = {}
+
+    def answer(self, spec: KernelSpec, node: NodeView) -> KernelMatch:
+        profile = machine_profile()
+        if profile is not self.profile:
+            self.profile, self.answers = profile, {}
+        flops, nbytes = work(spec, node)
+        key = (flops, nbytes, spec.host_inputs)
+        answer = self.answers.get(key)
+        if answer is None:
+            answer = KernelMatch.supported(roofline(flops, nbytes, profile),
+                                           host_inputs=spec.host_inputs)
+            if len(self.answers) >= self.limit:
+                self.answers.clear()
+            self.answers[key] = answer
+        return answer
+
+
+CLAIMS = Claims()
 
 
 @hookimpl
@@ -59,11 +110,11 @@ def ep_host_provider_info() -> ProviderInfo:
 def ep_host_supports_op(node: NodeView, context: ProviderContext) -> KernelMatch:
     spec = REGISTRY.lookup(node, NAME)
     check_node(spec, node, NAME)
-    return KernelMatch.supported(estimate(spec, node), host_inputs=spec.host_inputs)
+    return CLAIMS.answer(spec, node)
 
 
 @hookimpl
 def ep_host_create_kernel(node: NodeView, context: ProviderContext) -> Kernel:
     spec = REGISTRY.lookup(node, NAME)
     check_node(spec, node, NAME)
-    return spec.make(numpy_xp, node)
+    return spec.make(numpy_xp, node, context)

@@ -52,21 +52,29 @@ class KernelSpec:
     attributes: tuple[str, ...] = field(default=())
     required: tuple[str, ...] = field(default=())
     kernel_class: type[Kernel] | None = None
+    containers: bool = False
 
-    def make(self, xp: Any, node: NodeView) -> Kernel:
+    def make(self, xp: Any, node: NodeView, context: Any = None) -> Kernel:
         attrs = node.attributes
         kwargs = {name: attrs[name] for name in self.attributes if name in attrs}
         if self.bind is not None:
             kwargs.update(self.bind(node))
         if self.kernel_class is not None:
-            return self.kernel_class(xp, node, **kwargs)
+            return self.kernel_class(xp, node, context, **kwargs)
         fn = self.fn
+        generic = xp.generic if hasattr(xp, "generic") else ()
 
         def run(*inputs: Any) -> Any:
-            return fn(xp, *inputs, **kwargs)
+            # A tuple is several outputs; anything else (an array, a list = a sequence, None =
+            # an empty optional) is the one output. numpy scalars become 0-d arrays.
+            out = fn(xp, *inputs, **kwargs)
+            if type(out) is tuple:
+                return out
+            return (xp.asarray(out) if isinstance(out, generic) else out,)
 
         run.__name__ = fn.__name__
-        return FunctionKernel(run, n_outputs=len(node.outputs), name=f"{self.op_type}-{self.since_version}")
+        return FunctionKernel(run, n_outputs=len(node.outputs),
+                              name=f"{self.op_type}-{self.since_version}")
 
 
 def _keyword_attributes(fn: Callable[..., Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -103,8 +111,13 @@ class Registry:
         bytes: Callable[[NodeView], int] | None = None,  # noqa: A002 (the cost's own word)
         bind: Callable[[NodeView], Mapping[str, Any]] | None = None,
         kernel_class: type[Kernel] | None = None,
+        containers: bool = False,
+        subgraphs: bool = False,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Register ``fn`` for ``op_type`` at each listed ``since_version``; stackable."""
+        """Register ``fn`` for ``op_type`` at each listed ``since_version``; stackable.
+
+        ``containers``: the kernel takes sequence and optional values, not only tensors.
+        ``subgraphs``: a ``kernel_class`` that runs bodies (it gets the hook's context)."""
         if not versions:
             raise ValueError(f"{op_type}: list the since_versions this kernel implements")
 
@@ -116,7 +129,7 @@ class Registry:
                     dtypes=None if dtypes is None else frozenset(dtypes),
                     host_inputs=tuple(host_inputs), check=check, flops=flops, bytes=bytes,
                     bind=bind, attributes=attributes, required=required,
-                    kernel_class=kernel_class,
+                    kernel_class=kernel_class, containers=containers or subgraphs,
                 ))
             return fn
 
@@ -127,13 +140,19 @@ class Registry:
 
     def lookup(self, node: NodeView, provider: str = "this EP") -> KernelSpec:
         """The spec for ``node``, or a :class:`Decline` that says exactly what is missing."""
+        spec = self.specs.get((node.domain, node.op_type, node.since_version))
+        if spec is not None:  # the common case; only a miss needs the versions for its reason
+            return spec
         op = node.qualified_op
         versions = self.versions(node.domain, node.op_type)
         if not versions:
             deny("{}: {} has no kernel for this op", op, provider, code="op")
-        if node.since_version is None:
-            deny("{}: no ONNX schema for opset {} of domain {}; {} has since_version {}", op,
-                 node.opset, node.domain, provider, ", ".join(map(str, versions)), code="opset")
+        if node.since_version is None:  # com.microsoft...: the newest kernel <= the opset
+            known = [v for v in versions if node.opset is not None and v <= node.opset]
+            require(known, "{}: no ONNX schema for opset {} of domain {}; {} has since_version {}",
+                    op, node.opset, node.domain, provider, ", ".join(map(str, versions)),
+                    code="opset")
+            return self.specs[(node.domain, node.op_type, known[-1])]
         spec = self.specs.get((node.domain, node.op_type, node.since_version))
         if spec is None:
             deny("{}: opset {} resolves to since_version {}; {} has {}", op, node.opset,
@@ -145,7 +164,9 @@ class Registry:
 def _primary_inputs(domain: str, op_type: str, since_version: int) -> tuple[bool, ...] | None:
     """Which schema inputs share the first input's type constraint (``None``: no schema)."""
     try:
-        schema = onnx.defs.get_schema(op_type, since_version, "" if domain == DEFAULT_DOMAIN else domain)
+        schema = onnx.defs.get_schema(
+            op_type, since_version, "" if domain == DEFAULT_DOMAIN else domain
+        )
     except onnx.defs.SchemaError:
         return None
     if not schema.inputs:
@@ -156,23 +177,29 @@ def _primary_inputs(domain: str, op_type: str, since_version: int) -> tuple[bool
 
 def check_node(spec: KernelSpec, node: NodeView, provider: str = "this EP") -> None:
     """Decline what ``spec`` cannot compute: missing attributes, unsupported dtypes, its check."""
-    attrs = node.attributes
+    attrs = node.attributes  # read even when nothing is required: an unreadable one declines
     for name in spec.required:
         require(name in attrs, "{}: attribute {!r} is required but missing", node.op_type, name,
                 code="attribute")
-    if spec.dtypes is not None:
+    if not spec.containers:
+        for value in node.inputs:
+            if value is not None and value.kind in ("sequence", "optional", "map"):
+                deny("{}: {} takes tensors here, got a {} for input {!r}", node.op_type,
+                     provider, value.kind, value.name, code="dtype")
+    dtypes = spec.dtypes
+    if dtypes is not None:
         primary = _primary_inputs(spec.domain, spec.op_type, spec.since_version)
+        last = len(primary) - 1 if primary else -1
         for i, value in enumerate(node.inputs):
-            if value is None or value.dtype is None:
+            if value is None:
                 continue
-            if primary is not None and primary and not primary[min(i, len(primary) - 1)]:
+            dt = value.dtype
+            if dt is None or dt.name in dtypes:
                 continue
-            require(
-                value.dtype.name in spec.dtypes,
-                "{}: {} takes {} input, got {} for input {!r}",
-                node.op_type, provider, "/".join(sorted(spec.dtypes)), value.dtype.name,
-                value.name, code="dtype",
-            )
+            if last >= 0 and not primary[i if i < last else last]:
+                continue
+            deny("{}: {} takes {} input, got {} for input {!r}", node.op_type, provider,
+                 "/".join(sorted(dtypes)), dt.name, value.name, code="dtype")
     if spec.check is not None:
         spec.check(node)
 

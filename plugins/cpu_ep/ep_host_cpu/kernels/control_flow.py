@@ -1,1 +1,148 @@
-"""Kernels of this family (being written)."""
+"""If, Loop and Scan: their bodies are placed and run by the host (``context.subgraphs``), so
+body nodes go through the same providers, placement and kernels as the main graph."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ep_host import Kernel, NodeView, ProviderContext, require
+from ep_host_cpu.registry import kernel
+
+
+class _BodyKernel(Kernel):
+    """A kernel that runs compiled bodies; the host hands it outer values as ``scope``."""
+
+    def __init__(self, xp: Any, node: NodeView, context: ProviderContext, **attrs: Any):
+        require(context is not None and context.subgraphs is not None,
+                "{}: needs the host to compile its bodies", node.op_type, code="fault")
+        self.xp = xp
+        self.node = node
+        self.attrs = attrs
+        self.bodies = {name: context.subgraphs.compile(g) for name, g in node.subgraphs.items()}
+
+
+def _scalar(x: Any) -> Any:
+    return None if x is None else x.reshape(()).item() if hasattr(x, "reshape") else x
+
+
+class IfKernel(_BodyKernel):
+    def run(self, cond: Any, scope: Any = None) -> list[Any]:
+        branch = "then_branch" if bool(_scalar(cond)) else "else_branch"
+        return self.bodies[branch].run([], scope)
+
+
+class LoopKernel(_BodyKernel):
+    def run(self, trip_count: Any, cond: Any, *carried: Any, scope: Any = None) -> list[Any]:
+        xp = self.xp
+        body = self.bodies["body"]
+        n_carried = len(carried)
+        limit = _scalar(trip_count)
+        keep_going = True if cond is None else bool(_scalar(cond))
+        state = list(carried)
+        scans: list[list[Any]] = [[] for _ in range(len(self.node.outputs) - n_carried)]
+        i = 0
+        while keep_going and (limit is None or i < limit):
+            outs = body.run([xp.asarray(i, dtype=xp.int64), xp.asarray(keep_going), *state],
+                            scope)
+            keep_going = bool(_scalar(outs[0]))
+            state = list(outs[1:1 + n_carried])
+            for k, value in enumerate(outs[1 + n_carried:]):
+                scans[k].append(value)
+            i += 1
+        results = list(state)
+        for k, values in enumerate(scans):
+            results.append(_stack(xp, values, self.node.outputs[n_carried + k]))
+        return results
+
+
+def _stack(xp: Any, values: list[Any], view: Any) -> Any:
+    if values and isinstance(values[0], list):
+        return values  # a sequence-valued scan output stays a list of sequences
+    if values:
+        return xp.stack([xp.asarray(v) for v in values])
+    dtype = view.dtype.numpy if view is not None and view.dtype is not None else xp.float32
+    rest = () if view is None or view.shape is None else tuple(
+        d if isinstance(d, int) else 0 for d in view.shape[1:])
+    return xp.zeros((0, *rest), dtype=dtype)
+
+
+class ScanKernel(_BodyKernel):
+    def run(self, *inputs: Any, scope: Any = None) -> list[Any]:
+        xp = self.xp
+        a = self.attrs
+        m = a["num_scan_inputs"]
+        n = len(inputs) - m
+        state, scan_in = list(inputs[:n]), inputs[n:]
+        in_axes = list(a.get("scan_input_axes") or [0] * m)
+        in_dirs = list(a.get("scan_input_directions") or [0] * m)
+        k = len(self.node.outputs) - n
+        out_axes = list(a.get("scan_output_axes") or [0] * k)
+        out_dirs = list(a.get("scan_output_directions") or [0] * k)
+        moved = []
+        for x, axis in zip(scan_in, in_axes, strict=True):
+            moved.append(xp.moveaxis(x, axis % x.ndim, 0))
+        length = moved[0].shape[0] if moved else 0
+        collected: list[list[Any]] = [[] for _ in range(k)]
+        body = self.bodies["body"]
+        for t in range(length):
+            slices = [x[length - 1 - t] if d else x[t] for x, d in zip(moved, in_dirs, strict=True)]
+            outs = body.run([*state, *slices], scope)
+            state = list(outs[:n])
+            for j, value in enumerate(outs[n:]):
+                collected[j].append(value)
+        results = list(state)
+        for j in range(k):
+            values = collected[j][::-1] if out_dirs[j] else collected[j]
+            stacked = _stack(xp, values, None)
+            results.append(xp.moveaxis(stacked, 0, out_axes[j] % stacked.ndim))
+        return results
+
+
+def _check_scan(node: NodeView) -> None:
+    require(node.attributes.get("num_scan_inputs") is not None,
+            "Scan: attribute 'num_scan_inputs' is required", code="attribute")
+
+
+class Scan8Kernel(ScanKernel):
+    """Scan-8: a leading batch axis on every state and scan input, scanned one batch at a time."""
+
+    def run(self, sequence_lens: Any, *inputs: Any, scope: Any = None) -> list[Any]:
+        xp = self.xp
+        batch = inputs[0].shape[0]
+        per_batch = [ScanKernel.run(self, *(x[b] for x in inputs), scope=scope)
+                     for b in range(batch)]
+        return [xp.stack([r[k] for r in per_batch]) for k in range(len(per_batch[0]))]
+
+
+def _check_scan8(node: NodeView) -> None:
+    _check_scan(node)
+    require(node.inputs[0] is None,
+            "Scan-8: the CPU EP scans every batch entry to its full length; a sequence_lens "
+            "input ({!r}) is not implemented", node.inputs[0].name if node.inputs[0] else "",
+            code="attribute")
+    require(not node.attributes.get("directions") or not any(node.attributes["directions"]),
+            "Scan-8: reverse directions are not implemented by the CPU EP", code="attribute")
+
+
+@kernel("If", 1, 11, 13, 16, 19, 21, 23, 24, 25, dtypes=None, kernel_class=IfKernel,
+        subgraphs=True)
+def if_(xp, cond, *, then_branch=None, else_branch=None):
+    raise NotImplementedError  # IfKernel runs it
+
+
+@kernel("Loop", 1, 11, 13, 16, 19, 21, 23, 24, 25, dtypes=None, kernel_class=LoopKernel,
+        host_inputs=(0, 1), subgraphs=True)
+def loop(xp, trip_count, cond, *carried, body=None):
+    raise NotImplementedError  # LoopKernel runs it
+
+
+@kernel("Scan", 9, 11, 16, 19, 21, 23, 24, 25, dtypes=None, kernel_class=ScanKernel,
+        check=_check_scan, subgraphs=True)
+def scan(xp, *inputs, body=None, num_scan_inputs=None, scan_input_axes=None,
+         scan_input_directions=None, scan_output_axes=None, scan_output_directions=None):
+    raise NotImplementedError  # ScanKernel runs it
+
+
+@kernel("Scan", 8, dtypes=None, kernel_class=Scan8Kernel, check=_check_scan8, subgraphs=True)
+def scan_8(xp, sequence_lens, *inputs, body=None, num_scan_inputs=None, directions=None):
+    raise NotImplementedError  # Scan8Kernel runs it
