@@ -95,6 +95,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4)")
     p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
     p.add_argument("--output-dir", metavar="DIR", help="save each output as DIR/NAME.npy")
+    p.add_argument("--trace", metavar="FILE",
+                   help="write Chrome trace events (open in Perfetto) for the run(s) to FILE")
+    p.add_argument("--repeat", type=int, default=1, metavar="N",
+                   help="run N times after one warm-up run and print latency statistics")
+    p.add_argument("--per-op", action="store_true",
+                   help="with --repeat: time totals per op type and provider")
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("conformance", help="run onnx's node conformance cases on a provider",
@@ -335,8 +341,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     prepared = _prepare(args)
     if prepared.error is not None:
         raise prepared.error
+    from ep_host.tracing import Tracer
+
+    tracer = Tracer() if (args.trace or args.per_op) else None
     session = InferenceSession(prepared.model, args.providers, host=prepared.host,
-                               strategy=args.strategy, pins=_pins(args), exclude=args.exclude)
+                               strategy=args.strategy, pins=_pins(args), exclude=args.exclude,
+                               trace=tracer)
     feeds: dict[str, Any] = {}
     for item in args.input:
         name, sep, path = item.partition("=")
@@ -363,6 +373,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             stats = f"min {arr.min():.6g} max {arr.max():.6g} mean {mean:.6g}"
         rows.append((name, arr.dtype, list(arr.shape), stats))
     out.table("Outputs", ["output", "dtype", "shape", "values"], rows)
+    if args.repeat > 1:
+        _repeat(out, session, feeds, args.repeat, tracer, args.per_op)
+    if args.trace:
+        tracer.write(args.trace)
+        print(f"ep-host: trace written to {args.trace} (open it in https://ui.perfetto.dev)",
+              file=sys.stderr)
     if args.output_dir:
         os.makedirs(args.output_dir, exist_ok=True)
         for name, value in zip(names, outputs, strict=True):
@@ -371,6 +387,44 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.compare_onnxruntime:
         return _compare(out, prepared.model, feeds, names, outputs, args.rtol, args.atol)
     return 0
+
+
+def _repeat(out: Any, session: Any, feeds: dict[str, Any], n: int, tracer: Any,
+            per_op: bool) -> None:
+    import time
+
+    import numpy as np
+
+    from ep_host.report import fmt_us
+
+    start_event = len(tracer.events) if tracer is not None else 0
+    times = []
+    with _progress(n, f"{n} runs") as bar:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            session.run(None, feeds)
+            times.append((time.perf_counter() - t0) * 1e6)
+            bar.advance("done")
+    t = np.array(times)
+    out.table(f"Latency over {n} runs (after one warm-up run)",
+              ["median", "p90", "min", "max", "mean"],
+              [[fmt_us(float(np.median(t))), fmt_us(float(np.percentile(t, 90))),
+                fmt_us(float(t.min())), fmt_us(float(t.max())), fmt_us(float(t.mean()))]])
+    if per_op and tracer is not None:
+        totals: dict[tuple[str, str], list[float]] = {}
+        for e in tracer.events[start_event:]:
+            if e["cat"] != "node":
+                continue
+            key = (e["args"]["op_type"], e["args"]["provider"])
+            entry = totals.setdefault(key, [0.0, 0])
+            entry[0] += e["dur"]
+            entry[1] += 1
+        whole = sum(v[0] for v in totals.values()) or 1.0
+        rows = sorted(totals.items(), key=lambda kv: -kv[1][0])
+        out.table("Time per op type and provider (all runs)",
+                  ["op", "provider", "calls", "total", "per call", "share"],
+                  [(op, p, v[1], fmt_us(v[0]), fmt_us(v[0] / v[1]), f"{100 * v[0] / whole:.1f}%")
+                   for (op, p), v in rows])
 
 
 def _compare(out: Any, model: Any, feeds: dict[str, Any], names: list[str], ours: list[Any],
@@ -471,8 +525,13 @@ class _progress:
         if not sys.stderr.isatty():
             return _Bar(None, None)
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-        from rich.progress import TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(),

@@ -27,7 +27,8 @@ class Cost:
     ``compute_us`` (arithmetic at the device's peak) and ``memory_us`` (bytes at its bandwidth)
     overlap, as in a roofline; ``transfer_us`` (copies the kernel itself makes) and
     ``launch_us`` (per-call dispatch) add to whichever of the two is larger. ``bytes_moved`` is
-    the memory traffic the estimate assumed. Negative or non-finite values raise ``ValueError``.
+    the memory traffic the estimate assumed and ``flops`` the arithmetic (both for reports and
+    traces). Negative or non-finite values raise ``ValueError``.
     """
 
     compute_us: float = 0.0
@@ -35,9 +36,10 @@ class Cost:
     transfer_us: float = 0.0
     launch_us: float = 0.0
     bytes_moved: int = 0
+    flops: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("compute_us", "memory_us", "transfer_us", "launch_us"):
+        for name in ("compute_us", "memory_us", "transfer_us", "launch_us", "flops"):
             object.__setattr__(self, name, _check(name, getattr(self, name)))
         moved = self.bytes_moved
         if isinstance(moved, float) and not math.isfinite(moved):
@@ -69,6 +71,7 @@ class Cost:
             self.transfer_us + other.transfer_us,
             self.launch_us + other.launch_us,
             self.bytes_moved + other.bytes_moved,
+            self.flops + other.flops,
         )
 
     @classmethod
@@ -88,6 +91,7 @@ class Cost:
             memory_us=bytes_moved / (bandwidth_gbps * 1e3),
             launch_us=launch_us,
             bytes_moved=bytes_moved,
+            flops=flops,
         )
 
     def to_dict(self) -> dict[str, float]:
@@ -97,6 +101,7 @@ class Cost:
             "transfer_us": self.transfer_us,
             "launch_us": self.launch_us,
             "bytes_moved": self.bytes_moved,
+            "flops": self.flops,
             "total_us": self.total_us,
         }
 

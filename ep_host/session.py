@@ -21,6 +21,7 @@ from ep_host.graph import GraphView, Model, NodeView, ValueView, _captured, load
 from ep_host.kernel import Kernel
 from ep_host.placement import Placement, choose
 from ep_host.provider import HOST, Device
+from ep_host.tracing import Tracer
 
 ProviderOptions = Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]]
 
@@ -187,19 +188,49 @@ class ExecutionPlan:
         if self.outer_slots:
             for name, s in self.outer_slots.items():
                 values[s] = scope[name]
+        tracer = self.runtime.tracer
+        if tracer is None:
+            for step in self.steps:
+                args = [values[s] if s >= 0 else None for s in step.inputs]
+                if step.copy is not None:
+                    src, dst = step.copy
+                    values[step.outputs[0]] = dst.upload(src.download(args[0]))
+                else:
+                    outs = self._run_step(step, args, values)
+                    for s, out in zip(step.outputs, outs, strict=False):
+                        if s >= 0:
+                            values[s] = out
+                for s in step.release:
+                    values[s] = None
+        else:
+            self._run_traced(tracer, values)
+        return [values[self.output_slots[n]] for n in (names or self.output_names)]
+
+    def _run_traced(self, tracer: Tracer, values: list[Any]) -> None:
+        """The same loop with a span per node and per device copy."""
         for step in self.steps:
             args = [values[s] if s >= 0 else None for s in step.inputs]
             if step.copy is not None:
                 src, dst = step.copy
-                values[step.outputs[0]] = dst.upload(src.download(args[0]))
+                nbytes = getattr(args[0], "nbytes", 0)
+                with tracer.span(f"copy {src.name}->{dst.name}", "copy", bytes=nbytes,
+                                 source=src.name, destination=dst.name):
+                    values[step.outputs[0]] = dst.upload(src.download(args[0]))
             else:
-                outs = self._run_step(step, args, values)
+                node = step.node
+                answer = self.placement.table.answers[node.name][step.provider]
+                cost = answer.cost
+                with tracer.span(node.name, "node", op_type=node.qualified_op,
+                                 provider=step.provider,
+                                 device=self.runtime.device(step.provider).name,
+                                 bytes=cost.bytes_moved, flops=cost.flops,
+                                 estimated_us=cost.total_us):
+                    outs = self._run_step(step, args, values)
                 for s, out in zip(step.outputs, outs, strict=False):
                     if s >= 0:
                         values[s] = out
             for s in step.release:
                 values[s] = None
-        return [values[self.output_slots[n]] for n in (names or self.output_names)]
 
     def _run_step(self, step: _Step, args: list[Any], values: list[Any]) -> Sequence[Any]:
         kwargs = {"scope": {n: values[s] for n, s in step.scope}} if step.scope else {}
@@ -264,7 +295,9 @@ class _Runtime:
     """What plans share: the model, the host, the providers and how to place a (sub)graph."""
 
     def __init__(self, model: Model, host: Host, providers: list[str],
-                 options: dict[str, dict[str, Any]], strategy: str):
+                 options: dict[str, dict[str, Any]], strategy: str,
+                 tracer: Tracer | None = None):
+        self.tracer = tracer
         self.model = model
         self.host = host
         self.providers = providers
@@ -352,21 +385,36 @@ class InferenceSession:
         exclude: Iterable[str] = (),
         host: Host | None = None,
         base_dir: str | None = None,
+        trace: str | os.PathLike[str] | Tracer | None = None,
     ):
         names = provider_names(providers)
+        if trace is None or isinstance(trace, Tracer):
+            self.tracer, self._trace_path = trace, None
+        else:
+            self.tracer, self._trace_path = Tracer(), os.fspath(trace)
         self._model = model if isinstance(model, Model) else load_model(model, base_dir=base_dir)
         self._host = host if host is not None else Host.discover(names)
         chosen = [p for p in select_providers(self._host, names) if p not in set(exclude)]
         if isinstance(provider_options, Sequence) and not isinstance(provider_options, Mapping):
             provider_options = dict(zip(chosen, provider_options, strict=False))
         self._options = {k: dict(v) for k, v in (provider_options or {}).items()}
-        self._runtime = _Runtime(self._model, self._host, chosen, self._options, strategy)
+        self._runtime = _Runtime(self._model, self._host, chosen, self._options, strategy,
+                                 self.tracer)
         self.placement: Placement = self._runtime.place(self._model.graph, pins)
         self._plan = ExecutionPlan(self._runtime, self._model.graph, self.placement)
 
     @property
     def _steps(self) -> list[_Step]:
         return self._plan.steps
+
+    def end_profiling(self) -> str | None:
+        """Write the trace (Chrome trace-event JSON, opens in Perfetto) to the ``trace`` path
+        given at creation and return the path; ``None`` when the session is not tracing to a
+        file."""
+        if self.tracer is None or self._trace_path is None:
+            return None
+        self.tracer.write(self._trace_path)
+        return self._trace_path
 
     # -- onnxruntime's API ------------------------------------------------------------------
 
@@ -401,7 +449,12 @@ class InferenceSession:
                 f"{self._model.label}: unknown output(s) {', '.join(map(repr, unknown))}; "
                 f"the model's outputs are {', '.join(map(repr, plan.output_names))}"
             )
-        outputs = plan.run(self._check_inputs(input_feed), names=names)
+        feeds = self._check_inputs(input_feed)
+        if self.tracer is None:
+            outputs = plan.run(feeds, names=names)
+        else:
+            with self.tracer.span("run", "session", model=self._model.label):
+                outputs = plan.run(feeds, names=names)
         return [_output(v) for v in outputs]
 
     def _check_inputs(self, feed: Mapping[str, Any]) -> dict[str, Any]:

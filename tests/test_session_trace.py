@@ -1,0 +1,97 @@
+"""Traced runs: Chrome trace events per node and per device copy, free when off."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+from hostkit import InlineProvider, add_relu_model
+
+from ep_host import InferenceSession
+from ep_host.tracing import Tracer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CNN = os.path.join(ROOT, "examples", "cnn.onnx")
+
+REQUIRED = {"name", "cat", "ph", "ts", "dur", "pid", "tid", "args"}
+
+
+def _check_trace_events(data):
+    """The trace-event format's complete events: Perfetto's JSON importer reads these."""
+    assert isinstance(data["traceEvents"], list)
+    for e in data["traceEvents"]:
+        assert REQUIRED <= set(e) and e["ph"] == "X"
+        assert isinstance(e["ts"], float | int) and e["dur"] >= 0
+        json.dumps(e["args"])
+
+
+def test_a_traced_run_has_a_span_per_node_with_its_provider(tmp_path, tensors):
+    path = tmp_path / "trace.json"
+    session = InferenceSession(add_relu_model().SerializeToString(), ["cpu"], trace=path)
+    session.run(None, {"x": tensors.x, "y": tensors.y})
+    assert session.end_profiling() == os.fspath(path)
+    data = json.loads(path.read_text())
+    _check_trace_events(data)
+    nodes = [e for e in data["traceEvents"] if e["cat"] == "node"]
+    assert [e["name"] for e in nodes] == ["add", "relu"]
+    args = nodes[0]["args"]
+    assert (args["op_type"], args["provider"], args["device"]) == ("Add", "cpu", "cpu")
+    assert args["bytes"] == 72 and args["flops"] == 6
+
+
+def test_node_spans_cover_the_run(tensors):
+    tracer = Tracer()
+    session = InferenceSession(CNN, ["cpu"], trace=tracer)
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    for _ in range(5):
+        session.run(None, {"image": x})
+    events = tracer.events
+    runs = [e for e in events if e["cat"] == "session"]
+    nodes = [e for e in events if e["cat"] == "node"]
+    assert len(runs) == 5 and len(nodes) == 5 * len(session.placement.nodes)
+    covered = sum(e["dur"] for e in nodes) / sum(e["dur"] for e in runs)
+    assert 0.5 < covered <= 1.0
+
+
+def test_copies_are_spans_too(host, tensors):
+    from test_session import SIM, SimProvider
+
+    for p in (SimProvider("sim", ops=("Add",), cost_us=0.01, device=SIM),
+              InlineProvider("cpu", cost_us=10.0)):
+        host.register(p, name=p.name)
+    tracer = Tracer()
+    session = InferenceSession(add_relu_model().SerializeToString(), ["sim", "cpu"], host=host,
+                               trace=tracer)
+    session.run(None, {"x": tensors.x, "y": tensors.y})
+    copies = [e for e in tracer.events if e["cat"] == "copy"]
+    assert [(e["args"]["source"], e["args"]["destination"]) for e in copies] == [
+        ("cpu", "sim:0"), ("cpu", "sim:0"), ("sim:0", "cpu")]
+
+
+def test_an_untraced_session_records_nothing(tensors):
+    session = InferenceSession(add_relu_model().SerializeToString(), ["cpu"])
+    assert session.tracer is None and session.end_profiling() is None
+    session.run(None, {"x": tensors.x, "y": tensors.y})
+
+
+def test_cli_run_repeat_prints_latency_and_writes_a_trace(tmp_path):
+    path = tmp_path / "t.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "ep_host", "run", CNN, "--random-inputs", "--repeat", "5",
+         "--per-op", "--trace", str(path)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "median" in result.stdout and "p90" in result.stdout and "Conv" in result.stdout
+    data = json.loads(path.read_text())
+    _check_trace_events(data)
+    assert sum(1 for e in data["traceEvents"] if e["cat"] == "session") == 6
+
+
+def test_tracer_timestamps_are_monotonic_within_a_run(tensors):
+    tracer = Tracer()
+    session = InferenceSession(add_relu_model().SerializeToString(), ["cpu"], trace=tracer)
+    session.run(None, {"x": tensors.x, "y": tensors.y})
+    time.sleep(0.001)
+    nodes = [e for e in tracer.events if e["cat"] == "node"]
+    assert nodes[0]["ts"] + nodes[0]["dur"] <= nodes[1]["ts"] + 1e-6
