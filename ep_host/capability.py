@@ -15,19 +15,30 @@ from typing import Any
 from ep_host.cost import Cost
 from ep_host.discovery import Host, ProviderRecord, describe_exception
 from ep_host.errors import ProviderError
-from ep_host.graph import Model, NodeView, paused_gc
+from ep_host.graph import Model, NodeView, expand_function, paused_gc
 from ep_host.match import Decline, KernelMatch, ReasonCode
 from ep_host.provider import ProviderContext
 
 
+MAX_EXPANSION_DEPTH = 8  # function bodies that call functions, to this depth
+
+
 @dataclass
 class CapabilityTable:
-    """Every provider's answer for every node, in graph order and the user's provider order."""
+    """Every provider's answer for every node, in graph order and the user's provider order.
+
+    ``nodes`` are the nodes to place and run. A node that no provider claims but that has a
+    function body is replaced there by the body's nodes; ``expanded`` maps its name to them
+    and ``all_nodes`` lists both, so reports show the declined op and its expansion.
+    """
 
     providers: list[str]
     nodes: list[NodeView]
     answers: dict[str, dict[str, KernelMatch]] = field(default_factory=dict)
     contexts: dict[str, ProviderContext] = field(default_factory=dict)
+    expanded: dict[str, list[str]] = field(default_factory=dict)
+    all_nodes: list[NodeView] = field(default_factory=list)
+    graph: Any = None  # the GraphView walked
 
     def answer(self, node: str, provider: str) -> KernelMatch:
         return self.answers[node][provider]
@@ -106,7 +117,8 @@ def ask(
             f"provider raised {describe_exception(exc)}", ReasonCode.FAULT
         )
     raw = answers[0] if answers else None
-    if checked is not None and raw is not None and checked.get(id(raw)) is raw:  # held there, so its id is unique
+    # ``checked`` holds each answer it lists, so an id there names that one object
+    if checked is not None and raw is not None and checked.get(id(raw)) is raw:
         return raw
     answer = check_answer(raw)
     if host.strict and answer.code == ReasonCode.FAULT:
@@ -123,8 +135,10 @@ def walk(
     providers: Sequence[str],
     options: Mapping[str, Mapping[str, Any]] | None = None,
     nodes: Iterable[NodeView] | None = None,
+    expand: bool = True,
 ) -> CapabilityTable:
-    """Ask every provider in ``providers`` about every node of the model's main graph."""
+    """Ask every provider in ``providers`` about every node of the model's main graph (or
+    ``nodes``); with ``expand``, nodes nobody claims are expanded into their function bodies."""
     options = options or {}
     records = [host.records[p] for p in providers]
     nodes = list(model.graph.nodes if nodes is None else nodes)
@@ -134,10 +148,25 @@ def walk(
     fixed = {r.name: unavailable_answer(r) for r in records if r.status != "available"}
     asked = [(r.name, r, table.contexts[r.name], {}) for r in records]
     answers = table.answers
-    with paused_gc():
-        for node in nodes:
-            answers[node.name] = {
+
+    def visit(batch: Iterable[NodeView], depth: int) -> None:
+        for node in batch:
+            row = answers[node.name] = {
                 name: fixed[name] if name in fixed else ask(host, r, node, context, checked)
                 for name, r, context, checked in asked
             }
+            table.all_nodes.append(node)
+            if expand and depth < MAX_EXPANSION_DEPTH and not any(
+                    a.is_supported for a in row.values()):
+                body = expand_function(node)
+                if body is not None and body.nodes:
+                    table.expanded[node.name] = [n.name for n in body.nodes]
+                    visit(body.nodes, depth + 1)
+                    continue
+            table.nodes.append(node)
+
+    table.graph = nodes[0].graph if nodes else model.graph
+    table.nodes = []
+    with paused_gc():
+        visit(nodes, 0)
     return table

@@ -10,7 +10,7 @@ from __future__ import annotations
 import gc
 import os
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cache
 from types import MappingProxyType
@@ -257,7 +257,7 @@ class NodeView:
         self.graph = graph
         self.op_type = op_type
         self.domain = domain = normalize_domain(domain)
-        self.opset = opset = graph.model.opset_imports.get(domain)
+        self.opset = opset = graph.opset_imports.get(domain)
         self.since_version = None if opset is None else _since_version(domain, op_type, opset)
         self._attributes: Mapping[str, Any] | None = None
         self._has_graphs = has_graphs
@@ -325,10 +325,15 @@ class GraphView:
         model: Model,
         parent: GraphView | None = None,
         rows: list[_Row] | None = None,
+        opset_imports: Mapping[str, int] | None = None,
     ):
         self.name = proto.name
         self.model = model
         self.parent = parent
+        # a function body resolves its ops with the function's own opsets
+        self.opset_imports = (opset_imports if opset_imports is not None
+                              else parent.opset_imports if parent is not None
+                              else model.opset_imports)
         self._proto = proto
         self.values: dict[str, ValueView] = {} if parent is None else _ScopedValues(parent.values)
         values = self.values
@@ -655,6 +660,11 @@ class Model:
             visit(main)
         return types
 
+    def add_types(self, types: Mapping[str, ParsedType]) -> None:
+        """Types of values that loading did not see (a function body's internals)."""
+        for name, parsed in types.items():
+            self.value_types.setdefault(name, parsed)
+
     def _infer_types(self, with_graphs: list[int] | None = None) -> dict[str, ParsedType]:
         light = self._weightless_copy()
         try:
@@ -746,6 +756,150 @@ class Model:
         copy.data_location = TensorProto.DEFAULT
         copy.raw_data = raw
         return onnx.numpy_helper.to_array(copy)
+
+
+# ---------------------------------------------------------------------------------------------
+# Function expansion
+# ---------------------------------------------------------------------------------------------
+
+
+def _function_proto(node: NodeView) -> onnx.FunctionProto | None:
+    """The body of ``node``'s op: a model-local function, or the schema's (context-dependent)
+    function for the model's opset; ``None`` when the op has none."""
+    local = node.graph.model.functions.get((node.domain, node.op_type))
+    if local is not None:
+        return local
+    if node.since_version is None or node.opset is None:
+        return None
+    schema = _schema(node.domain, node.op_type, node.opset)
+    if schema is None:
+        return None
+    if schema.has_function:
+        versions = [v for v in schema.function_opset_versions if v <= node.opset]
+        if versions:
+            data = schema.get_function_with_opset_version(max(versions))
+            return onnx.FunctionProto.FromString(data) if data else None
+    if schema.has_context_dependent_function:
+        versions = [v for v in schema.context_dependent_function_opset_versions
+                    if v <= node.opset]
+        if not versions or any(v is not None and v.dtype is None for v in node.inputs):
+            return None
+        types = [onnx.helper.make_tensor_type_proto(v.dtype.code, None).SerializeToString()
+                 if v is not None else onnx.TypeProto().SerializeToString()
+                 for v in node.inputs]
+        try:
+            data = schema.get_context_dependent_function_with_opset_version(
+                max(versions), node._proto.SerializeToString(), types)
+        except Exception:  # onnx refuses contexts it cannot build a body for
+            return None
+        return onnx.FunctionProto.FromString(data) if data else None
+    return None
+
+
+def _rename_fields(fields: Iterable[Any], rename: dict[str, str], prefix: str) -> None:
+    for field in fields:
+        for k, name in enumerate(field):
+            if name:
+                field[k] = rename.setdefault(name, prefix + name)
+
+
+def _rename_graph(g: GraphProto, rename: dict[str, str], prefix: str) -> None:
+    """Rename every name in a body nested in a function, consistently with the function's own
+    renaming, so the body's outer-scope reads find the expanded values."""
+    for vi in (*g.input, *g.output, *g.value_info):
+        vi.name = rename.setdefault(vi.name, prefix + vi.name)
+    for t in g.initializer:
+        t.name = rename.setdefault(t.name, prefix + t.name)
+    for n in g.node:
+        _rename_fields((n.input, n.output), rename, prefix)
+        for attr in n.attribute:
+            if attr.type == AttributeProto.GRAPH:
+                _rename_graph(attr.g, rename, prefix)
+            elif attr.type == AttributeProto.GRAPHS:
+                for sub in attr.graphs:
+                    _rename_graph(sub, rename, prefix)
+
+
+def _caller_attribute(node: NodeView, name: str, ref: str) -> AttributeProto | None:
+    for attr in node._proto.attribute:
+        if attr.name == ref:
+            copy = AttributeProto()
+            copy.CopyFrom(attr)
+            copy.name = name
+            return copy
+    value = node.attributes.get(ref)
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        value = onnx.numpy_helper.from_array(value)
+    return onnx.helper.make_attribute(name, value)
+
+
+def expand_function(node: NodeView) -> GraphView | None:
+    """``node`` written out as its function body: a graph nested in the node's graph whose
+    nodes read the node's inputs and write its outputs; internal values are prefixed with the
+    node's name. ``None`` when the op has no function body."""
+    fn = _function_proto(node)
+    if fn is None:
+        return None
+    prefix = f"{node.name}::"
+    rename = {formal: actual for formal, actual in zip(fn.input, node._proto.input, strict=False)}
+    rename.update({f: "" for f in fn.input[len(node._proto.input):]})
+    rename.update(zip(fn.output, node._proto.output, strict=False))
+    defaults = {a.name: a for a in fn.attribute_proto}
+    nodes = []
+    for i, inner in enumerate(fn.node):
+        copy = NodeProto()
+        copy.CopyFrom(inner)
+        copy.name = f"{prefix}{inner.name or f'{inner.op_type}_{i}'}"
+        _rename_fields((copy.input, copy.output), rename, prefix)
+        kept = []
+        for attr in copy.attribute:
+            if attr.type == AttributeProto.GRAPH:
+                _rename_graph(attr.g, rename, prefix)
+            elif attr.type == AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    _rename_graph(g, rename, prefix)
+            if attr.ref_attr_name:
+                value = _caller_attribute(node, attr.name, attr.ref_attr_name)
+                if value is None and attr.ref_attr_name in defaults:
+                    value = AttributeProto()
+                    value.CopyFrom(defaults[attr.ref_attr_name])
+                    value.name = attr.name
+                if value is not None:
+                    kept.append(value)
+            else:
+                kept.append(attr)
+        del copy.attribute[:]
+        copy.attribute.extend(kept)
+        nodes.append(copy)
+    opsets = dict(node.graph.opset_imports)
+    opsets.update({normalize_domain(o.domain): o.version for o in fn.opset_import})
+    graph = onnx.helper.make_graph(nodes, f"{node.name} ({node.qualified_op} expanded)", [], [])
+    node.graph.model.add_types(_infer_body_types(node, graph, opsets))
+    return GraphView(graph, node.graph.model, parent=node.graph, opset_imports=opsets)
+
+
+def _infer_body_types(node: NodeView, graph: GraphProto, opsets: Mapping[str, int]
+                      ) -> dict[str, ParsedType]:
+    """Types of a body's internal values, by onnx shape inference on a model of the body."""
+    inputs = []
+    for v in node.inputs:
+        if v is not None and v.dtype is not None and v.kind == "tensor":
+            shape = None if v.shape is None else [d if d is not None else "?" for d in v.shape]
+            inputs.append(onnx.helper.make_tensor_value_info(v.name, v.dtype.code, shape))
+    probe = onnx.helper.make_graph(list(graph.node), "probe", inputs, [])
+    for v in node.inputs:
+        if v is not None and v.is_constant and v.nbytes <= _INFERENCE_KEEP_BYTES:
+            probe.initializer.append(onnx.numpy_helper.from_array(np.asarray(v.value), v.name))
+    model = onnx.helper.make_model(
+        probe, opset_imports=[onnx.helper.make_opsetid("" if d == DEFAULT_DOMAIN else d, ver)
+                              for d, ver in opsets.items()])
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception:
+        return {}
+    return {vi.name: _parse_type(vi.type) for vi in inferred.graph.value_info}
 
 
 def load_model(

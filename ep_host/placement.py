@@ -13,7 +13,7 @@ from typing import Any
 
 from ep_host.capability import CapabilityTable
 from ep_host.errors import PlacementError
-from ep_host.graph import GraphView
+from ep_host.graph import GraphView, paused_gc
 from ep_host.match import KernelMatch
 from ep_host.provider import HOST, Device
 
@@ -166,7 +166,7 @@ def choose(
             f"unknown placement strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}"
         )
     pins = dict(pins or {})
-    known = {n.name for n in table.nodes}
+    known = {n.name for n in table.nodes} if pins else set()
     for node_name, provider in pins.items():
         if node_name not in known:
             raise PlacementError(f"{model}: --pin names node {node_name!r}, which the model lacks")
@@ -177,44 +177,51 @@ def choose(
             )
     chosen: list[NodePlacement] = []
     unplaceable: list[str] = []
-    for node in table.nodes:
-        row = table.answers[node.name]
-        pin = pins.get(node.name)
-        if pin is not None:
-            answer = row[pin]
-            if not answer.is_supported:
-                raise PlacementError(
-                    f"{model}: node {node.name!r} is pinned to {pin!r}, which declines it: "
-                    f"{answer.reason}"
-                )
-            provider = pin
-        else:
-            provider = _pick(row, table.providers, strategy)
-            if provider is None:
-                unplaceable.append(node.name)
-                continue
-        chosen.append(NodePlacement(node.name, node.op_type, node.domain, provider,
-                                    row[provider].cost.total_us, pinned=pin is not None))
-    if unplaceable:
-        raise PlacementError(unplaceable_message(table, unplaceable, model))
-    placement = Placement(strategy, list(table.providers), chosen, table, dict(devices), model=model)
-    placement.transfers = implied_transfers(placement)
+    answers = table.answers
+    providers = table.providers
+    with paused_gc():
+        for node in table.nodes:
+            name = node.name
+            row = answers[name]
+            pin = pins.get(name) if pins else None
+            if pin is not None:
+                answer = row[pin]
+                if not answer.is_supported:
+                    raise PlacementError(
+                        f"{model}: node {name!r} is pinned to {pin!r}, which declines it: "
+                        f"{answer.reason}"
+                    )
+                provider, cost = pin, answer.cost.total_us
+            else:
+                provider, cost = _pick(row, providers, strategy)
+                if provider is None:
+                    unplaceable.append(name)
+                    continue
+            chosen.append(NodePlacement(name, node.op_type, node.domain, provider, cost,
+                                        pin is not None))
+        if unplaceable:
+            raise PlacementError(unplaceable_message(table, unplaceable, model))
+        placement = Placement(strategy, list(providers), chosen, table, dict(devices), model=model)
+        placement.transfers = implied_transfers(placement)
     return placement
 
 
-def _pick(row: Mapping[str, KernelMatch], providers: Sequence[str], strategy: str) -> str | None:
+def _pick(
+    row: Mapping[str, KernelMatch], providers: Sequence[str], strategy: str
+) -> tuple[str | None, float]:
+    """The chosen provider and its ``total_us`` (``None`` when no provider claims the node)."""
     best = None
     best_cost = 0.0
     for p in providers:  # in the user's order, so the first of equal costs wins
         answer = row[p]
         if not answer.is_supported:
             continue
-        if strategy == "priority":
-            return p
         cost = answer.cost.total_us
+        if strategy == "priority":
+            return p, cost
         if best is None or cost < best_cost:
             best, best_cost = p, cost
-    return best
+    return best, best_cost
 
 
 def implied_transfers(placement: Placement) -> list[Transfer]:
@@ -223,6 +230,8 @@ def implied_transfers(placement: Placement) -> list[Transfer]:
     devices = placement.devices
     table = placement.table
     where = {n.name: n.provider for n in placement.nodes}
+    if all(devices.get(p, HOST).name == HOST.name for p in set(where.values())):
+        return []  # every value starts, lives and ends on the host: nothing moves
     home: dict[str, Device] = {}
     moved: set[tuple[str, str]] = set()
     out: list[Transfer] = []
@@ -248,6 +257,6 @@ def implied_transfers(placement: Placement) -> list[Transfer]:
             if value is not None:
                 home[value.name] = device
     if table.nodes:
-        for value in table.nodes[0].graph.outputs:
+        for value in table.graph.outputs:
             need(value, HOST)
     return out

@@ -97,7 +97,7 @@ def explain_rows(
     chosen = {} if placement is None else {n.name: n.provider for n in placement.nodes}
     providers = [provider] if provider else table.providers
     rows = []
-    for n in table.nodes:
+    for n in table.all_nodes or table.nodes:
         if node and n.name != node:
             continue
         if op and op not in (n.op_type, n.qualified_op):
@@ -107,6 +107,11 @@ def explain_rows(
             mark = "*" if chosen.get(n.name) == p else ""
             rows.append((n.name if i == 0 else "", n.qualified_op if i == 0 else "",
                          f"{mark}{p}", verdict(answer)))
+        if n.name in table.expanded:
+            body = table.expanded[n.name]
+            shown = ", ".join(body[:3]) + (", ..." if len(body) > 3 else "")
+            rows.append(("", "", "->", f"no provider claims it: expanded into its function "
+                         f"body ({len(body)} nodes: {shown})"))
     return rows
 
 
@@ -128,6 +133,7 @@ def explain_dict(table: CapabilityTable, placement: Placement | None, model: str
     if placement is not None:
         data = placement.to_dict()
         data["unplaceable"] = []
+        data["expanded"] = _expanded(table)
         return data
     return {
         "schema": SCHEMA,
@@ -150,6 +156,21 @@ def explain_dict(table: CapabilityTable, placement: Placement | None, model: str
         "totals": None,
         "partitions": [],
         "unplaceable": list(unplaceable),
+        "expanded": _expanded(table),
+    }
+
+
+def _expanded(table: CapabilityTable) -> dict[str, Any]:
+    """Nodes replaced by their function bodies: every provider's reason and the body's nodes."""
+    by_name = {n.name: n for n in table.all_nodes}
+    return {
+        name: {
+            "op_type": by_name[name].op_type,
+            "domain": by_name[name].domain,
+            "answers": {p: table.answers[name][p].to_dict() for p in table.providers},
+            "into": body,
+        }
+        for name, body in table.expanded.items()
     }
 
 

@@ -123,7 +123,7 @@ class ExecutionPlan:
             steps.append(_Step(None, None, (src_slot,), (dst_slot,), None, copy=(src, device)))
             return dst_slot
 
-        for node in graph.nodes:
+        for node in self.placement.table.nodes:
             if node.outputs and all(v is None or v.is_constant for v in node.outputs):
                 continue  # a Constant node: its value is known at load, consumers read it
             provider = where[node.name]
