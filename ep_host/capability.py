@@ -19,7 +19,6 @@ from ep_host.graph import Model, NodeView, expand_function, paused_gc
 from ep_host.match import Decline, KernelMatch, ReasonCode
 from ep_host.provider import ProviderContext
 
-
 MAX_EXPANSION_DEPTH = 8  # function bodies that call functions, to this depth
 
 
