@@ -14,7 +14,7 @@ from typing import Any
 
 from ep_host.cost import Cost
 from ep_host.discovery import Host, ProviderRecord, describe_exception
-from ep_host.errors import ProviderError
+from ep_host.errors import HostError, ProviderError
 from ep_host.graph import Model, NodeView, expand_function, paused_gc
 from ep_host.match import Decline, KernelMatch, ReasonCode
 from ep_host.provider import ProviderContext
@@ -157,7 +157,10 @@ def walk(
             table.all_nodes.append(node)
             if expand and depth < MAX_EXPANSION_DEPTH and not any(
                     a.is_supported for a in row.values()):
-                body = expand_function(node)
+                try:
+                    body = expand_function(node)
+                except HostError:  # a body onnx cannot instantiate here: keep the decline
+                    body = None
                 if body is not None and body.nodes:
                     table.expanded[node.name] = [n.name for n in body.nodes]
                     visit(body.nodes, depth + 1)

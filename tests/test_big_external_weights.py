@@ -35,12 +35,16 @@ def _model_with_external_weights(folder, layers=5):
     return path, layers * nbytes
 
 
+# VmHWM, not getrusage: ru_maxrss survives exec, so a child forked from a big pytest process
+# would report the parent's size.
 PEAK_RSS = """
-import resource, sys
+import sys
 from ep_host.cli import main
 code = main(["explain", sys.argv[1], "--json"])
 sys.stdout.flush()
-print("PEAK_KIB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+with open("/proc/self/status") as f:
+    peak = next(line.split()[1] for line in f if line.startswith("VmHWM:"))
+print("PEAK_KIB", peak, file=sys.stderr)
 sys.exit(code)
 """
 

@@ -92,6 +92,9 @@ class Registry:
 
     def __init__(self) -> None:
         self.specs: dict[tuple[str, str, int], KernelSpec] = {}
+        # (domain, op_type) -> sorted since_versions, rebuilt when ``specs`` changes size
+        self._versions: dict[tuple[str, str], list[int]] = {}
+        self._versions_of = -1
 
     def add(self, spec: KernelSpec) -> None:
         key = (spec.domain, spec.op_type, spec.since_version)
@@ -136,7 +139,14 @@ class Registry:
         return decorate
 
     def versions(self, domain: str, op_type: str) -> list[int]:
-        return sorted(v for (d, o, v) in self.specs if d == domain and o == op_type)
+        if self._versions_of != len(self.specs):  # every decline asks: index once, not per node
+            index: dict[tuple[str, str], list[int]] = {}
+            for d, o, v in self.specs:
+                index.setdefault((d, o), []).append(v)
+            for found in index.values():
+                found.sort()
+            self._versions, self._versions_of = index, len(self.specs)
+        return list(self._versions.get((domain, op_type), ()))
 
     def lookup(self, node: NodeView, provider: str = "this EP") -> KernelSpec:
         """The spec for ``node``, or a :class:`Decline` that says exactly what is missing."""

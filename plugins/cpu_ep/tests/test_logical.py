@@ -169,11 +169,3 @@ def test_where_declines_a_non_bool_condition():
     assert not answer.is_supported and answer.code == "dtype" and "got int32" in answer.reason
 
 
-def test_where_declines_bfloat16_values():
-    node = helper.make_node("Where", ["c", "x", "y"], ["out"])
-    model = make_model([node], [("c", TensorProto.BOOL, [2]), ("x", TensorProto.BFLOAT16, [2]),
-                                ("y", TensorProto.BFLOAT16, [2])],
-                       [("out", TensorProto.BFLOAT16, [2])], opset=16)
-    answer = cpu_answer(model)
-    assert not answer.is_supported and answer.code == "dtype"
-    assert answer.reason.startswith("Where: CPU EP takes") and "got bfloat16" in answer.reason

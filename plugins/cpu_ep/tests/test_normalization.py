@@ -72,11 +72,6 @@ def test_batch_norm_float64(rng):
     assert y.dtype == np.float64
 
 
-def test_batch_norm_declines_training_mode():
-    model = batch_norm_model([2, 3, 4], [3], 15, outputs=("y", "rm", "rv"), training_mode=1)
-    assert_declines(model, "attribute", "training_mode=0", "got training_mode=1")
-
-
 def test_batch_norm_declines_training_outputs():
     model = batch_norm_model([2, 3, 4], [3], 9, outputs=("y", "mean", "var"))
     assert_declines(model, "attribute", "only output is Y", "'mean'")
@@ -226,17 +221,6 @@ def test_dropout_6_in_test_mode(rng):
     x = rng.standard_normal([3, 4]).astype(np.float32)
     (y,) = run_ep_host(dropout_model(6, mask=False, is_test=1), {"x": x})
     np.testing.assert_array_equal(y, x)
-
-
-def test_dropout_declines_a_computed_training_mode():
-    model = dropout_model(13, inputs=("x", "", "training"))
-    assert_declines(model, "attribute", "omitted or a constant False", "'training'")
-
-
-def test_dropout_declines_training_mode_true():
-    inits = [numpy_helper.from_array(np.array(True), "training")]
-    model = dropout_model(22, inputs=("x", "", "training"), initializers=inits)
-    assert_declines(model, "attribute", "omitted or a constant False", "got True")
 
 
 def test_dropout_6_declines_training():

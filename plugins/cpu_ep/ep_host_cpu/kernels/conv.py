@@ -1,5 +1,7 @@
-"""Convolution and pooling: Conv (im2col + one GEMM per group), MaxPool, AveragePool, the global
-pools and LRN. Windows are strided views of a padded input; no Python loop runs over pixels."""
+"""Convolution and pooling: Conv (im2col + one GEMM per group), ConvInteger, ConvTranspose (one
+GEMM, then a scatter-add per kernel tap), DeformConv (multilinear sampling + GEMM),
+CausalConvWithState, MaxPool, AveragePool, LpPool, the global pools and LRN. Windows are strided
+views of a padded input; no Python loop runs over pixels."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import math
 from ep_host import deny, require
 from ep_host_cpu.registry import FLOATS, kernel
 
+FLOATS_BF16 = FLOATS | {"bfloat16"}
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 
@@ -139,33 +142,34 @@ def _input_rank(node):
 
 def _check_conv(node):
     attrs = node.attributes
+    op = node.op_type
     x, w = node.inputs[0], node.inputs[1]
     rank = _input_rank(node)
-    require(rank is None or rank >= 3, "Conv: CPU EP takes input of rank >= 3 (N, C, D1...), got "
-            "rank {}", rank, code="shape")
+    require(rank is None or rank >= 3, "{}: CPU EP takes input of rank >= 3 (N, C, D1...), got "
+            "rank {}", op, rank, code="shape")
     w_shape = w.shape if w is not None else None
     require(rank is None or w_shape is None or len(w_shape) == rank,
-            "Conv: the weight's rank must equal the input's ({}), got {}", rank, w_shape,
+            "{}: the weight's rank must equal the input's ({}), got {}", op, rank, w_shape,
             code="shape")
     n_spatial = rank - 2 if rank is not None else None if w_shape is None else len(w_shape) - 2
     kernel_shape = attrs.get("kernel_shape")
     _check_window_attributes(node, n_spatial, kernel_shape)
     group = attrs["group"]
-    require(group >= 1, "Conv: group must be >= 1, got {}", group, code="attribute")
+    require(group >= 1, "{}: group must be >= 1, got {}", op, group, code="attribute")
     if w_shape is not None:
         spatial = tuple(w_shape[2:])
         require(kernel_shape is None or not all(isinstance(k, int) for k in spatial)
                 or tuple(kernel_shape) == spatial,
-                "Conv: kernel_shape {} must equal the weight's spatial shape {}", kernel_shape,
+                "{}: kernel_shape {} must equal the weight's spatial shape {}", op, kernel_shape,
                 spatial, code="attribute")
         m = w_shape[0]
         require(not isinstance(m, int) or m % group == 0,
-                "Conv: output channels ({}) must be a multiple of group ({})", m, group,
+                "{}: output channels ({}) must be a multiple of group ({})", op, m, group,
                 code="attribute")
         c = None if x is None or x.shape is None else x.shape[1]
         if isinstance(c, int) and isinstance(w_shape[1], int):
             require(c == w_shape[1] * group,
-                    "Conv: input channels ({}) must equal weight channels ({}) x group ({})", c,
+                    "{}: input channels ({}) must equal weight channels ({}) x group ({})", op, c,
                     w_shape[1], group, code="shape")
         _check_geometry(node, spatial, clamp_same=True)
 
@@ -177,11 +181,12 @@ def _conv_flops(node):
     return 2 * _elements(y.shape if y is not None else None) * per_output
 
 
-@kernel("Conv", 1, 11, 22, dtypes=FLOATS, check=_check_conv, flops=_conv_flops)
+@kernel("Conv", 1, 11, dtypes=FLOATS, check=_check_conv, flops=_conv_flops)
+@kernel("Conv", 22, dtypes=FLOATS_BF16, check=_check_conv, flops=_conv_flops)
 def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None, pads=None,
          strides=None):
     dtype = x.dtype
-    if dtype == xp.float16:  # accumulate in float32, round once
+    if dtype.kind != "i" and dtype.itemsize < 4:  # half types: accumulate in float32, round once
         x, w = x.astype(xp.float32), w.astype(xp.float32)
         b = None if b is None else b.astype(xp.float32)
     n_spatial = x.ndim - 2
@@ -214,7 +219,7 @@ def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None
 # -- MaxPool, AveragePool ---------------------------------------------------------------------
 
 
-def _check_pool(node):
+def _check_pool(node, padding_windows_have_values=False):
     attrs = node.attributes
     rank = _input_rank(node)
     op = node.op_type
@@ -227,7 +232,8 @@ def _check_pool(node):
             kernel_shape, rank, code="attribute")
     _check_window_attributes(node, n_spatial, kernel_shape)
     pads = attrs.get("pads")
-    if pads is not None and attrs.get("auto_pad", "NOTSET") == "NOTSET":
+    if (pads is not None and attrs.get("auto_pad", "NOTSET") == "NOTSET"
+            and not padding_windows_have_values):
         dilations = attrs.get("dilations") or (1,) * n_spatial
         extents = [(k - 1) * d + 1 for k, d in zip(kernel_shape, dilations, strict=True)]
         require(all(p < e for p, e in zip(pads, extents + extents, strict=True)),
@@ -269,7 +275,9 @@ def _lowest(xp, dtype):
 
 @kernel("MaxPool", 1, 8, 10, 11, dtypes=FLOATS, check=_check_pool, flops=_pool_flops,
         bind=_wants_second_output)
-@kernel("MaxPool", 12, 22, dtypes=FLOATS | {"int8", "uint8"}, check=_check_pool,
+@kernel("MaxPool", 12, dtypes=FLOATS | {"int8", "uint8"}, check=_check_pool,
+        flops=_pool_flops, bind=_wants_second_output)
+@kernel("MaxPool", 22, dtypes=FLOATS_BF16 | {"int8", "uint8"}, check=_check_pool,
         flops=_pool_flops, bind=_wants_second_output)
 def max_pool(xp, x, *, auto_pad, kernel_shape, ceil_mode=0, dilations=None, pads=None,
              storage_order=0, strides=None, with_indices=False):
@@ -319,7 +327,7 @@ def _window_counts(xp, out, stride, kernel, dilation, lo, hi):
 def _average_pool(xp, x, auto_pad, kernel_shape, ceil_mode, count_include_pad, dilations, pads,
                   strides):
     dtype = x.dtype
-    if dtype == xp.float16:
+    if dtype.itemsize < 4:
         x = x.astype(xp.float32)
     n_spatial = len(kernel_shape)
     strides, dilations = _attrs(n_spatial, strides, dilations)
@@ -346,7 +354,8 @@ def average_pool_1(xp, x, *, auto_pad, kernel_shape, pads=None, strides=None):
     return _average_pool(xp, x, auto_pad, kernel_shape, 0, 0, None, pads, strides)
 
 
-@kernel("AveragePool", 7, 10, 11, 19, 22, dtypes=FLOATS, check=_check_pool, flops=_pool_flops)
+@kernel("AveragePool", 7, 10, 11, 19, dtypes=FLOATS, check=_check_pool, flops=_pool_flops)
+@kernel("AveragePool", 22, dtypes=FLOATS_BF16, check=_check_pool, flops=_pool_flops)
 def average_pool(xp, x, *, auto_pad, kernel_shape, ceil_mode=0, count_include_pad=0,
                  dilations=None, pads=None, strides=None):
     return _average_pool(xp, x, auto_pad, kernel_shape, ceil_mode, count_include_pad, dilations,
@@ -362,12 +371,15 @@ def _check_global(node):
             "rank {}", node.op_type, rank, code="shape")
 
 
-@kernel("GlobalAveragePool", 1, 22, dtypes=FLOATS, check=_check_global)
+@kernel("GlobalAveragePool", 1, dtypes=FLOATS, check=_check_global)
+@kernel("GlobalAveragePool", 22, dtypes=FLOATS_BF16, check=_check_global)
 def global_average_pool(xp, x):
-    return xp.mean(x, axis=tuple(range(2, x.ndim)), keepdims=True)
+    work = xp.float32 if x.dtype.itemsize < 4 else x.dtype
+    return xp.mean(x.astype(work), axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype)
 
 
-@kernel("GlobalMaxPool", 1, 22, dtypes=FLOATS, check=_check_global)
+@kernel("GlobalMaxPool", 1, dtypes=FLOATS, check=_check_global)
+@kernel("GlobalMaxPool", 22, dtypes=FLOATS_BF16, check=_check_global)
 def global_max_pool(xp, x):
     return xp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
 
@@ -380,10 +392,11 @@ def _check_lrn(node):
             "rank {}", rank, code="shape")
 
 
-@kernel("LRN", 1, 13, dtypes=FLOATS, check=_check_lrn)
+@kernel("LRN", 1, dtypes=FLOATS, check=_check_lrn)
+@kernel("LRN", 13, dtypes=FLOATS_BF16, check=_check_lrn)
 def lrn(xp, x, *, size, alpha, beta, bias):
     dtype = x.dtype
-    if dtype == xp.float16:
+    if dtype.itemsize < 4:
         x = x.astype(xp.float32)
     channels = x.shape[1]
     before = (size - 1) // 2
@@ -393,3 +406,405 @@ def lrn(xp, x, *, size, alpha, beta, bias):
     for i in range(1, size):
         total += squares[:, i:i + channels]
     return (x / (bias + (alpha / size) * total) ** beta).astype(dtype, copy=False)
+
+
+# -- LpPool, GlobalLpPool ---------------------------------------------------------------------
+
+
+def _check_lp_pool(node):
+    _check_pool(node, padding_windows_have_values=True)  # padding counts as 0 in the norm
+    attrs = node.attributes
+    p = attrs["p"]
+    require(p > 0, "{}: p must be positive, got {}", node.op_type, p, code="attribute")
+    strides = attrs.get("strides")
+    if node.since_version < 11 and attrs["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
+        require(not strides or all(s == 1 for s in strides),
+                "LpPool-{}: SAME padding with strides {} is ambiguous (its text says the output "
+                "matches the input, version 11 ceil(input / stride)); give explicit pads",
+                node.since_version, strides, code="attribute")
+
+
+def _lp(xp, total, p):
+    return xp.sqrt(total) if p == 2 else total ** (1.0 / p)
+
+
+def _powered(xp, v, p):
+    return v * v if p == 2 else xp.abs(v) ** p
+
+
+def _lp_pool(xp, x, auto_pad, kernel_shape, p, ceil_mode, dilations, pads, strides):
+    dtype = x.dtype
+    if dtype.itemsize < 4:
+        x = x.astype(xp.float32)
+    strides, dilations = _attrs(len(kernel_shape), strides, dilations)
+    padded, out, _, _ = _pool_input(xp, x, kernel_shape, strides, dilations, pads, auto_pad,
+                                    ceil_mode, 0)
+    total = None
+    for offsets in itertools.product(*(range(k) for k in kernel_shape)):
+        v = _powered(xp, padded[_tap_slices(offsets, out, strides, dilations)], p)
+        total = v if total is None else xp.add(total, v, out=total)
+    return _lp(xp, total, p).astype(dtype, copy=False)
+
+
+@kernel("LpPool", 1, 2, 11, dtypes=FLOATS, check=_check_lp_pool, flops=_pool_flops)
+def lp_pool_11(xp, x, *, auto_pad, kernel_shape, p, pads=None, strides=None):
+    return _lp_pool(xp, x, auto_pad, kernel_shape, p, 0, None, pads, strides)
+
+
+@kernel("LpPool", 18, dtypes=FLOATS, check=_check_lp_pool, flops=_pool_flops)
+@kernel("LpPool", 22, dtypes=FLOATS_BF16, check=_check_lp_pool, flops=_pool_flops)
+def lp_pool(xp, x, *, auto_pad, kernel_shape, p, ceil_mode, dilations=None, pads=None,
+            strides=None):
+    return _lp_pool(xp, x, auto_pad, kernel_shape, p, ceil_mode, dilations, pads, strides)
+
+
+def _check_global_lp(node):
+    _check_global(node)
+    p = node.attributes["p"]
+    require(p > 0, "GlobalLpPool: p must be positive, got {}", p, code="attribute")
+
+
+@kernel("GlobalLpPool", 1, 2, dtypes=FLOATS, check=_check_global_lp)
+@kernel("GlobalLpPool", 22, dtypes=FLOATS_BF16, check=_check_global_lp)
+def global_lp_pool(xp, x, *, p):
+    work = x.astype(xp.float32) if x.dtype.itemsize < 4 else x
+    total = _powered(xp, work, p).sum(axis=tuple(range(2, x.ndim)), keepdims=True)
+    return _lp(xp, total, p).astype(x.dtype, copy=False)
+
+
+# -- ConvInteger ------------------------------------------------------------------------------
+
+
+def _check_conv_integer(node):
+    _check_conv(node)
+    x_zp = node.inputs[2] if len(node.inputs) > 2 else None
+    w_zp = node.inputs[3] if len(node.inputs) > 3 else None
+    require(x_zp is None or x_zp.shape is None or len(x_zp.shape) == 0 or
+            (len(x_zp.shape) == 1 and x_zp.shape[0] == 1),
+            "ConvInteger: x_zero_point must be a scalar (per-tensor), got shape {}",
+            x_zp and x_zp.shape, code="shape")
+    require(w_zp is None or w_zp.shape is None or len(w_zp.shape) <= 1,
+            "ConvInteger: w_zero_point must be a scalar or one value per output channel, got "
+            "shape {}", w_zp and w_zp.shape, code="shape")
+    for value in (x_zp, w_zp):
+        if value is not None and value.dtype is not None:
+            main = node.inputs[2 if value is x_zp else 1]
+            require(main is None or main.dtype is None or value.dtype == main.dtype,
+                    "ConvInteger: {!r} must have its tensor's type {}, got {}", value.name,
+                    main.dtype, value.dtype, code="dtype")
+
+
+@kernel("ConvInteger", 10, dtypes={"int8", "uint8"}, check=_check_conv_integer,
+        flops=_conv_flops)
+def conv_integer(xp, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, group,
+                 dilations=None, kernel_shape=None, pads=None, strides=None):
+    """Convolves (x - x_zero_point) with (w - w_zero_point), so padding contributes 0; sums in
+    int64 and wraps to int32, as a 32-bit accumulator would."""
+    xi = x.astype(xp.int64)
+    wi = w.astype(xp.int64)
+    if x_zero_point is not None:
+        xi = xi - x_zero_point.astype(xp.int64).reshape(())
+    if w_zero_point is not None:
+        wz = w_zero_point.astype(xp.int64)
+        wi = wi - (wz.reshape((-1,) + (1,) * (w.ndim - 1)) if wz.size > 1 else wz.reshape(()))
+    y = conv(xp, xi, wi, None, auto_pad=auto_pad, group=group, dilations=dilations,
+             kernel_shape=kernel_shape, pads=pads, strides=strides)
+    return y.astype(xp.int32)
+
+
+# -- ConvTranspose ----------------------------------------------------------------------------
+
+
+def _transpose_pads(spatial, kernel, strides, dilations, output_padding, pads, auto_pad,
+                    output_shape):
+    """Per spatial axis: the full (unpadded) output size, begin and end pads. A negative pad
+    extends the output with zeros on that side."""
+    n = len(spatial)
+    output_padding = output_padding or (0,) * n
+    full = [s * (i - 1) + op + (k - 1) * d + 1 for i, k, s, d, op in
+            zip(spatial, kernel, strides, dilations, output_padding, strict=True)]
+    if output_shape or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        target = output_shape or [i * s for i, s in zip(spatial, strides, strict=True)]
+        begin, end = [], []
+        for f, t in zip(full, target, strict=True):
+            total = f - t
+            b = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+            begin.append(b)
+            end.append(total - b)
+        return full, begin, end
+    if auto_pad == "VALID" or not pads:
+        return full, [0] * n, [0] * n
+    return full, list(pads[:n]), list(pads[n:])
+
+
+def _check_conv_transpose(node):
+    attrs = node.attributes
+    x, w = node.inputs[0], node.inputs[1]
+    rank = _input_rank(node)
+    require(rank is None or rank >= 3, "ConvTranspose: CPU EP takes input of rank >= 3 (N, C, "
+            "D1...), got rank {}", rank, code="shape")
+    w_shape = w.shape if w is not None else None
+    require(rank is None or w_shape is None or len(w_shape) == rank, "ConvTranspose: the "
+            "weight's rank must equal the input's ({}), got {}", rank, w_shape, code="shape")
+    n_spatial = rank - 2 if rank is not None else None if w_shape is None else len(w_shape) - 2
+    kernel_shape = attrs.get("kernel_shape")
+    _check_window_attributes(node, n_spatial, kernel_shape)
+    group = attrs["group"]
+    require(group >= 1, "ConvTranspose: group must be >= 1, got {}", group, code="attribute")
+    for name in ("output_padding", "output_shape"):
+        value = attrs.get(name)
+        require(value is None or n_spatial is None or len(value) == n_spatial,
+                "ConvTranspose: {} needs one value per spatial axis ({}), got {}", name,
+                n_spatial, value, code="attribute")
+        require(value is None or all(v >= 0 for v in value), "ConvTranspose: {} must be >= 0, "
+                "got {}", name, value, code="attribute")
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    derived = bool(attrs.get("output_shape")) or auto_pad in ("SAME_UPPER", "SAME_LOWER")
+    if node.since_version < 11 and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        strides = attrs.get("strides")
+        require(not strides or all(s == 1 for s in strides) or attrs.get("output_shape"),
+                "ConvTranspose-1: SAME padding with strides {} is ambiguous (its text says the "
+                "output matches the input, later versions input x stride); give output_shape",
+                strides, code="attribute")
+    if w_shape is None:
+        return
+    spatial = tuple(w_shape[2:])
+    require(kernel_shape is None or not all(isinstance(k, int) for k in spatial)
+            or tuple(kernel_shape) == spatial, "ConvTranspose: kernel_shape {} must equal the "
+            "weight's spatial shape {}", kernel_shape, spatial, code="attribute")
+    c = None if x is None or x.shape is None else x.shape[1]
+    if isinstance(c, int) and isinstance(w_shape[0], int):
+        require(c == w_shape[0], "ConvTranspose: input channels ({}) must equal the weight's "
+                "first dimension ({})", c, w_shape[0], code="shape")
+        require(c % group == 0, "ConvTranspose: input channels ({}) must be a multiple of group "
+                "({})", c, group, code="attribute")
+    x_spatial = None if x is None or x.shape is None else tuple(x.shape[2:])
+    static = bool(x_spatial) and all(isinstance(d, int) for d in (*x_spatial, *spatial))
+    # Version 1's text puts an odd padding pixel on the other side from version 11's.
+    require(node.since_version >= 11 or not derived or static,
+            "ConvTranspose-1: derived padding (auto_pad {} / output_shape) needs static shapes "
+            "to rule out an odd total, whose side version 1's text and later versions place "
+            "differently", auto_pad, code="shape")
+    if static:
+        n = len(spatial)
+        full, begin, end = _transpose_pads(
+            x_spatial, spatial, attrs.get("strides") or (1,) * n,
+            attrs.get("dilations") or (1,) * n, attrs.get("output_padding"), attrs.get("pads"),
+            auto_pad, attrs.get("output_shape"))
+        sizes = [f - b - e for f, b, e in zip(full, begin, end, strict=True)]
+        require(all(o >= 1 for o in sizes), "ConvTranspose: pads {} leave an empty output {}",
+                attrs.get("pads"), sizes, code="attribute")
+        odd = [b + e for b, e in zip(begin, end, strict=True) if (b + e) % 2]
+        require(node.since_version >= 11 or not derived or not odd,
+                "ConvTranspose-1: an odd total padding {} is ambiguous: version 1's text puts "
+                "the extra pixel on the other side from version 11's; give explicit pads", odd,
+                code="attribute")
+
+
+def _conv_transpose_flops(node):
+    x, w = node.inputs[0], node.inputs[1]
+    if x is None or w is None or x.shape is None or w.shape is None:
+        return 1.0
+    return 2.0 * _elements(x.shape) * _elements(w.shape[1:])
+
+
+@kernel("ConvTranspose", 1, 11, dtypes=FLOATS, check=_check_conv_transpose,
+        flops=_conv_transpose_flops)
+@kernel("ConvTranspose", 22, dtypes=FLOATS_BF16, check=_check_conv_transpose,
+        flops=_conv_transpose_flops)
+def conv_transpose(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None,
+                   output_padding=None, output_shape=None, pads=None, strides=None):
+    dtype = x.dtype
+    work = xp.float32 if dtype.itemsize < 4 else dtype
+    x, w = x.astype(work), w.astype(work)
+    n, c = x.shape[:2]
+    spatial = x.shape[2:]
+    kernel = tuple(w.shape[2:])
+    m_group = w.shape[1]
+    strides, dilations = _attrs(len(spatial), strides, dilations)
+    full, begin, end = _transpose_pads(spatial, kernel, strides, dilations, output_padding, pads,
+                                       auto_pad, output_shape)
+    taps = math.prod(kernel)
+    # cols[n, g, (m, tap), pixel] = sum over the group's input channels of w * x
+    wt = w.reshape(group, c // group, m_group * taps).transpose(0, 2, 1)
+    cols = xp.matmul(wt, x.reshape(n, group, c // group, -1))
+    cols = cols.reshape((n, group * m_group) + kernel + tuple(spatial))
+    canvas = xp.zeros((n, group * m_group) + tuple(full), dtype=work)
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        canvas[_tap_slices(offsets, spatial, strides, dilations)] += cols[(slice(None),) * 2
+                                                                          + offsets]
+    lo = [max(0, -bg) for bg in begin]
+    hi = [max(0, -e) for e in end]
+    canvas = _pad(xp, canvas, lo, hi)
+    window = tuple(slice(bg + low, f - e + low)
+                   for bg, e, f, low in zip(begin, end, full, lo, strict=True))
+    y = canvas[(Ellipsis,) + window]
+    if b is not None:
+        y = y + b.astype(work).reshape((-1,) + (1,) * len(spatial))
+    return y.astype(dtype, copy=False)
+
+
+# -- DeformConv -------------------------------------------------------------------------------
+
+
+def _check_deform_conv(node):
+    attrs = node.attributes
+    x, w = node.inputs[:2]
+    rank = _input_rank(node)
+    require(rank is None or rank >= 3, "DeformConv: input must have rank >= 3 (N, C, D1...), "
+            "got rank {}", rank, code="shape")
+    n_spatial = rank - 2 if rank is not None else None
+    _check_window_attributes(node, n_spatial, attrs.get("kernel_shape"))
+    group, offset_group = attrs["group"], attrs["offset_group"]
+    require(group >= 1 and offset_group >= 1, "DeformConv: group and offset_group must be >= 1, "
+            "got {} and {}", group, offset_group, code="attribute")
+    c = None if x is None or x.shape is None else x.shape[1]
+    if isinstance(c, int):
+        require(c % group == 0 and c % offset_group == 0, "DeformConv: channels ({}) must be a "
+                "multiple of group ({}) and offset_group ({})", c, group, offset_group,
+                code="attribute")
+    if w is not None and w.shape is not None and n_spatial is not None:
+        kernel = w.shape[2:]
+        shape_attr = attrs.get("kernel_shape")
+        require(shape_attr is None or not all(isinstance(k, int) for k in kernel)
+                or tuple(shape_attr) == tuple(kernel), "DeformConv: kernel_shape {} must equal "
+                "the weight's spatial shape {}", shape_attr, tuple(kernel), code="attribute")
+        m = w.shape[0]
+        require(not isinstance(m, int) or m % group == 0, "DeformConv: output channels ({}) "
+                "must be a multiple of group ({})", m, group, code="attribute")
+        if isinstance(c, int) and isinstance(w.shape[1], int):
+            require(c == w.shape[1] * group, "DeformConv: input channels ({}) must equal weight "
+                    "channels ({}) x group ({})", c, w.shape[1], group, code="shape")
+        if all(isinstance(k, int) for k in kernel):
+            taps = math.prod(kernel)
+            want = {"offset": offset_group * taps * n_spatial, "mask": offset_group * taps}
+            for i, name in ((2, "offset"), (4, "mask")):
+                value = node.inputs[i] if len(node.inputs) > i else None
+                have = None if value is None or value.shape is None else value.shape[1]
+                require(not isinstance(have, int) or have == want[name], "DeformConv: {} needs "
+                        "{} channels (offset_group x kernel taps{}), got {}", name, want[name],
+                        " x spatial axes" if name == "offset" else "", have, code="shape")
+            _check_geometry(node, kernel, clamp_same=True)
+            _check_deform_output(node, kernel)
+
+
+def _check_deform_output(node, kernel):
+    """The offset (and mask) must cover exactly the output grid the attributes define."""
+    x = node.inputs[0]
+    if x is None or x.shape is None or not all(isinstance(d, int) for d in x.shape[2:]):
+        return
+    attrs = node.attributes
+    try:
+        out, _, _ = _geometry(tuple(x.shape[2:]), kernel, attrs.get("strides"),
+                              attrs.get("dilations"), attrs.get("pads"), "NOTSET")
+    except ValueError:
+        return  # _check_geometry has declined it
+    for i in (2, 4):
+        value = node.inputs[i] if len(node.inputs) > i else None
+        if value is None or value.shape is None:
+            continue
+        grid = tuple(value.shape[2:])
+        require(not all(isinstance(d, int) for d in grid) or grid == out,
+                "DeformConv: {!r} must have the output's spatial shape {}, got {}", value.name,
+                out, grid, code="shape")
+
+
+def _deform_flops(node):
+    return _conv_flops(node) * 2
+
+
+@kernel("DeformConv", 19, dtypes=FLOATS, check=_check_deform_conv, flops=_deform_flops)
+@kernel("DeformConv", 22, dtypes=FLOATS_BF16, check=_check_deform_conv, flops=_deform_flops)
+def deform_conv(xp, x, w, offset, b=None, mask=None, *, group, offset_group, dilations=None,
+                kernel_shape=None, pads=None, strides=None):
+    dtype = x.dtype
+    work = xp.float32 if dtype.itemsize < 4 else dtype
+    x, w, offset = x.astype(work), w.astype(work), offset.astype(work)
+    n, c = x.shape[:2]
+    spatial = tuple(x.shape[2:])
+    ns = len(spatial)
+    kernel = tuple(w.shape[2:])
+    taps = math.prod(kernel)
+    strides, dilations = _attrs(ns, strides, dilations)
+    out, begin, _ = _geometry(spatial, kernel, strides, dilations, pads, "NOTSET")
+    if tuple(offset.shape[2:]) != out:
+        raise ValueError(f"DeformConv: offset must have the output's spatial shape {out}, got "
+                         f"{tuple(offset.shape[2:])}")
+    pixels = math.prod(out)
+    # base[i][tap, pixel]: where each tap of each output window reads, before its offset
+    grid = xp.stack(xp.meshgrid(*(xp.arange(o) for o in out), indexing="ij")).reshape(ns, -1)
+    tap = xp.asarray(list(itertools.product(*(range(k) for k in kernel)))).reshape(taps, ns).T
+    base = [grid[i][None, :] * strides[i] - begin[i] + tap[i][:, None] * dilations[i]
+            for i in range(ns)]
+    shift = offset.reshape(n, offset_group, taps, ns, pixels)
+    flat = x.reshape(n, offset_group, c // offset_group, -1)
+    sampled = xp.zeros((n, offset_group, c // offset_group, taps * pixels), dtype=work)
+    lows, fracs = [], []
+    for i in range(ns):
+        pos = base[i] + shift[:, :, :, i]  # (n, offset_group, taps, pixels)
+        low = xp.floor(pos)
+        lows.append(low.astype(xp.int64))
+        fracs.append(pos - low)
+    for corner in itertools.product((0, 1), repeat=ns):
+        weight = xp.ones(shift.shape[:2] + (taps, pixels), dtype=work)
+        index = xp.zeros(weight.shape, dtype=xp.int64)
+        inside = xp.ones(weight.shape, dtype=bool)
+        for i, up in enumerate(corner):
+            at = lows[i] + up
+            weight = weight * (fracs[i] if up else 1 - fracs[i])
+            inside &= (at >= 0) & (at < spatial[i])
+            index = index * spatial[i] + xp.clip(at, 0, spatial[i] - 1)
+        index = index.reshape(n, offset_group, 1, -1)
+        picked = xp.take_along_axis(flat, xp.broadcast_to(index, flat.shape[:3] + index.shape[3:]),
+                                    axis=-1)
+        sampled += picked * xp.where(inside, weight, 0).reshape(n, offset_group, 1, -1)
+    sampled = sampled.reshape(n, offset_group, c // offset_group, taps, pixels)
+    if mask is not None:
+        sampled = sampled * mask.astype(work).reshape(n, offset_group, 1, taps, pixels)
+    m = w.shape[0]
+    cols = sampled.reshape(n, group, (c // group) * taps, pixels)
+    y = xp.matmul(w.reshape(group, m // group, -1), cols).reshape((n, m) + tuple(out))
+    if b is not None:
+        y = y + b.astype(work).reshape((m,) + (1,) * ns)
+    return y.astype(dtype, copy=False)
+
+
+# -- CausalConvWithState ----------------------------------------------------------------------
+
+ACTIVATIONS = ("none", "silu", "swish")
+
+
+def _check_causal_conv(node):
+    activation = node.attributes["activation"]
+    require(activation in ACTIVATIONS, "CausalConvWithState: activation must be one of {}, got "
+            "{!r}", "/".join(ACTIVATIONS), activation, code="attribute")
+    x, w = node.inputs[:2]
+    for value, want in ((x, 3), (w, 3)):
+        rank = None if value is None or value.shape is None else len(value.shape)
+        require(rank in (None, want), "CausalConvWithState: {!r} must be rank {}, got {}",
+                value.name, want, rank, code="shape")
+    if w is not None and w.shape is not None and len(w.shape) == 3:
+        require(w.shape[1] in (1, None) or not isinstance(w.shape[1], int),
+                "CausalConvWithState: the weight is depthwise (channels, 1, k), got {}",
+                w.shape, code="shape")
+
+
+@kernel("CausalConvWithState", 27, dtypes=FLOATS_BF16 - {"float64"}, check=_check_causal_conv)
+def causal_conv_with_state(xp, x, weight, bias=None, past_state=None, *, activation):
+    dtype = x.dtype
+    b, c, length = x.shape
+    k = weight.shape[-1]
+    if past_state is None:
+        past_state = xp.zeros((b, c, k - 1), dtype=dtype)
+    sequence = xp.concatenate([past_state.astype(dtype, copy=False), x], axis=-1)
+    seq = sequence.astype(xp.float32)
+    w = weight.astype(xp.float32).reshape(c, k)
+    y = xp.zeros((b, c, length), dtype=xp.float32)
+    for j in range(k):
+        y += w[:, j][None, :, None] * seq[..., j:j + length]
+    if bias is not None:
+        y += bias.astype(xp.float32)[None, :, None]
+    if activation != "none":
+        e = xp.exp(-xp.abs(y))
+        y = y * xp.where(y >= 0, 1 / (1 + e), e / (1 + e))
+    return y.astype(dtype), sequence[..., length:]

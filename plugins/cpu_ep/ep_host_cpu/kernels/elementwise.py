@@ -1,8 +1,9 @@
-"""Elementwise ops: arithmetic, activations, math functions and the variadic Sum/Max/Min/Mean.
+"""Elementwise ops: arithmetic, Mod, activations, math functions, rounding and the variadic
+Sum/Max/Min/Mean.
 
-Type sets follow each version's schema (less bfloat16, which numpy lacks). Versions 1 and 6 of
-the binary ops broadcast only B onto A (``broadcast``/``axis``); ``consumed_inputs`` is a
-legacy memory hint with no effect on results.
+Type sets follow each version's schema. Formulas on float16 and bfloat16 compute in float32 and
+round once to the input type. Versions 1 and 6 of the binary ops broadcast only B onto A
+(``broadcast``/``axis``); ``consumed_inputs`` is a legacy memory hint with no effect on results.
 """
 
 from __future__ import annotations
@@ -10,12 +11,34 @@ from __future__ import annotations
 import math
 
 from ep_host import require
-from ep_host_cpu.registry import FLOATS, NUMERIC, SIGNED, kernel
+from ep_host_cpu.registry import FLOATS, INTS, NUMERIC, SIGNED, kernel
 
+BF16 = frozenset({"bfloat16"})
+FLOATS_BF16 = FLOATS | BF16
+NUMERIC_BF16 = NUMERIC | BF16
 WIDE_INTS = frozenset({"int32", "int64", "uint32", "uint64"})
 ARITH = FLOATS | WIDE_INTS  # Add/Sub/Mul/Div 6..13
 SIGNED_NUMBERS = FLOATS | SIGNED  # Neg 6+, Relu 14
 POW_BASE = FLOATS | {"int32", "int64"}
+PRELU_9 = FLOATS | WIDE_INTS
+# ml_dtypes floats: numpy gives them kind "V", so ``dtype.kind == "f"`` misses them
+ML_FLOATS = frozenset({"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+                       "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn"})
+
+
+def is_float(dtype):
+    return dtype.kind == "f" or dtype.name in ML_FLOATS
+
+
+def upcast(xp, x):
+    """Floats narrower than float32 as float32 (exactly), so that a formula rounds once."""
+    if x.dtype.itemsize < 4 and is_float(x.dtype):
+        return x.astype(xp.float32)
+    return x
+
+
+def _unary(xp, fn, x):
+    return fn(upcast(xp, x)).astype(x.dtype, copy=False)
 
 
 def legacy_rhs(a, b, broadcast, axis):
@@ -41,38 +64,37 @@ def _same_shapes(xs):
         raise ValueError(f"inputs must share one shape, got {[x.shape for x in xs]}")
 
 
-def _upcast(xp, x):
-    """float16 computes in float32 so that a formula rounds once, as a float16 kernel should."""
-    return x.astype(xp.float32) if x.dtype == xp.float16 else x
-
-
 # ---------------------------------------------------------------------------------------------
 # Binary arithmetic
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Add", 14, dtypes=NUMERIC)
-@kernel("Add", 7, 13, dtypes=ARITH)
+@kernel("Add", 14, dtypes=NUMERIC_BF16)
+@kernel("Add", 13, dtypes=ARITH | BF16)
+@kernel("Add", 7, dtypes=ARITH)
 def add(xp, a, b):
     return xp.add(a, b)
 
 
-@kernel("Sub", 14, dtypes=NUMERIC)
-@kernel("Sub", 7, 13, dtypes=ARITH)
+@kernel("Sub", 14, dtypes=NUMERIC_BF16)
+@kernel("Sub", 13, dtypes=ARITH | BF16)
+@kernel("Sub", 7, dtypes=ARITH)
 def sub(xp, a, b):
     return xp.subtract(a, b)
 
 
-@kernel("Mul", 14, dtypes=NUMERIC)
-@kernel("Mul", 7, 13, dtypes=ARITH)
+@kernel("Mul", 14, dtypes=NUMERIC_BF16)
+@kernel("Mul", 13, dtypes=ARITH | BF16)
+@kernel("Mul", 7, dtypes=ARITH)
 def mul(xp, a, b):
     return xp.multiply(a, b)
 
 
-@kernel("Div", 14, dtypes=NUMERIC)
-@kernel("Div", 7, 13, dtypes=ARITH)
+@kernel("Div", 14, dtypes=NUMERIC_BF16)
+@kernel("Div", 13, dtypes=ARITH | BF16)
+@kernel("Div", 7, dtypes=ARITH)
 def div(xp, a, b):
-    if a.dtype.kind == "f":
+    if is_float(a.dtype):
         return xp.true_divide(a, b)
     q = xp.floor_divide(a, b)
     if a.dtype.kind == "u":
@@ -106,15 +128,45 @@ def div_legacy(xp, a, b, *, broadcast, axis=None):
 
 
 # ---------------------------------------------------------------------------------------------
+# Mod
+# ---------------------------------------------------------------------------------------------
+
+
+def check_mod(node):
+    x = node.inputs[0]
+    if node.since_version < 28 and x.dtype is not None and x.dtype.is_float:
+        require(node.attributes["fmod"] == 1, "Mod-{}: floating-point inputs need fmod=1, got "
+                "fmod=0 (Mod 28 defines a floored float modulo)", node.since_version,
+                code="attribute")
+
+
+@kernel("Mod", 13, 28, dtypes=NUMERIC_BF16, check=check_mod)
+@kernel("Mod", 10, dtypes=NUMERIC, check=check_mod)
+def mod(xp, a, b, *, fmod):
+    """fmod=1: ``a - trunc(a / b) * b`` (C fmod); fmod=0: ``a - floor(a / b) * b``, the sign of
+    ``b`` (Python's ``%``). Both are exact for floats; an integer divisor of 0 yields 0."""
+    fn = xp.fmod if fmod else xp.remainder
+    if a.dtype.kind in "iu":
+        with_zero = b == 0
+        if with_zero.any():
+            return xp.where(with_zero, 0, fn(a, xp.where(with_zero, 1, b))).astype(a.dtype)
+        return fn(a, b)
+    return fn(upcast(xp, a), upcast(xp, b)).astype(a.dtype, copy=False)
+
+
+# ---------------------------------------------------------------------------------------------
 # Pow
 # ---------------------------------------------------------------------------------------------
+
+POW_EXPONENT = NUMERIC  # Pow 12 and 13; Pow 15 adds bfloat16
 
 
 def check_pow(node):
     y = node.inputs[1]
+    allowed = POW_EXPONENT | BF16 if node.since_version >= 15 else POW_EXPONENT
     if y is not None and y.dtype is not None:
-        require(y.dtype.name in NUMERIC, "Pow: CPU EP takes a {} exponent, got {}",
-                "/".join(sorted(NUMERIC)), y.dtype.name, code="dtype")
+        require(y.dtype.name in allowed, "Pow: CPU EP takes a {} exponent, got {}",
+                "/".join(sorted(allowed)), y.dtype.name, code="dtype")
 
 
 def _int_power(xp, x, y):
@@ -127,12 +179,13 @@ def _int_power(xp, x, y):
     return p.astype(x.dtype)
 
 
-@kernel("Pow", 12, 13, 15, dtypes=POW_BASE, check=check_pow)
+@kernel("Pow", 13, 15, dtypes=POW_BASE | BF16, check=check_pow)
+@kernel("Pow", 12, dtypes=POW_BASE, check=check_pow)
 def pow_(xp, x, y):
     """The result has the base's type: integer results truncate toward zero (2 ** -1 == 0,
     int 9 ** float 0.5 == 3); mixed types compute in float64, as C++ ``std::pow`` promotes."""
-    if y.dtype == x.dtype and x.dtype.kind == "f":
-        return xp.power(x, y)
+    if y.dtype == x.dtype and is_float(x.dtype):
+        return _unary(xp, lambda v: xp.power(v, upcast(xp, y)), x)
     if x.dtype.kind in "iu" and y.dtype.kind in "iu":
         return _int_power(xp, x, y)
     return xp.power(x.astype(xp.float64), y.astype(xp.float64)).astype(x.dtype)
@@ -153,56 +206,79 @@ def pow_legacy(xp, x, y, *, broadcast, axis=None):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Sqrt", 1, 6, 13, dtypes=FLOATS)
+@kernel("Sqrt", 13, dtypes=FLOATS_BF16)
+@kernel("Sqrt", 1, 6, dtypes=FLOATS)
 def sqrt(xp, x):
-    return xp.sqrt(x)
+    return _unary(xp, xp.sqrt, x)
 
 
-@kernel("Exp", 1, 6, 13, dtypes=FLOATS)
+@kernel("Exp", 13, dtypes=FLOATS_BF16)
+@kernel("Exp", 1, 6, dtypes=FLOATS)
 def exp(xp, x):
-    return xp.exp(x)
+    return _unary(xp, xp.exp, x)
 
 
-@kernel("Log", 1, 6, 13, dtypes=FLOATS)
+@kernel("Log", 13, dtypes=FLOATS_BF16)
+@kernel("Log", 1, 6, dtypes=FLOATS)
 def log(xp, x):
-    return xp.log(x)
+    return _unary(xp, xp.log, x)
 
 
-@kernel("Tanh", 1, 6, 13, dtypes=FLOATS)
+@kernel("Tanh", 13, dtypes=FLOATS_BF16)
+@kernel("Tanh", 1, 6, dtypes=FLOATS)
 def tanh(xp, x):
-    return xp.tanh(x)
+    return _unary(xp, xp.tanh, x)
 
 
-@kernel("Erf", 9, 13, dtypes=FLOATS)
+@kernel("Erf", 13, dtypes=FLOATS_BF16)
+@kernel("Erf", 9, dtypes=FLOATS)
 def erf(xp, x):
-    return xp.erf(_upcast(xp, x)).astype(x.dtype, copy=False)
+    return _unary(xp, xp.erf, x)
 
 
-@kernel("Neg", 6, 13, dtypes=SIGNED_NUMBERS)
+@kernel("Neg", 13, dtypes=SIGNED_NUMBERS | BF16)
+@kernel("Neg", 6, dtypes=SIGNED_NUMBERS)
 @kernel("Neg", 1, dtypes=FLOATS)
 def neg(xp, x):
     return xp.negative(x)
 
 
-@kernel("Abs", 6, 13, dtypes=NUMERIC)
+@kernel("Abs", 13, dtypes=NUMERIC_BF16)
+@kernel("Abs", 6, dtypes=NUMERIC)
 @kernel("Abs", 1, dtypes=FLOATS)
 def abs_(xp, x):
     return xp.abs(x)
 
 
-@kernel("Reciprocal", 1, 6, 13, dtypes=FLOATS)
+@kernel("Reciprocal", 13, dtypes=FLOATS_BF16)
+@kernel("Reciprocal", 1, 6, dtypes=FLOATS)
 def reciprocal(xp, x):
-    return xp.reciprocal(x)
+    return _unary(xp, xp.reciprocal, x)
 
 
-@kernel("Floor", 1, 6, 13, dtypes=FLOATS)
+@kernel("Floor", 13, dtypes=FLOATS_BF16)
+@kernel("Floor", 1, 6, dtypes=FLOATS)
 def floor(xp, x):
-    return xp.floor(x)
+    return _unary(xp, xp.floor, x)
 
 
-@kernel("Ceil", 1, 6, 13, dtypes=FLOATS)
+@kernel("Ceil", 13, dtypes=FLOATS_BF16)
+@kernel("Ceil", 1, 6, dtypes=FLOATS)
 def ceil(xp, x):
-    return xp.ceil(x)
+    return _unary(xp, xp.ceil, x)
+
+
+@kernel("Round", 22, dtypes=FLOATS_BF16)
+@kernel("Round", 11, dtypes=FLOATS)
+def round_(xp, x):
+    """Halves round to even; integral values, +-0, NaN and infinities pass unchanged."""
+    return _unary(xp, xp.rint, x)
+
+
+@kernel("Sign", 13, dtypes=NUMERIC_BF16)
+@kernel("Sign", 9, dtypes=NUMERIC)
+def sign(xp, x):
+    return _unary(xp, xp.sign, x)
 
 
 @kernel("Identity", 1, 13, dtypes=None, flops=lambda node: 0, bytes=lambda node: 0)
@@ -212,28 +288,232 @@ def identity(xp, x):
     return x
 
 
+# Trigonometric and hyperbolic functions: version 22 adds bfloat16.
+
+
+@kernel("Sin", 22, dtypes=FLOATS_BF16)
+@kernel("Sin", 7, dtypes=FLOATS)
+def sin(xp, x):
+    return _unary(xp, xp.sin, x)
+
+
+@kernel("Cos", 22, dtypes=FLOATS_BF16)
+@kernel("Cos", 7, dtypes=FLOATS)
+def cos(xp, x):
+    return _unary(xp, xp.cos, x)
+
+
+@kernel("Tan", 22, dtypes=FLOATS_BF16)
+@kernel("Tan", 7, dtypes=FLOATS)
+def tan(xp, x):
+    return _unary(xp, xp.tan, x)
+
+
+@kernel("Asin", 22, dtypes=FLOATS_BF16)
+@kernel("Asin", 7, dtypes=FLOATS)
+def asin(xp, x):
+    return _unary(xp, xp.arcsin, x)
+
+
+@kernel("Acos", 22, dtypes=FLOATS_BF16)
+@kernel("Acos", 7, dtypes=FLOATS)
+def acos(xp, x):
+    return _unary(xp, xp.arccos, x)
+
+
+@kernel("Atan", 22, dtypes=FLOATS_BF16)
+@kernel("Atan", 7, dtypes=FLOATS)
+def atan(xp, x):
+    return _unary(xp, xp.arctan, x)
+
+
+@kernel("Sinh", 22, dtypes=FLOATS_BF16)
+@kernel("Sinh", 9, dtypes=FLOATS)
+def sinh(xp, x):
+    return _unary(xp, xp.sinh, x)
+
+
+@kernel("Cosh", 22, dtypes=FLOATS_BF16)
+@kernel("Cosh", 9, dtypes=FLOATS)
+def cosh(xp, x):
+    return _unary(xp, xp.cosh, x)
+
+
+@kernel("Asinh", 22, dtypes=FLOATS_BF16)
+@kernel("Asinh", 9, dtypes=FLOATS)
+def asinh(xp, x):
+    return _unary(xp, xp.arcsinh, x)
+
+
+@kernel("Acosh", 22, dtypes=FLOATS_BF16)
+@kernel("Acosh", 9, dtypes=FLOATS)
+def acosh(xp, x):
+    return _unary(xp, xp.arccosh, x)
+
+
+@kernel("Atanh", 22, dtypes=FLOATS_BF16)
+@kernel("Atanh", 9, dtypes=FLOATS)
+def atanh(xp, x):
+    return _unary(xp, xp.arctanh, x)
+
+
 # ---------------------------------------------------------------------------------------------
 # Activations
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Sigmoid", 1, 6, 13, dtypes=FLOATS)
-def sigmoid(xp, x):
-    y = _upcast(xp, x)
+def _sigmoid(xp, y):
     e = xp.exp(-xp.abs(y))  # never overflows
-    return xp.where(y >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
+    return xp.where(y >= 0, 1 / (1 + e), e / (1 + e))
 
 
-@kernel("Relu", 14, dtypes=SIGNED_NUMBERS)
-@kernel("Relu", 1, 6, 13, dtypes=FLOATS)
+def _softplus(xp, y):
+    return xp.logaddexp(xp.zeros((), dtype=y.dtype), y)  # ln(1 + e^y) without overflow
+
+
+@kernel("Sigmoid", 13, dtypes=FLOATS_BF16)
+@kernel("Sigmoid", 1, 6, dtypes=FLOATS)
+def sigmoid(xp, x):
+    return _unary(xp, lambda y: _sigmoid(xp, y), x)
+
+
+@kernel("Relu", 14, dtypes=SIGNED_NUMBERS | BF16)
+@kernel("Relu", 13, dtypes=FLOATS_BF16)
+@kernel("Relu", 1, 6, dtypes=FLOATS)
 def relu(xp, x):
     return xp.maximum(x, xp.zeros((), dtype=x.dtype))
 
 
-@kernel("LeakyRelu", 1, 6, 16, dtypes=FLOATS)
+@kernel("LeakyRelu", 16, dtypes=FLOATS_BF16)
+@kernel("LeakyRelu", 1, 6, dtypes=FLOATS)
 def leaky_relu(xp, x, *, alpha):
-    y = _upcast(xp, x)
-    return xp.where(y < 0, y * alpha, y).astype(x.dtype, copy=False)
+    return _unary(xp, lambda y: xp.where(y < 0, y * alpha, y), x)
+
+
+@kernel("Elu", 22, dtypes=FLOATS_BF16)
+@kernel("Elu", 1, 6, dtypes=FLOATS)
+def elu(xp, x, *, alpha):
+    return _unary(xp, lambda y: xp.where(y < 0, alpha * xp.expm1(y), y), x)
+
+
+@kernel("Selu", 22, dtypes=FLOATS_BF16)
+@kernel("Selu", 1, 6, dtypes=FLOATS)
+def selu(xp, x, *, alpha, gamma):
+    return _unary(xp, lambda y: gamma * xp.where(y > 0, y, alpha * xp.expm1(y)), x)
+
+
+@kernel("Celu", 28, dtypes=FLOATS_BF16)
+@kernel("Celu", 12, dtypes={"float32"})
+def celu(xp, x, *, alpha):
+    return _unary(xp, lambda y: xp.where(y > 0, y, alpha * xp.expm1(y / alpha)), x)
+
+
+@kernel("HardSigmoid", 22, dtypes=FLOATS_BF16)
+@kernel("HardSigmoid", 1, 6, dtypes=FLOATS)
+def hard_sigmoid(xp, x, *, alpha, beta):
+    return _unary(xp, lambda y: xp.clip(alpha * y + beta, 0, 1), x)
+
+
+@kernel("HardSwish", 22, dtypes=FLOATS_BF16)
+@kernel("HardSwish", 14, dtypes=FLOATS)
+def hard_swish(xp, x):
+    return _unary(xp, lambda y: y * xp.clip(y / 6 + 0.5, 0, 1), x)
+
+
+@kernel("Softplus", 22, dtypes=FLOATS_BF16)
+@kernel("Softplus", 1, dtypes=FLOATS)
+def softplus(xp, x):
+    return _unary(xp, lambda y: _softplus(xp, y), x)
+
+
+@kernel("Softsign", 22, dtypes=FLOATS_BF16)
+@kernel("Softsign", 1, dtypes=FLOATS)
+def softsign(xp, x):
+    return _unary(xp, lambda y: y / (1 + xp.abs(y)), x)
+
+
+@kernel("ThresholdedRelu", 22, dtypes=FLOATS_BF16)
+@kernel("ThresholdedRelu", 10, dtypes=FLOATS)
+def thresholded_relu(xp, x, *, alpha):
+    return xp.where(upcast(xp, x) > alpha, x, xp.zeros((), dtype=x.dtype))
+
+
+@kernel("Mish", 22, dtypes=FLOATS_BF16)
+@kernel("Mish", 18, dtypes=FLOATS)
+def mish(xp, x):
+    return _unary(xp, lambda y: y * xp.tanh(_softplus(xp, y)), x)
+
+
+def _gelu(xp, y, approximate):
+    if approximate == "tanh":
+        inner = math.sqrt(2 / math.pi) * (y + 0.044715 * y * y * y)
+        return 0.5 * y * (1 + xp.tanh(inner))
+    return 0.5 * y * (1 + xp.erf(y / math.sqrt(2)))
+
+
+def check_gelu(node):
+    approximate = node.attributes["approximate"]
+    require(approximate in ("none", "tanh"), "Gelu: approximate must be 'none' or 'tanh', got "
+            "{!r}", approximate, code="attribute")
+
+
+@kernel("Gelu", 20, dtypes=FLOATS_BF16, check=check_gelu)
+def gelu(xp, x, *, approximate):
+    return _unary(xp, lambda y: _gelu(xp, y, approximate), x)
+
+
+@kernel("Swish", 24, dtypes=FLOATS_BF16)
+def swish(xp, x, *, alpha):
+    return _unary(xp, lambda y: y * _sigmoid(xp, alpha * y), x)
+
+
+def check_shrink(node):
+    x = node.inputs[0]
+    if x.dtype is not None and x.dtype.name in INTS:
+        attrs = node.attributes
+        for name in ("lambd", "bias"):
+            require(float(attrs[name]).is_integer(), "Shrink: CPU EP shrinks integers only by "
+                    "whole lambd and bias, got {}={}", name, attrs[name], code="attribute")
+
+
+@kernel("Shrink", 9, dtypes=NUMERIC, check=check_shrink)
+def shrink(xp, x, *, lambd, bias):
+    if x.dtype.kind in "iu":  # whole lambd and bias (see check_shrink): integers wrap
+        b = xp.asarray(int(bias)).astype(x.dtype)
+        zero = xp.zeros((), dtype=x.dtype)
+        return xp.where(x < -int(lambd), x + b, xp.where(x > int(lambd), x - b, zero))
+    y = upcast(xp, x)
+    out = xp.where(y < -lambd, y + bias, xp.where(y > lambd, y - bias, 0))
+    return out.astype(x.dtype, copy=False)
+
+
+def _unidirectional(x, slope):
+    pairs = zip(slope.shape[::-1], x.shape[::-1], strict=False)
+    if slope.ndim > x.ndim or any(d not in (1, e) for d, e in pairs):
+        raise ValueError(f"slope of shape {slope.shape} does not broadcast to X {x.shape}")
+
+
+def check_prelu_legacy(node):
+    x, slope = node.inputs[0], node.inputs[1]
+    shape = None if slope.shape is None else tuple(slope.shape)
+    ok = shape is not None and (all(d == 1 for d in shape) or shape == tuple(x.shape or ()))
+    require(ok, "PRelu-{}: CPU EP takes a slope of one element or of X's shape, got {} for X {}; "
+            "use PRelu 7+ (numpy broadcasting)", node.since_version, shape, x.shape,
+            code="shape")
+
+
+@kernel("PRelu", 16, dtypes=PRELU_9 | BF16)
+@kernel("PRelu", 9, dtypes=PRELU_9)
+@kernel("PRelu", 7, dtypes=FLOATS)
+def prelu(xp, x, slope):
+    _unidirectional(x, slope)
+    y, s = upcast(xp, x), upcast(xp, slope)
+    return xp.where(y < 0, y * s, y).astype(x.dtype, copy=False)
+
+
+@kernel("PRelu", 1, 6, dtypes=FLOATS, check=check_prelu_legacy)
+def prelu_legacy(xp, x, slope):
+    return prelu(xp, x, slope.reshape(()) if slope.size == 1 else slope)
 
 
 def _clip_bound(xp, value, dtype):
@@ -242,7 +522,8 @@ def _clip_bound(xp, value, dtype):
     return xp.asarray(value, dtype=dtype)
 
 
-@kernel("Clip", 12, 13, dtypes=NUMERIC)
+@kernel("Clip", 13, dtypes=NUMERIC_BF16)
+@kernel("Clip", 12, dtypes=NUMERIC)
 @kernel("Clip", 11, dtypes=FLOATS)
 def clip(xp, x, lo=None, hi=None):
     """Min(hi, Max(x, lo)): all values become ``hi`` where ``lo > hi``; NaN stays NaN."""
@@ -274,28 +555,32 @@ def _fold(fn, xs):
     return out
 
 
-@kernel("Sum", 8, 13, dtypes=FLOATS)
+@kernel("Sum", 13, dtypes=FLOATS_BF16)
+@kernel("Sum", 8, dtypes=FLOATS)
 def sum_(xp, *xs):
     if len(xs) == 1:
         return xs[0]
-    return _fold(xp.add, [_upcast(xp, x) for x in xs]).astype(xs[0].dtype, copy=False)
+    return _fold(xp.add, [upcast(xp, x) for x in xs]).astype(xs[0].dtype, copy=False)
 
 
-@kernel("Max", 12, 13, dtypes=NUMERIC)
+@kernel("Max", 13, dtypes=NUMERIC_BF16)
+@kernel("Max", 12, dtypes=NUMERIC)
 @kernel("Max", 8, dtypes=FLOATS)
 def max_(xp, *xs):
     return _fold(xp.maximum, xs)
 
 
-@kernel("Min", 12, 13, dtypes=NUMERIC)
+@kernel("Min", 13, dtypes=NUMERIC_BF16)
+@kernel("Min", 12, dtypes=NUMERIC)
 @kernel("Min", 8, dtypes=FLOATS)
 def min_(xp, *xs):
     return _fold(xp.minimum, xs)
 
 
-@kernel("Mean", 8, 13, dtypes=FLOATS)
+@kernel("Mean", 13, dtypes=FLOATS_BF16)
+@kernel("Mean", 8, dtypes=FLOATS)
 def mean(xp, *xs):
-    total = _fold(xp.add, [_upcast(xp, x) for x in xs])
+    total = _fold(xp.add, [upcast(xp, x) for x in xs])
     return xp.divide(total, len(xs)).astype(xs[0].dtype, copy=False)
 
 

@@ -1,9 +1,13 @@
-"""Matrix products: MatMul (numpy.matmul semantics) and Gemm (alpha * A' B' + beta * C)."""
+"""Matrix products and linear algebra: MatMul (numpy.matmul semantics), Gemm
+(alpha * A' B' + beta * C), Einsum and Det. float16 and bfloat16 accumulate in float32 and round
+once.
+"""
 
 from __future__ import annotations
 
 from ep_host import require
-from ep_host_cpu.registry import FLOATS, kernel
+from ep_host_cpu.kernels.elementwise import BF16, upcast
+from ep_host_cpu.registry import FLOATS, NUMERIC, kernel
 
 MATMUL_INTS = frozenset({"int32", "int64", "uint32", "uint64"})
 
@@ -41,11 +45,11 @@ def _check_matmul(node):
 
 
 @kernel("MatMul", 1, dtypes=FLOATS, check=_check_matmul, flops=_matmul_flops)
-@kernel("MatMul", 9, 13, dtypes=FLOATS | MATMUL_INTS, check=_check_matmul, flops=_matmul_flops)
+@kernel("MatMul", 9, dtypes=FLOATS | MATMUL_INTS, check=_check_matmul, flops=_matmul_flops)
+@kernel("MatMul", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_matmul,
+        flops=_matmul_flops)
 def matmul(xp, a, b):
-    if a.dtype == xp.float16:  # accumulate in float32, round once
-        return xp.matmul(a.astype(xp.float32), b.astype(xp.float32)).astype(xp.float16)
-    return xp.matmul(a, b)
+    return xp.matmul(upcast(xp, a), upcast(xp, b)).astype(a.dtype, copy=False)
 
 
 def _gemm_flops(node):
@@ -73,7 +77,7 @@ def _check_gemm(node):
             require(tuple(c.shape) == (m, n), "Gemm-{}: with broadcast=0, C must have shape "
                     "(M, N) = ({}, {}), got {}; set broadcast=1", node.since_version, m, n,
                     c.shape, code="shape")
-    if a.dtype is not None and a.dtype.name not in FLOATS:
+    if a.dtype is not None and not a.dtype.is_float:
         alpha, beta = attrs["alpha"], attrs["beta"]
         require(float(alpha).is_integer() and float(beta).is_integer(),
                 "Gemm: CPU EP computes integer Gemm only with whole alpha and beta (exact integer "
@@ -83,9 +87,8 @@ def _check_gemm(node):
 
 def _gemm(xp, a, b, c, alpha, beta, trans_a, trans_b):
     dtype = a.dtype
-    if dtype == xp.float16:
-        a, b = a.astype(xp.float32), b.astype(xp.float32)
-        c = None if c is None else c.astype(xp.float32)
+    a, b = upcast(xp, a), upcast(xp, b)
+    c = None if c is None else upcast(xp, c)
     if dtype.kind in "iu":
         alpha, beta = int(alpha), int(beta)
     y = xp.matmul(a.T if trans_a else a, b.T if trans_b else b)
@@ -107,6 +110,61 @@ def gemm_1(xp, a, b, c, *, alpha, beta, broadcast, transA, transB):
 
 
 @kernel("Gemm", 7, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops)
-@kernel("Gemm", 9, 11, 13, dtypes=FLOATS | MATMUL_INTS, check=_check_gemm, flops=_gemm_flops)
+@kernel("Gemm", 9, 11, dtypes=FLOATS | MATMUL_INTS, check=_check_gemm, flops=_gemm_flops)
+@kernel("Gemm", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_gemm, flops=_gemm_flops)
 def gemm(xp, a, b, c=None, *, alpha, beta, transA, transB):
     return _gemm(xp, a, b, c, alpha, beta, transA, transB)
+
+
+# ---------------------------------------------------------------------------------------------
+# Einsum and Det
+# ---------------------------------------------------------------------------------------------
+
+
+def _einsum_terms(equation):
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
+    return lhs.split(","), (rhs if arrow else None)
+
+
+def check_einsum(node):
+    equation = node.attributes["equation"]
+    terms, _ = _einsum_terms(equation)
+    n = sum(1 for v in node.inputs if v is not None)
+    require(len(terms) == n, "Einsum: equation {!r} names {} operands, the node has {}",
+            equation, len(terms), n, code="attribute")
+    letters = set(equation) - set(" ,.->")
+    require(all(c.isascii() and c.isalpha() for c in letters), "Einsum: equation {!r} may use "
+            "only letters, ',', '->', '...' and spaces", equation, code="attribute")
+
+
+def _einsum_flops(node):
+    total = 1
+    for value in node.inputs:
+        for d in (value.shape or ()) if value is not None else ():
+            total *= d if isinstance(d, int) and d > 0 else 1
+    return max(total, 1)
+
+
+@kernel("Einsum", 28, dtypes=NUMERIC | BF16, check=check_einsum, flops=_einsum_flops)
+@kernel("Einsum", 12, dtypes=NUMERIC, check=check_einsum, flops=_einsum_flops)
+def einsum(xp, *inputs, equation):
+    """Without "->" the output takes the indices that occur once, in ASCII order (upper case
+    first), after any ellipsis dimensions; integers wrap."""
+    out = xp.einsum(equation.replace(" ", ""), *(upcast(xp, x) for x in inputs))
+    return xp.asarray(out).astype(inputs[0].dtype, copy=False)
+
+
+def _check_det(node):
+    x = node.inputs[0]
+    if x.shape is not None:
+        require(len(x.shape) >= 2, "Det: input must have shape [*, M, M], got {}", x.shape,
+                code="shape")
+        m, n = x.shape[-2:]
+        require(not (isinstance(m, int) and isinstance(n, int)) or m == n,
+                "Det: the inner matrices must be square, got shape {}", x.shape, code="shape")
+
+
+@kernel("Det", 22, dtypes=FLOATS | BF16, check=_check_det)
+@kernel("Det", 11, dtypes=FLOATS, check=_check_det)
+def det(xp, x):
+    return xp.asarray(xp.linalg.det(upcast(xp, x))).astype(x.dtype, copy=False)

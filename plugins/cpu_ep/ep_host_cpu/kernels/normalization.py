@@ -1,10 +1,18 @@
-"""Normalizations for inference: BatchNormalization (estimated statistics), LayerNormalization,
-Softmax, LogSoftmax, and Dropout (the identity outside training)."""
+"""Normalizations: BatchNormalization (estimated or batch statistics), LayerNormalization,
+RMSNormalization, GroupNormalization, InstanceNormalization, LpNormalization,
+MeanVarianceNormalization, Softmax, LogSoftmax, and Dropout (the identity outside training, a
+random mask in training).
+
+Normalizations of half-precision input compute in float32 (or the stash type) and round back
+once; Softmax and LogSoftmax compute each step in the input's type, as their function bodies do."""
 
 from __future__ import annotations
 
 from ep_host import require
 from ep_host_cpu.registry import FLOATS, kernel
+
+FLOATS_BF16 = FLOATS | {"bfloat16"}
+STASH_TYPES = {1: "float32", 11: "float64"}  # TensorProto codes a stash may name here
 
 
 def _extra_outputs(node):
@@ -14,6 +22,36 @@ def _extra_outputs(node):
 def _rank(node):
     x = node.inputs[0]
     return None if x is None or x.shape is None else len(x.shape)
+
+
+def _work(xp, x):
+    """The type to compute ``x`` in: float64 stays, everything narrower widens to float32."""
+    return xp.float64 if x.dtype == xp.float64 else xp.float32
+
+
+def _stash(xp, stash_type):
+    return xp.float64 if stash_type == 11 else xp.float32
+
+
+def _check_stash(node):
+    stash = node.attributes["stash_type"]
+    require(stash in STASH_TYPES, "{}: CPU EP computes stash_type 1 (float32) or 11 (float64), "
+            "got {}", node.op_type, stash, code="attribute")
+
+
+def _check_same_types(node, names):
+    """Inputs that the spec combines arithmetically must share X's element type."""
+    x = node.inputs[0]
+    for i in names:
+        value = node.inputs[i] if len(node.inputs) > i else None
+        if x is None or value is None or x.dtype is None or value.dtype is None:
+            continue
+        require(value.dtype == x.dtype, "{}: CPU EP takes {!r} of X's type {}, got {}",
+                node.op_type, value.name, x.dtype.name, value.dtype.name, code="dtype")
+
+
+def _channel_shape(x):
+    return (1, -1) + (1,) * (x.ndim - 2)
 
 
 # -- BatchNormalization -----------------------------------------------------------------------
@@ -31,18 +69,18 @@ def _check_batch_norm(node):
         allowed = (1,) if v < 7 else (0, 1)
         require(spatial in allowed, "BatchNormalization-{}: CPU EP takes spatial={}, got {}", v,
                 " or ".join(map(str, allowed)), spatial, code="attribute")
-    if v >= 14:
-        require(attrs["training_mode"] == 0,
-                "BatchNormalization-{}: CPU EP computes inference only (training_mode=0, "
-                "estimated statistics), got training_mode={}", v, attrs["training_mode"],
-                code="attribute")
     extra = _extra_outputs(node)
-    require(not extra, "BatchNormalization-{}: CPU EP computes inference mode, whose only output "
-            "is Y; got training outputs {}", v, extra, code="attribute")
+    training = v >= 14 and attrs["training_mode"] != 0
+    require(training or not extra, "BatchNormalization-{}: CPU EP computes inference mode, whose "
+            "only output is Y, and training mode (training_mode=1, from version 14); got "
+            "training outputs {}", v, extra, code="attribute")
+    require(_rank(node) is None or _rank(node) >= 2, "BatchNormalization: input must have rank "
+            ">= 2 (N, C, ...), got rank {}", _rank(node), code="shape")
+    accepted = FLOATS_BF16 if v >= 14 else FLOATS
     for value in node.inputs[1:]:
         if value is not None and value.dtype is not None:
-            require(value.dtype.name in FLOATS, "BatchNormalization: CPU EP takes {} scale, bias "
-                    "and statistics, got {} for input {!r}", "/".join(sorted(FLOATS)),
+            require(value.dtype.name in accepted, "BatchNormalization: CPU EP takes {} scale, "
+                    "bias and statistics, got {} for input {!r}", "/".join(sorted(accepted)),
                     value.dtype.name, value.name, code="dtype")
 
 
@@ -67,9 +105,33 @@ def batch_norm_7(xp, x, scale, b, mean, var, *, epsilon, spatial):
     return _batch_norm(xp, x, scale, b, mean, var, epsilon)
 
 
-@kernel("BatchNormalization", 9, 14, 15, dtypes=FLOATS, check=_check_batch_norm)
-def batch_norm(xp, x, scale, b, mean, var, *, epsilon, training_mode=0):
+@kernel("BatchNormalization", 9, dtypes=FLOATS, check=_check_batch_norm)
+def batch_norm_9(xp, x, scale, b, mean, var, *, epsilon):
     return _batch_norm(xp, x, scale, b, mean, var, epsilon)
+
+
+def _outputs_wanted(node):
+    return {"wanted": tuple(v is not None for v in node.outputs)}
+
+
+@kernel("BatchNormalization", 14, 15, dtypes=FLOATS_BF16, check=_check_batch_norm,
+        bind=_outputs_wanted)
+def batch_norm(xp, x, scale, b, mean, var, *, epsilon, momentum, training_mode, wanted=(True,)):
+    if not training_mode:
+        return _batch_norm(xp, x, scale, b, mean, var, epsilon)
+    work = _work(xp, x)  # the statistics in float (the spec's words for float16 input)
+    xw = x.astype(work)
+    axes = (0,) + tuple(range(2, x.ndim))
+    current_mean = xw.mean(axis=axes)
+    d = xw - current_mean.reshape(_channel_shape(x))
+    current_var = (d * d).mean(axis=axes)
+    shape = _channel_shape(x)
+    inv = 1 / xp.sqrt(current_var + epsilon)
+    y = d * inv.reshape(shape) * scale.astype(work).reshape(shape) + b.astype(work).reshape(shape)
+    outs = [y.astype(x.dtype),
+            (mean.astype(work) * momentum + current_mean * (1 - momentum)).astype(mean.dtype),
+            (var.astype(work) * momentum + current_var * (1 - momentum)).astype(var.dtype)]
+    return tuple(o if w else None for o, w in zip(outs, wanted, strict=False))
 
 
 # -- LayerNormalization -----------------------------------------------------------------------
@@ -89,7 +151,7 @@ def _check_layer_norm(node):
     _check_axis(node, node.attributes["axis"])
 
 
-@kernel("LayerNormalization", 17, dtypes=FLOATS, check=_check_layer_norm)
+@kernel("LayerNormalization", 17, dtypes=FLOATS_BF16, check=_check_layer_norm)
 def layer_norm(xp, x, scale, b=None, *, axis, epsilon, stash_type):
     axes = tuple(range(axis % x.ndim, x.ndim))
     stashed = x.astype(xp.float32)
@@ -102,6 +164,142 @@ def layer_norm(xp, x, scale, b=None, *, axis, epsilon, stash_type):
     return y, mean, inv_std
 
 
+# -- RMSNormalization -------------------------------------------------------------------------
+
+
+def _check_rms_norm(node):
+    _check_stash(node)
+    _check_axis(node, node.attributes["axis"])
+    _check_same_types(node, (1,))
+
+
+@kernel("RMSNormalization", 23, dtypes=FLOATS_BF16, check=_check_rms_norm)
+def rms_norm(xp, x, scale, *, axis, epsilon, stash_type):
+    axes = tuple(range(axis % x.ndim, x.ndim))
+    stashed = x.astype(_stash(xp, stash_type))
+    rms = xp.sqrt((stashed * stashed).mean(axis=axes, keepdims=True) + epsilon)
+    return (stashed / rms).astype(x.dtype) * scale
+
+
+# -- GroupNormalization, InstanceNormalization ------------------------------------------------
+
+
+def _standardize(xp, x, axes, epsilon, work):
+    """(x - mean) / sqrt(var + epsilon) over ``axes``, computed in ``work``."""
+    xw = x.astype(work)
+    d = xw - xw.mean(axis=axes, keepdims=True)
+    return d / xp.sqrt((d * d).mean(axis=axes, keepdims=True) + epsilon)
+
+
+def _check_group_norm(node):
+    v = node.since_version
+    if v >= 21:
+        _check_stash(node)
+    groups = node.attributes.get("num_groups")
+    require(groups is not None and groups >= 1, "GroupNormalization: num_groups must be >= 1, "
+            "got {}", groups, code="attribute")
+    rank = _rank(node)
+    require(rank is None or rank >= 2, "GroupNormalization: input must have rank >= 2 (N, C, "
+            "...), got rank {}", rank, code="shape")
+    x = node.inputs[0]
+    c = x.shape[1] if x is not None and x.shape is not None and rank >= 2 else None
+    if isinstance(c, int):
+        require(c % groups == 0, "GroupNormalization: num_groups ({}) must divide the {} "
+                "channels", groups, c, code="attribute")
+    want = "num_groups" if v < 21 else "C"
+    size = groups if v < 21 else c
+    for value in node.inputs[1:3]:
+        n = value.shape[0] if value is not None and value.shape is not None and \
+            len(value.shape) == 1 else None
+        require(n is None or size is None or not isinstance(size, int) or n == size,
+                "GroupNormalization-{}: {!r} must hold one value per group of channels ({}={})"
+                if v < 21 else "GroupNormalization-{}: {!r} must hold one value per channel "
+                "({}={})", v, value.name, want, size, code="shape")
+    _check_same_types(node, (1, 2))
+
+
+def _group_statistics(xp, x, num_groups, epsilon, work):
+    n = x.shape[0]
+    grouped = x.reshape(n, num_groups, -1)
+    return _standardize(xp, grouped, -1, epsilon, work)
+
+
+@kernel("GroupNormalization", 18, dtypes=FLOATS_BF16, check=_check_group_norm)
+def group_norm_18(xp, x, scale, bias, *, epsilon, num_groups):
+    work = _work(xp, x)
+    normed = _group_statistics(xp, x, num_groups, epsilon, work)
+    shape = (1, num_groups, 1)
+    y = normed * scale.astype(work).reshape(shape) + bias.astype(work).reshape(shape)
+    return y.reshape(x.shape).astype(x.dtype)
+
+
+@kernel("GroupNormalization", 21, dtypes=FLOATS_BF16, check=_check_group_norm)
+def group_norm(xp, x, scale, bias, *, epsilon, num_groups, stash_type):
+    normed = _group_statistics(xp, x, num_groups, epsilon, _stash(xp, stash_type))
+    normed = normed.reshape(x.shape).astype(x.dtype)  # stage two computes in X's type
+    return normed * scale.reshape(_channel_shape(x)) + bias.reshape(_channel_shape(x))
+
+
+def _check_instance_norm(node):
+    rank = _rank(node)
+    if node.since_version < 6:
+        require(rank is None or rank == 4, "InstanceNormalization-1: input must be 4-D (N, C, "
+                "H, W), got rank {}", rank, code="shape")
+    require(rank is None or rank >= 3, "InstanceNormalization: input must have rank >= 3 (N, C, "
+            "D1, ...), got rank {}", rank, code="shape")
+    _check_same_types(node, (1, 2))
+
+
+@kernel("InstanceNormalization", 1, 6, dtypes=FLOATS, check=_check_instance_norm)
+@kernel("InstanceNormalization", 22, dtypes=FLOATS_BF16, check=_check_instance_norm)
+def instance_norm(xp, x, scale, b, *, epsilon, consumed_inputs=None):
+    work = _work(xp, x)
+    normed = _standardize(xp, x, tuple(range(2, x.ndim)), epsilon, work)
+    shape = _channel_shape(x)
+    y = normed * scale.astype(work).reshape(shape) + b.astype(work).reshape(shape)
+    return y.astype(x.dtype)
+
+
+# -- LpNormalization, MeanVarianceNormalization -----------------------------------------------
+
+
+def _check_lp_norm(node):
+    p = node.attributes["p"]
+    require(p in (1, 2), "LpNormalization: p must be 1 or 2, got {}", p, code="attribute")
+    _check_axis(node, node.attributes["axis"])
+
+
+@kernel("LpNormalization", 1, dtypes=FLOATS, check=_check_lp_norm)
+@kernel("LpNormalization", 22, dtypes=FLOATS_BF16, check=_check_lp_norm)
+def lp_norm(xp, x, *, axis, p):
+    xw = x.astype(_work(xp, x))
+    if p == 1:
+        norm = xp.abs(xw).sum(axis=axis, keepdims=True)
+    else:
+        norm = xp.sqrt((xw * xw).sum(axis=axis, keepdims=True))
+    zero = norm == 0
+    return xp.where(zero, 0, xw / xp.where(zero, 1, norm)).astype(x.dtype)
+
+
+def _check_mvn(node):
+    rank = _rank(node)
+    axes = node.attributes["axes"]
+    require(rank is None or all(-rank <= a < rank for a in axes),
+            "MeanVarianceNormalization: axes {} out of range for a rank-{} input", list(axes),
+            rank, code="attribute")
+
+
+@kernel("MeanVarianceNormalization", 9, dtypes=FLOATS, check=_check_mvn)
+@kernel("MeanVarianceNormalization", 13, dtypes=FLOATS_BF16, check=_check_mvn)
+def mean_variance_norm(xp, x, *, axes):
+    """The schema's function body: (X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9)."""
+    axes = tuple(a % x.ndim for a in axes)
+    xw = x.astype(_work(xp, x))
+    mean = xw.mean(axis=axes, keepdims=True)
+    variance = (xw * xw).mean(axis=axes, keepdims=True) - mean * mean
+    return ((xw - mean) / (xp.sqrt(variance) + 1e-9)).astype(x.dtype)
+
+
 # -- Softmax, LogSoftmax ----------------------------------------------------------------------
 
 
@@ -110,14 +308,12 @@ def _check_softmax(node):
 
 
 def _softmax(xp, x, axis, log):
-    dtype = x.dtype
-    if dtype == xp.float16:
-        x = x.astype(xp.float32)
+    """Each step in X's own type, as the schema's function body (ReduceMax, Sub, Exp, ReduceSum,
+    Div or Log and Sub) computes it; half types are not widened."""
     shifted = x - x.max(axis=axis, keepdims=True)
     e = xp.exp(shifted)
     total = e.sum(axis=axis, keepdims=True)
-    y = shifted - xp.log(total) if log else e / total
-    return y.astype(dtype, copy=False)
+    return shifted - xp.log(total) if log else e / total
 
 
 def _softmax_2d(xp, x, axis, log):
@@ -137,7 +333,7 @@ def softmax_2d(xp, x, *, axis):
     return _softmax_2d(xp, x, axis, log=False)
 
 
-@kernel("Softmax", 13, dtypes=FLOATS, check=_check_softmax)
+@kernel("Softmax", 13, dtypes=FLOATS_BF16, check=_check_softmax)
 def softmax(xp, x, *, axis):
     return _softmax(xp, x, axis, log=False)
 
@@ -147,7 +343,7 @@ def log_softmax_2d(xp, x, *, axis):
     return _softmax_2d(xp, x, axis, log=True)
 
 
-@kernel("LogSoftmax", 13, dtypes=FLOATS, check=_check_softmax)
+@kernel("LogSoftmax", 13, dtypes=FLOATS_BF16, check=_check_softmax)
 def log_softmax(xp, x, *, axis):
     return _softmax(xp, x, axis, log=True)
 
@@ -163,17 +359,6 @@ def _check_dropout_test_mode(node):
     is_test = node.attributes["is_test"]
     require(is_test != 0, "Dropout-{}: CPU EP computes test mode only (is_test=1, Y = X), got "
             "is_test=0 (random dropout)", node.since_version, code="attribute")
-
-
-def _check_dropout_training_input(node):
-    mode = node.inputs[2] if len(node.inputs) > 2 else None
-    if mode is None:
-        return
-    require(mode.is_constant, "Dropout: CPU EP computes inference only: training_mode must be "
-            "omitted or a constant False, got the computed value {!r}", mode.name,
-            code="attribute")
-    require(not mode.value.any(), "Dropout: CPU EP computes inference only: training_mode must "
-            "be omitted or a constant False, got True ({!r})", mode.name, code="attribute")
 
 
 def _identity(xp, data, with_mask, mask_dtype):
@@ -198,7 +383,29 @@ def dropout_10(xp, data, *, ratio, with_mask=False):
     return _identity(xp, data, with_mask, bool)
 
 
-@kernel("Dropout", 12, 13, 22, dtypes=FLOATS, check=_check_dropout_training_input,
+def _check_dropout_ratio(node):
+    ratio = node.inputs[1] if len(node.inputs) > 1 else None
+    if ratio is not None and ratio.is_constant:
+        r = float(ratio.value.reshape(-1)[0]) if ratio.value.size else None
+        require(r is not None and 0 <= r < 1, "Dropout: ratio must be in [0, 1), got {}", r,
+                code="attribute")
+
+
+@kernel("Dropout", 12, dtypes=FLOATS, host_inputs=(1, 2), check=_check_dropout_ratio,
+        bind=_wants_mask)
+@kernel("Dropout", 13, 22, dtypes=FLOATS_BF16, host_inputs=(1, 2), check=_check_dropout_ratio,
         bind=_wants_mask)
 def dropout(xp, data, ratio=None, training_mode=None, *, seed=None, with_mask=False):
-    return _identity(xp, data, with_mask, bool)
+    """Training mode keeps each element where a uniform [0, 1) draw is >= ratio and scales it by
+    1 / (1 - ratio). The spec leaves the generator open: with a seed the draws come from
+    ``xp.random.RandomState(seed).uniform`` (the same mask on every run), else unseeded."""
+    if training_mode is None or not bool(training_mode.reshape(-1)[0]):
+        return _identity(xp, data, with_mask, bool)
+    r = 0.5 if ratio is None else float(ratio.reshape(-1)[0])
+    if not 0 <= r < 1:
+        raise ValueError(f"Dropout: ratio must be in [0, 1) in training mode, got {r}")
+    rng = xp.random.RandomState(seed) if seed is not None else xp.random.RandomState()
+    mask = rng.uniform(0, 1.0, data.shape) >= r
+    y = (mask * data.astype(xp.float32 if data.dtype.itemsize < 4 else data.dtype) / (1 - r))
+    y = y.astype(data.dtype)
+    return (y, mask) if with_mask else y

@@ -1,19 +1,23 @@
-"""Reductions over axes: ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd,
-ReduceSumSquare and ReduceL2.
+"""Reductions over axes (ReduceSum, ReduceMean, ReduceMax, ReduceMin, ReduceProd,
+ReduceSumSquare, ReduceL1, ReduceL2, ReduceLogSum, ReduceLogSumExp), the index reductions
+ArgMax, ArgMin, Hardmax and TopK, and the scans CumSum and CumProd.
 
 Before ReduceSum 13 and the others' version 18, ``axes`` is an attribute (absent or empty:
 every axis); from then on it is an optional host input, and ``noop_with_empty_axes`` makes an
-absent or empty one a no-op. float16 accumulates in float32. Integer means and L2 norms
-truncate toward zero, as onnxruntime computes them.
+absent or empty one a no-op. float16 and bfloat16 accumulate in float32. Integer means and L2
+norms truncate toward zero, as onnxruntime computes them.
 """
 
 from __future__ import annotations
 
-from ep_host_cpu.registry import FLOATS, kernel
+from ep_host import require
+from ep_host_cpu.kernels.elementwise import BF16, is_float, upcast
+from ep_host_cpu.registry import FLOATS, NUMERIC, kernel
 
 TYPES = FLOATS | {"int32", "int64", "uint32", "uint64"}
 TYPES_12 = TYPES | {"int8", "uint8"}  # ReduceMax/ReduceMin 12+
 TYPES_20 = TYPES_12 | {"bool"}  # ReduceMax/ReduceMin 20+
+FLOATS_BF16 = FLOATS | BF16
 
 
 def _axes(values, rank):
@@ -38,7 +42,7 @@ def _count(shape, axes):
 
 
 def _accumulator(xp, dtype):
-    return xp.float32 if dtype == xp.float16 else dtype
+    return xp.float32 if dtype.itemsize < 4 and is_float(dtype) else dtype
 
 
 def _truncating_divide(xp, total, n):
@@ -73,14 +77,14 @@ def _extreme(xp, x, axes, keepdims, largest):
                       if keepdims or i not in axes)
         if x.dtype.kind == "b":
             fill = not largest
-        elif x.dtype.kind == "f":
+        elif is_float(x.dtype):
             fill = -xp.inf if largest else xp.inf
         else:
             info = xp.iinfo(x.dtype)
             fill = info.min if largest else info.max
         return xp.full(shape, fill, dtype=x.dtype)
     fn = xp.max if largest else xp.min
-    return fn(x, axis=axes, keepdims=bool(keepdims))
+    return fn(upcast(xp, x), axis=axes, keepdims=bool(keepdims)).astype(x.dtype, copy=False)
 
 
 def _max(xp, x, axes, keepdims):
@@ -110,6 +114,29 @@ def _l2(xp, x, axes, keepdims):
     return xp.sqrt(_sum(xp, y * y, axes, keepdims)).astype(x.dtype, copy=False)
 
 
+def _l1(xp, x, axes, keepdims):
+    return _sum(xp, xp.abs(x), axes, keepdims)
+
+
+def _log_sum(xp, x, axes, keepdims):
+    total = xp.sum(upcast(xp, x), axis=axes, keepdims=bool(keepdims))
+    return xp.log(total).astype(x.dtype, copy=False)
+
+
+def _log_sum_exp(xp, x, axes, keepdims):
+    """log(sum(exp(x - m))) + m with m the finite maximum, so that nothing overflows; an empty
+    set yields -inf."""
+    y = upcast(xp, x)
+    if _count(x.shape, axes) == 0:
+        return _log_sum(xp, xp.exp(y), axes, keepdims).astype(x.dtype, copy=False)
+    m = xp.max(y, axis=axes, keepdims=True)
+    m = xp.where(xp.isfinite(m), m, xp.zeros((), dtype=m.dtype))
+    out = xp.log(xp.sum(xp.exp(y - m), axis=axes, keepdims=True)) + m
+    if not keepdims:
+        out = xp.squeeze(out, axis=axes)
+    return out.astype(x.dtype, copy=False)
+
+
 def _reduce(xp, fn, data, axes, keepdims, noop_with_empty_axes):
     """``fn`` over the axes an ``axes`` input names; with none and ``noop_with_empty_axes``,
     over no axis at all (SumSquare still squares, L2 still takes the root of the square)."""
@@ -129,70 +156,263 @@ def reduce_sum_axes_attribute(xp, data, *, keepdims, axes=None):
     return _sum(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceSum", 13, dtypes=TYPES, host_inputs=(1,))
+@kernel("ReduceSum", 13, dtypes=TYPES | BF16, host_inputs=(1,))
 def reduce_sum(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _sum, data, axes, keepdims, noop_with_empty_axes)
 
 
-@kernel("ReduceMean", 1, 11, 13, dtypes=TYPES)
+@kernel("ReduceMean", 13, dtypes=TYPES | BF16)
+@kernel("ReduceMean", 1, 11, dtypes=TYPES)
 def reduce_mean_axes_attribute(xp, data, *, keepdims, axes=None):
     return _mean(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceMean", 18, dtypes=TYPES, host_inputs=(1,))
+@kernel("ReduceMean", 18, dtypes=TYPES | BF16, host_inputs=(1,))
 def reduce_mean(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _mean, data, axes, keepdims, noop_with_empty_axes)
 
 
-@kernel("ReduceMax", 12, 13, dtypes=TYPES_12)
+@kernel("ReduceMax", 13, dtypes=TYPES_12 | BF16)
+@kernel("ReduceMax", 12, dtypes=TYPES_12)
 @kernel("ReduceMax", 1, 11, dtypes=TYPES)
 def reduce_max_axes_attribute(xp, data, *, keepdims, axes=None):
     return _max(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceMax", 20, dtypes=TYPES_20, host_inputs=(1,))
-@kernel("ReduceMax", 18, dtypes=TYPES_12, host_inputs=(1,))
+@kernel("ReduceMax", 20, dtypes=TYPES_20 | BF16, host_inputs=(1,))
+@kernel("ReduceMax", 18, dtypes=TYPES_12 | BF16, host_inputs=(1,))
 def reduce_max(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _max, data, axes, keepdims, noop_with_empty_axes)
 
 
-@kernel("ReduceMin", 12, 13, dtypes=TYPES_12)
+@kernel("ReduceMin", 13, dtypes=TYPES_12 | BF16)
+@kernel("ReduceMin", 12, dtypes=TYPES_12)
 @kernel("ReduceMin", 1, 11, dtypes=TYPES)
 def reduce_min_axes_attribute(xp, data, *, keepdims, axes=None):
     return _min(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceMin", 20, dtypes=TYPES_20, host_inputs=(1,))
-@kernel("ReduceMin", 18, dtypes=TYPES_12, host_inputs=(1,))
+@kernel("ReduceMin", 20, dtypes=TYPES_20 | BF16, host_inputs=(1,))
+@kernel("ReduceMin", 18, dtypes=TYPES_12 | BF16, host_inputs=(1,))
 def reduce_min(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _min, data, axes, keepdims, noop_with_empty_axes)
 
 
-@kernel("ReduceProd", 1, 11, 13, dtypes=TYPES)
+@kernel("ReduceProd", 13, dtypes=TYPES | BF16)
+@kernel("ReduceProd", 1, 11, dtypes=TYPES)
 def reduce_prod_axes_attribute(xp, data, *, keepdims, axes=None):
     return _prod(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceProd", 18, dtypes=TYPES, host_inputs=(1,))
+@kernel("ReduceProd", 18, dtypes=TYPES | BF16, host_inputs=(1,))
 def reduce_prod(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _prod, data, axes, keepdims, noop_with_empty_axes)
 
 
-@kernel("ReduceSumSquare", 1, 11, 13, dtypes=TYPES)
+@kernel("ReduceSumSquare", 13, dtypes=TYPES | BF16)
+@kernel("ReduceSumSquare", 1, 11, dtypes=TYPES)
 def reduce_sum_square_axes_attribute(xp, data, *, keepdims, axes=None):
     return _sum_square(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceSumSquare", 18, dtypes=TYPES, host_inputs=(1,))
+@kernel("ReduceSumSquare", 18, dtypes=TYPES | BF16, host_inputs=(1,))
 def reduce_sum_square(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _sum_square, data, axes, keepdims, noop_with_empty_axes)
 
 
-@kernel("ReduceL2", 1, 11, 13, dtypes=TYPES)
+@kernel("ReduceL2", 13, dtypes=TYPES | BF16)
+@kernel("ReduceL2", 1, 11, dtypes=TYPES)
 def reduce_l2_axes_attribute(xp, data, *, keepdims, axes=None):
     return _l2(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceL2", 18, dtypes=TYPES, host_inputs=(1,))
+@kernel("ReduceL2", 18, dtypes=TYPES | BF16, host_inputs=(1,))
 def reduce_l2(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _l2, data, axes, keepdims, noop_with_empty_axes)
+
+
+def check_log_reduce(node):
+    x = node.inputs[0]
+    require(x.dtype is None or x.dtype.is_float, "{}-{}: CPU EP takes bfloat16/float16/float32/"
+            "float64 input, got {}: the spec leaves the rounding of an integer logarithm open; "
+            "cast to float first", node.op_type, node.since_version, x.dtype, code="dtype")
+
+
+@kernel("ReduceL1", 13, dtypes=TYPES | BF16)
+@kernel("ReduceL1", 1, 11, dtypes=TYPES)
+def reduce_l1_axes_attribute(xp, data, *, keepdims, axes=None):
+    return _l1(xp, data, _axes(axes, data.ndim), keepdims)
+
+
+@kernel("ReduceL1", 18, dtypes=TYPES | BF16, host_inputs=(1,))
+def reduce_l1(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
+    return _reduce(xp, _l1, data, axes, keepdims, noop_with_empty_axes)
+
+
+@kernel("ReduceLogSum", 13, dtypes=TYPES | BF16, check=check_log_reduce)
+@kernel("ReduceLogSum", 1, 11, dtypes=TYPES, check=check_log_reduce)
+def reduce_log_sum_axes_attribute(xp, data, *, keepdims, axes=None):
+    return _log_sum(xp, data, _axes(axes, data.ndim), keepdims)
+
+
+@kernel("ReduceLogSum", 28, dtypes=FLOATS_BF16, host_inputs=(1,))
+@kernel("ReduceLogSum", 18, dtypes=TYPES | BF16, host_inputs=(1,), check=check_log_reduce)
+def reduce_log_sum(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
+    return _reduce(xp, _log_sum, data, axes, keepdims, noop_with_empty_axes)
+
+
+@kernel("ReduceLogSumExp", 13, dtypes=TYPES | BF16, check=check_log_reduce)
+@kernel("ReduceLogSumExp", 1, 11, dtypes=TYPES, check=check_log_reduce)
+def reduce_log_sum_exp_axes_attribute(xp, data, *, keepdims, axes=None):
+    return _log_sum_exp(xp, data, _axes(axes, data.ndim), keepdims)
+
+
+@kernel("ReduceLogSumExp", 28, dtypes=FLOATS_BF16, host_inputs=(1,))
+@kernel("ReduceLogSumExp", 18, dtypes=TYPES | BF16, host_inputs=(1,), check=check_log_reduce)
+def reduce_log_sum_exp(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
+    return _reduce(xp, _log_sum_exp, data, axes, keepdims, noop_with_empty_axes)
+
+
+# ---------------------------------------------------------------------------------------------
+# Index reductions: ArgMax, ArgMin, Hardmax, TopK
+# ---------------------------------------------------------------------------------------------
+
+
+def _arg(xp, fn, x, axis, keepdims, select_last_index):
+    """The first (or last) index of the extreme along ``axis``; NaN counts as the extreme."""
+    y = upcast(xp, x)
+    if select_last_index:
+        index = y.shape[axis] - 1 - fn(xp.flip(y, axis=axis), axis=axis)
+    else:
+        index = fn(y, axis=axis)
+    if keepdims:
+        index = xp.expand_dims(index, axis)
+    return index.astype(xp.int64)
+
+
+@kernel("ArgMax", 13, dtypes=NUMERIC | BF16)
+@kernel("ArgMax", 12, dtypes=NUMERIC)
+def arg_max(xp, data, *, axis, keepdims, select_last_index):
+    return _arg(xp, xp.argmax, data, axis, keepdims, select_last_index)
+
+
+@kernel("ArgMax", 1, 11, dtypes=NUMERIC)
+def arg_max_first(xp, data, *, axis, keepdims):
+    return _arg(xp, xp.argmax, data, axis, keepdims, False)
+
+
+@kernel("ArgMin", 13, dtypes=NUMERIC | BF16)
+@kernel("ArgMin", 12, dtypes=NUMERIC)
+def arg_min(xp, data, *, axis, keepdims, select_last_index):
+    return _arg(xp, xp.argmin, data, axis, keepdims, select_last_index)
+
+
+@kernel("ArgMin", 1, 11, dtypes=NUMERIC)
+def arg_min_first(xp, data, *, axis, keepdims):
+    return _arg(xp, xp.argmin, data, axis, keepdims, False)
+
+
+def _one_hot_max(xp, x, axis):
+    """1 at the first maximum along ``axis``, 0 elsewhere."""
+    if x.size == 0:
+        return xp.zeros(x.shape, dtype=x.dtype)
+    first = xp.argmax(upcast(xp, x), axis=axis)
+    positions = xp.arange(x.shape[axis]).reshape((-1,) + (1,) * (x.ndim - 1 - axis))
+    return (positions == xp.expand_dims(first, axis)).astype(x.dtype)
+
+
+@kernel("Hardmax", 13, dtypes=FLOATS_BF16)
+def hardmax(xp, x, *, axis):
+    return _one_hot_max(xp, x, axis % x.ndim)
+
+
+@kernel("Hardmax", 1, 11, dtypes=FLOATS)
+def hardmax_2d(xp, x, *, axis):
+    """Versions before 13 flatten the input to 2-D at ``axis`` and take the maximum over each
+    row of the trailing dimensions."""
+    if x.size == 0:
+        return xp.zeros(x.shape, dtype=x.dtype)
+    axis %= x.ndim
+    rows = 1
+    for d in x.shape[:axis]:
+        rows *= d
+    return _one_hot_max(xp, x.reshape(rows, -1), 1).reshape(x.shape)
+
+
+def _top_one_int(xp, x, k, axis, largest):
+    """The ``k`` largest (smallest) values along ``axis`` in order, ties by lower index; NaN
+    counts as the largest value."""
+    axis %= x.ndim
+    n = x.shape[axis]
+    if not 0 <= k <= n:
+        raise ValueError(f"K={k} is outside [0, {n}] for axis {axis} of shape {x.shape}")
+    keys = upcast(xp, x)
+    if largest:  # a stable ascending sort of the reversed axis, read backwards
+        order = xp.flip(xp.argsort(xp.flip(keys, axis=axis), axis=axis, kind="stable"), axis=axis)
+        order = n - 1 - order
+    else:
+        order = xp.argsort(keys, axis=axis, kind="stable")
+    index = xp.take(order, xp.arange(k), axis=axis)
+    return xp.take_along_axis(x, index, axis=axis), index.astype(xp.int64)
+
+
+def _one_int(values):
+    ints = [int(v) for v in values.reshape(-1).tolist()]
+    if len(ints) != 1:
+        raise ValueError(f"expected one value (K, axis), got {ints}")
+    return ints[0]
+
+
+@kernel("TopK", 24, dtypes=NUMERIC | BF16, host_inputs=(1,))
+@kernel("TopK", 11, dtypes=NUMERIC, host_inputs=(1,))
+def top_one_int(xp, x, k, *, axis, largest, sorted):
+    """``sorted=0`` leaves the order unspecified; the values come sorted all the same."""
+    return _top_one_int(xp, x, _one_int(k), axis, largest)
+
+
+@kernel("TopK", 10, dtypes=FLOATS, host_inputs=(1,))
+def top_k_10(xp, x, k, *, axis):
+    return _top_one_int(xp, x, _one_int(k), axis, True)
+
+
+@kernel("TopK", 1, dtypes=FLOATS)
+def top_k_1(xp, x, *, axis, k):
+    return _top_one_int(xp, x, k, axis, True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Scans: CumSum, CumProd
+# ---------------------------------------------------------------------------------------------
+
+SCAN_TYPES = frozenset({"float32", "float64", "int32", "int64", "uint32", "uint64"})
+
+
+def _scan(xp, fn, x, axis, exclusive, reverse, identity):
+    """Running ``fn`` along ``axis``: ``exclusive`` shifts in ``identity`` and drops the last
+    element, ``reverse`` runs from the end. Narrow floats run in float32; integers wrap."""
+    axis = _one_int(axis)
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis {axis} is out of range for rank {x.ndim}")
+    axis %= x.ndim
+    y = upcast(xp, x)
+    if reverse:
+        y = xp.flip(y, axis=axis)
+    out = fn(y, axis=axis, dtype=y.dtype)
+    if exclusive and x.shape[axis]:
+        head = xp.full(x.shape[:axis] + (1,) + x.shape[axis + 1:], identity, dtype=y.dtype)
+        body = xp.take(out, xp.arange(x.shape[axis] - 1), axis=axis)
+        out = xp.concatenate([head, body], axis=axis)
+    if reverse:
+        out = xp.flip(out, axis=axis)
+    return out.astype(x.dtype, copy=False)
+
+
+@kernel("CumSum", 14, dtypes=SCAN_TYPES | {"float16", "bfloat16"}, host_inputs=(1,))
+@kernel("CumSum", 11, dtypes=SCAN_TYPES, host_inputs=(1,))
+def cum_sum(xp, x, axis, *, exclusive, reverse):
+    return _scan(xp, xp.cumsum, x, axis, exclusive, reverse, 0)
+
+
+@kernel("CumProd", 26, dtypes=SCAN_TYPES | {"float16", "bfloat16"}, host_inputs=(1,))
+def cum_prod(xp, x, axis, *, exclusive, reverse):
+    return _scan(xp, xp.cumprod, x, axis, exclusive, reverse, 1)

@@ -1,5 +1,8 @@
 """Shape and data-movement ops: Reshape, Transpose, Shape, Size, Gather, GatherND, Slice, Split,
-Concat, Squeeze, Unsqueeze, Expand, Flatten, Cast, ConstantOfShape, Range and Constant.
+Concat, Squeeze, Unsqueeze, Expand, Flatten, Cast, CastLike, ConstantOfShape, Range and Constant;
+the indexing ops Pad, GatherElements, ScatterElements, Scatter, ScatterND, TensorScatter, Tile,
+OneHot, Compress, NonZero, Unique, ReverseSequence, EyeLike, Trilu and BitCast. Data movement
+carries every element type, ml_dtypes' (bfloat16, float8, 4- and 2-bit) included.
 
 Shape-like inputs (a Reshape's shape, Slice's starts, axes...) are host inputs, read with plain
 Python. Reshape, Squeeze, Unsqueeze, Flatten, Transpose, Slice and Split return views of their
@@ -9,13 +12,17 @@ input, never writing into it.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
 from ep_host import deny, dtype, require
-from ep_host_cpu.registry import ALL, ALL_WITH_STRING, FLOATS, kernel
+from ep_host_cpu.registry import ALL, ALL_WITH_STRING, FLOATS, INTS, NUMERIC, kernel
 
-MOVABLE = ALL_WITH_STRING | {"complex64", "complex128"}  # what data movement copies exactly
+# types numpy lacks, stored as ml_dtypes arrays (2- and 4-bit ones one element per byte)
+EXOTIC = frozenset({"bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
+                    "float8e8m0", "float4e2m1", "int4", "uint4", "int2", "uint2"})
+MOVABLE = ALL_WITH_STRING | {"complex64", "complex128"} | EXOTIC  # what data movement copies
 RANGE_11 = frozenset({"float32", "float64", "int16", "int32", "int64"})
 
 
@@ -307,8 +314,26 @@ def expand(xp, data, shape):
 
 
 # ---------------------------------------------------------------------------------------------
-# Cast
+# Cast and CastLike
 # ---------------------------------------------------------------------------------------------
+
+FLOAT8 = frozenset({"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz"})
+CAST_9 = ALL_WITH_STRING
+CAST_13 = CAST_9 | {"bfloat16"}
+CAST_19 = CAST_13 | FLOAT8
+CAST_21 = CAST_19 | {"int4", "uint4"}
+CAST_23 = CAST_21 | {"float4e2m1"}
+CAST_24 = CAST_23 | {"float8e8m0"}
+CAST_25 = CAST_24 | {"int2", "uint2"}
+# the types each Cast (1..28) and CastLike (15..25) version computes; not Cast 28's float6 types
+CAST_TYPES = {1: ALL, 6: ALL, 9: CAST_9, 13: CAST_13, 15: CAST_13, 19: CAST_19, 21: CAST_21,
+              23: CAST_23, 24: CAST_24, 25: CAST_25, 28: CAST_25}
+FLOAT8_MAX = {"float8e4m3fn": 448.0, "float8e4m3fnuz": 240.0, "float8e5m2": 57344.0,
+              "float8e5m2fnuz": 57344.0}
+NARROW_FLOATS = FLOAT8 | {"bfloat16", "float4e2m1", "float8e8m0"}
+ML_FLOAT_NAMES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+                            "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn"})
+SPECIAL_STRINGS = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
 def _cast_target(to):
@@ -319,25 +344,204 @@ def _cast_target(to):
         return None
 
 
+def _check_target(node, op, target, what):
+    types = CAST_TYPES[node.since_version]
+    require(target is not None and target.name in types and target.numpy is not None,
+            "{}-{}: CPU EP casts to {}; got {} ({})", op, node.since_version,
+            "/".join(sorted(types)), what, "unknown" if target is None else target.name,
+            code="dtype")
+    if target.name == "float8e8m0":
+        mode = node.attributes["round_mode"]
+        require(mode in ("up", "down", "nearest"), "{}: round_mode must be up, down or nearest, "
+                "got {!r}", op, mode, code="attribute")
+
+
 def check_cast(node):
-    target = _cast_target(node.attributes.get("to"))
-    require(target is not None and target.name in ALL,
-            "Cast: CPU EP casts to {}; got to={!r} ({}): string, bfloat16, float8 and 4-bit "
-            "targets are not computed", "/".join(sorted(ALL)), node.attributes.get("to"),
-            "unknown" if target is None else target.name, code="dtype")
+    to = node.attributes.get("to")
+    _check_target(node, "Cast", _cast_target(to), f"to={to!r}")
 
 
 def _cast_bind(node):
-    return {"numpy_dtype": _cast_target(node.attributes["to"]).numpy}
+    return {"target": _cast_target(node.attributes["to"])}
 
 
-@kernel("Cast", 1, 6, 9, 13, 19, 21, 23, 24, 25, 28, dtypes=ALL, check=check_cast,
-        bind=_cast_bind)
-def cast(xp, x, *, to, numpy_dtype=None):
-    """Floats truncate toward zero into integers (out of range: undefined, as the spec says);
-    integers wrap; NaN and every non-zero value become True. ``saturate`` and ``round_mode``
-    concern only float8 targets, which this kernel declines."""
-    return x.astype(numpy_dtype, copy=False)
+def _to_odd(xp, rounded, inexact, away, bits):
+    """Round-to-odd from a round-to-nearest result: step back toward zero where rounding went
+    away from it, then set the last bit of every inexact value. Rounding the result once more
+    to a format at least two bits narrower equals rounding the exact value there directly."""
+    zero = xp.zeros((), dtype=rounded.dtype)
+    toward = xp.where(inexact & away, xp.nextafter(rounded, zero), rounded)
+    return (toward.view(bits) | inexact.astype(bits)).view(rounded.dtype)
+
+
+def _to_float8(xp, f, target, saturate, fnuz_inf_nan):
+    """Saturating: out-of-range values and +-inf clip to +-max (+-inf to NaN in the FNUZ types
+    before Cast 24); otherwise ml_dtypes overflows to NaN (E5M2: to +-inf)."""
+    if saturate:
+        top = FLOAT8_MAX[target.name]
+        y = xp.clip(f, -top, top)
+        if fnuz_inf_nan and target.name.endswith("fnuz"):
+            y = xp.where(xp.isinf(f), xp.float32(math.nan), y)
+        f = y
+    return f.astype(target.numpy)
+
+
+def _to_e8m0(xp, f, target, saturate, round_mode):
+    """2 ** (code - 127) for codes 0..254, 255 is NaN. Rounds |x| by ``round_mode``; a zero,
+    infinite or out-of-range x saturates to the nearest end, or is NaN without ``saturate``."""
+    mantissa, exponent = xp.frexp(xp.abs(f).astype(xp.float64))  # |x| = m * 2 ** e, m in [.5, 1)
+    code = exponent.astype(xp.int64) + 126
+    if round_mode == "up":
+        code = code + (mantissa != 0.5)
+        code = xp.where(code < 0, 0, code)  # rounds up to the smallest value, 2 ** -127
+    elif round_mode == "nearest":
+        code = code + (mantissa >= 0.75)
+    finite = xp.isfinite(f)
+    low, high = (0, 254) if saturate else (255, 255)
+    code = xp.where(code < 0, low, xp.where(code > 254, high, code))
+    code = xp.where(f == 0, low, code)
+    code = xp.where(finite, code, xp.where(xp.isnan(f), 255, high))
+    return code.astype(xp.uint8).view(target.numpy)
+
+
+def _format_number(v, kind):
+    if kind == "b":
+        return "1" if v else "0"
+    if kind in "iu":
+        return str(int(v))
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "INF" if v > 0 else "-INF"
+    return f"{v:.8g}"
+
+
+def _to_strings(xp, x):
+    """Numbers as text: integers in decimal, floats as %.8g ("314.15926"), +-inf as "INF" and
+    "-INF", NaN as "NaN", bool as "1"/"0"."""
+    if x.dtype.kind in "OUS":
+        return x.astype(object)
+    kind = x.dtype.kind
+    if kind == "V":  # ml_dtypes: floats read as float32, 2- and 4-bit integers as int8
+        kind = "f" if x.dtype.name in ML_FLOAT_NAMES else "i"
+        x = x.astype(xp.float32 if kind == "f" else xp.int8)
+    text = [_format_number(v, kind) for v in x.reshape(-1).tolist()]
+    return xp.array(text, dtype=object).reshape(x.shape)
+
+
+def _parse_float(s):
+    """A decimal string as (nearest float64, inexact, rounded away from zero)."""
+    word = s.strip().lower()
+    if word in SPECIAL_STRINGS:
+        return SPECIAL_STRINGS[word], False, False
+    value = float(s)
+    try:
+        exact = Fraction(s.strip())
+    except ValueError:
+        return value, False, False
+    if math.isinf(value):
+        return value, True, True
+    return value, Fraction(value) != exact, abs(Fraction(value)) > abs(exact)
+
+
+def _parse_int(s):
+    try:
+        return int(s)
+    except ValueError:
+        value = float(s)  # "2.7" -> 2: the spec leaves this undefined
+        return int(value) if math.isfinite(value) else 0
+
+
+def _from_strings(xp, x, target):
+    """Strings as bool, float64 (to a narrower float: rounded to odd, so that the decimal value
+    rounds once) or int64/uint64 (wrapping); "2.7" to an integer (undefined) truncates."""
+    words = [s.decode() if isinstance(s, bytes) else str(s) for s in x.reshape(-1).tolist()]
+    if target.name == "bool":
+        return xp.array([_parse_float(s)[0] != 0 for s in words]).reshape(x.shape)
+    if target.is_float:
+        parsed = [_parse_float(s) for s in words]
+        values = xp.array([p[0] for p in parsed], dtype=xp.float64).reshape(x.shape)
+        if target.name == "float64":
+            return values
+        inexact = xp.array([p[1] for p in parsed], dtype=bool).reshape(x.shape)
+        away = xp.array([p[2] for p in parsed], dtype=bool).reshape(x.shape)
+        return _to_odd(xp, values, inexact, away, xp.uint64)
+    values = [_parse_int(s) % (1 << 64) for s in words]
+    if target.name == "uint64":
+        return xp.array(values, dtype=xp.uint64).reshape(x.shape)
+    signed = [v - (1 << 64) if v >= 1 << 63 else v for v in values]
+    return xp.array(signed, dtype=xp.int64).reshape(x.shape)
+
+
+def cast_to(xp, x, target, *, saturate=1, round_mode="up", fnuz_inf_nan=False):
+    """``x`` as ``target`` (a DType) by the rules of the Cast specification."""
+    name = target.name
+    if name == "string":
+        return _to_strings(xp, x)
+    if x.dtype.kind in "OUS":
+        x = _from_strings(xp, x, target)
+    if x.dtype.kind == "V":  # ml_dtypes: exactly as float32, or (2-, 4-bit integers) as int8
+        x = x.astype(xp.float32 if x.dtype.name in ML_FLOAT_NAMES else xp.int8)
+    if name not in NARROW_FLOATS:
+        return x.astype(target.numpy, copy=False)
+    if x.dtype == xp.float16 or x.dtype.kind == "b":
+        x = x.astype(xp.float32)  # exact; ml_dtypes rounds float32, float64 and integers once
+    if name in ("bfloat16", "float4e2m1"):
+        return x.astype(target.numpy)  # to nearest even; float4e2m1 saturates to +-6
+    if x.dtype.kind in "iu":
+        x = x.astype(xp.float64)  # exact below 2 ** 53; anything larger saturates anyway
+    if name in FLOAT8:
+        return _to_float8(xp, x, target, saturate, fnuz_inf_nan)
+    return _to_e8m0(xp, x, target, saturate, round_mode)
+
+
+@kernel("Cast", 25, 28, dtypes=CAST_25, check=check_cast, bind=_cast_bind)
+@kernel("Cast", 24, dtypes=CAST_24, check=check_cast, bind=_cast_bind)
+def cast(xp, x, *, to, saturate=1, round_mode="up", target=None):
+    """Floats truncate toward zero into integers (out of range or NaN: undefined, as the spec
+    says); integers wrap; NaN and every non-zero value become True. Float 8 targets follow the
+    spec's saturate tables; float4e2m1 saturates to +-6."""
+    return cast_to(xp, x, target, saturate=saturate, round_mode=round_mode,
+                   fnuz_inf_nan=False)
+
+
+@kernel("Cast", 19, dtypes=CAST_19, check=check_cast, bind=_cast_bind)
+@kernel("Cast", 21, dtypes=CAST_21, check=check_cast, bind=_cast_bind)
+@kernel("Cast", 23, dtypes=CAST_23, check=check_cast, bind=_cast_bind)
+def cast_19(xp, x, *, to, saturate=1, target=None):
+    """As Cast 24, except that a saturating cast maps +-inf to NaN in the FNUZ float 8 types."""
+    return cast_to(xp, x, target, saturate=saturate, fnuz_inf_nan=True)
+
+
+@kernel("Cast", 9, dtypes=CAST_9, check=check_cast, bind=_cast_bind)
+@kernel("Cast", 13, dtypes=CAST_13, check=check_cast, bind=_cast_bind)
+@kernel("Cast", 1, 6, dtypes=ALL, check=check_cast, bind=_cast_bind)
+def cast_9(xp, x, *, to, target=None):
+    return cast_to(xp, x, target)
+
+
+def check_cast_like(node):
+    like = node.inputs[1]
+    if like is not None and like.dtype is not None:
+        _check_target(node, "CastLike", like.dtype, f"target_type {like.name!r}")
+
+
+@kernel("CastLike", 25, dtypes=CAST_25, check=check_cast_like)
+@kernel("CastLike", 24, dtypes=CAST_24, check=check_cast_like)
+def cast_like(xp, x, like, *, saturate, round_mode):
+    return cast_to(xp, x, dtype(like.dtype), saturate=saturate, round_mode=round_mode)
+
+
+@kernel("CastLike", 23, dtypes=CAST_23, check=check_cast_like)
+@kernel("CastLike", 21, dtypes=CAST_21, check=check_cast_like)
+@kernel("CastLike", 19, dtypes=CAST_19, check=check_cast_like)
+def cast_like_19(xp, x, like, *, saturate):
+    return cast_to(xp, x, dtype(like.dtype), saturate=saturate, fnuz_inf_nan=True)
+
+
+@kernel("CastLike", 15, dtypes=CAST_13, check=check_cast_like)
+def cast_like_15(xp, x, like):
+    return cast_to(xp, x, dtype(like.dtype))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -348,8 +552,8 @@ def cast(xp, x, *, to, numpy_dtype=None):
 def check_constant_of_shape(node):
     value = node.attributes.get("value")
     if value is not None:
-        require(_element_type(value) in ALL, "ConstantOfShape: CPU EP makes {} values, got {}",
-                "/".join(sorted(ALL)), _element_type(value), code="dtype")
+        require(_element_type(value) in ALL | EXOTIC, "ConstantOfShape: CPU EP makes {} values, "
+                "got {}", "/".join(sorted(ALL | EXOTIC)), _element_type(value), code="dtype")
         require(value.size == 1, "ConstantOfShape: 'value' must hold one element, got {}",
                 value.size, code="attribute")
 
@@ -365,23 +569,26 @@ def constant_of_shape(xp, shape, *, value=None):
 
 def check_range(node):
     x = node.inputs[0]
-    if x is not None and x.dtype is not None and x.dtype.name == "float16":
+    if x is not None and x.dtype is not None and x.dtype.name in ("float16", "bfloat16"):
         stash = node.attributes.get("stash_type")
-        require(stash == 1, "Range: CPU EP computes float16 ranges in float32 (stash_type=1), "
-                "got stash_type={}", stash, code="attribute")
+        require(stash == 1, "Range: CPU EP computes {} ranges in float32 (stash_type=1), "
+                "got stash_type={}", x.dtype.name, stash, code="attribute")
 
 
-@kernel("Range", 27, dtypes=RANGE_11 | {"float16"}, host_inputs=(0, 1, 2), check=check_range)
+@kernel("Range", 27, dtypes=RANGE_11 | {"float16", "bfloat16"}, host_inputs=(0, 1, 2),
+        check=check_range)
 @kernel("Range", 11, dtypes=RANGE_11, host_inputs=(0, 1, 2))
 def range_(xp, start, limit, delta, *, stash_type=1):
-    """``start + i * delta`` computed in the inputs' type (float16: in float32), as the spec's
-    pseudocode says; onnxruntime accumulates ``delta`` instead, which drifts for floats."""
+    """``start + i * delta`` computed in the inputs' type (16-bit floats: in float32), as the spec's
+    pseudocode says; onnxruntime accumulates ``delta`` instead, which drifts for floats.
+    One-element 1-D inputs count as scalars (AffineGrid's function body passes those)."""
+    start, limit, delta = (v.reshape(()) for v in (start, limit, delta))
     out_type = start.dtype
     if out_type.kind in "iu":
         s, d = int(start), int(delta)
         n = max(-((s - int(limit)) // d), 0)  # ceil((limit - start) / delta), exactly
         return (xp.arange(n, dtype=xp.int64) * d + s).astype(out_type)
-    work = xp.float32 if out_type == xp.float16 else out_type
+    work = xp.float32 if out_type.itemsize == 2 and out_type.kind not in "iu" else out_type
     s, lim, d = (float(v.astype(work)) for v in (start, limit, delta))
     n = max(math.ceil((lim - s) / d), 0)
     return (xp.arange(n, dtype=work) * d + s).astype(out_type, copy=False)
@@ -417,3 +624,399 @@ def check_constant(node):
         bind=lambda node: {"array": _constant_value(node)}, flops=no_work, bytes=no_work)
 def constant(xp, *, array=None):
     return xp.asarray(array)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pad
+# ---------------------------------------------------------------------------------------------
+
+
+def _zero(xp, dtype_):
+    """The fill for "zero" of an element type: 0, False, or the empty string."""
+    if dtype_.kind == "O":
+        return xp.asarray("", dtype=object)
+    return xp.zeros((), dtype=dtype_)
+
+
+def _pad_source(xp, dim, before, after, mode):
+    """For each output position along one axis, the input position it copies, and in constant
+    mode whether that position lies inside the input."""
+    j = xp.arange(-before, dim + after)
+    if mode == "constant":
+        return xp.clip(j, 0, dim - 1), (j >= 0) & (j < dim)
+    if dim == 0:
+        raise ValueError(f"{mode} padding cannot extend an empty axis")
+    if mode == "edge":
+        return xp.clip(j, 0, dim - 1), None
+    if mode == "wrap":
+        return j % dim, None
+    period = max(2 * (dim - 1), 1)  # reflect: mirrored on the first and last values
+    r = j % period
+    return xp.where(r < dim, r, period - r), None
+
+
+def _pad(xp, data, pads, value, mode, axes=None):
+    rank = data.ndim
+    axes = list(range(rank)) if axes is None else [_axis(a, rank) for a in _ints(axes)]
+    pads = _ints(pads)
+    if len(pads) != 2 * len(axes) or len(set(axes)) != len(axes):
+        raise ValueError(f"pads {pads} do not give a begin and an end for each of axes {axes}")
+    edges = {a: (pads[i], pads[i + len(axes)]) for i, a in enumerate(axes)}
+    crop = [slice(None)] * rank  # negative pads crop first; the rest pads what is left
+    for a, (before, after) in edges.items():
+        keep = data.shape[a] - max(-before, 0) - max(-after, 0)
+        if keep < 0:
+            raise ValueError(f"pads {pads} crop more than the input shape {data.shape} holds")
+        crop[a] = slice(max(-before, 0), max(-before, 0) + keep)
+        edges[a] = (max(before, 0), max(after, 0))
+    data = data[tuple(crop)]
+    shape = tuple(d + sum(edges.get(a, (0, 0))) for a, d in enumerate(data.shape))
+    fill = _zero(xp, data.dtype) if value is None else xp.asarray(value, dtype=data.dtype)
+    fill = fill.reshape(())
+    if mode == "constant" and data.size == 0:
+        return xp.full(shape, fill, dtype=data.dtype)
+    out, inside = data, None
+    for axis, (before, after) in edges.items():
+        if before == 0 and after == 0:
+            continue
+        index, valid = _pad_source(xp, data.shape[axis], before, after, mode)
+        out = xp.take(out, index, axis=axis)
+        if valid is not None:
+            valid = valid.reshape((1,) * axis + (-1,) + (1,) * (rank - axis - 1))
+            inside = valid if inside is None else inside & valid
+    if inside is not None:
+        out = xp.where(inside, out, fill)
+    return out if out is not data else data.copy()
+
+
+def _check_pad(*modes):
+    def check(node):
+        mode = node.attributes.get("mode", "constant")
+        require(mode in modes, "Pad: version {} pads in {} mode, got mode={!r}",
+                node.since_version, "/".join(modes), mode, code="attribute")
+    return check
+
+
+@kernel("Pad", 19, 21, 23, 24, 25, dtypes=MOVABLE, host_inputs=(1, 3),
+        check=_check_pad("constant", "reflect", "edge", "wrap"))
+@kernel("Pad", 18, dtypes=MOVABLE, host_inputs=(1, 3),
+        check=_check_pad("constant", "reflect", "edge"))
+def pad(xp, data, pads, constant_value=None, axes=None, *, mode):
+    return _pad(xp, data, pads, constant_value, mode, axes)
+
+
+@kernel("Pad", 11, 13, dtypes=MOVABLE, host_inputs=(1,),
+        check=_check_pad("constant", "reflect", "edge"))
+def pad_11(xp, data, pads, constant_value=None, *, mode):
+    return _pad(xp, data, pads, constant_value, mode)
+
+
+@kernel("Pad", 2, dtypes=FLOATS, check=_check_pad("constant", "reflect", "edge"))
+def pad_2(xp, data, *, pads, mode, value):
+    return _pad(xp, data, pads, value, mode)
+
+
+@kernel("Pad", 1, dtypes=FLOATS, check=_check_pad("constant", "reflect", "edge"))
+def pad_1(xp, data, *, paddings, mode, value):
+    return _pad(xp, data, paddings, value, mode)
+
+
+# ---------------------------------------------------------------------------------------------
+# Element indexing: GatherElements, ScatterElements, Scatter, ScatterND, TensorScatter
+# ---------------------------------------------------------------------------------------------
+
+
+def _in_range(xp, indices, dim):
+    """``indices`` with negative values counted from the end; raises outside ``[-dim, dim)``."""
+    idx = indices.astype(xp.int64, copy=False)
+    if idx.size and (int(idx.min()) < -dim or int(idx.max()) >= dim):
+        raise IndexError(f"an index lies outside [-{dim}, {dim - 1}]")
+    return xp.where(idx < 0, idx + dim, idx)
+
+
+def _element_index(xp, indices, data, axis):
+    """The index tuple that pairs each entry of ``indices`` (along ``axis``) with its own
+    position along every other axis."""
+    rank = indices.ndim
+    if rank != data.ndim:
+        raise ValueError(f"indices of rank {rank} for data of rank {data.ndim}")
+    index = []
+    for d, n in enumerate(indices.shape):
+        if d == axis:
+            index.append(_in_range(xp, indices, data.shape[axis]))
+        elif n > data.shape[d]:
+            raise IndexError(f"indices dim {d} ({n}) exceeds the data's ({data.shape[d]})")
+        else:
+            index.append(xp.arange(n).reshape((1,) * d + (n,) + (1,) * (rank - d - 1)))
+    return tuple(index)
+
+
+@kernel("GatherElements", 11, 13, dtypes=MOVABLE)
+def gather_elements(xp, data, indices, *, axis):
+    return data[_element_index(xp, indices, data, _axis(axis, data.ndim))]
+
+
+REDUCIBLE = FLOATS | INTS
+
+
+def _scatter(xp, out, index, updates, reduction):
+    if reduction == "none":
+        out[index] = updates  # duplicates: undefined in the spec
+    else:
+        ufunc = {"add": xp.add, "mul": xp.multiply, "max": xp.maximum, "min": xp.minimum}
+        ufunc[reduction].at(out, index, updates)  # in index order, duplicates accumulate
+    return out
+
+
+def _check_scatter(*reductions):
+    def check(node):
+        reduction = node.attributes.get("reduction", "none")
+        require(reduction in reductions, "{}: version {} reduces by {}, got reduction={!r}",
+                node.op_type, node.since_version, "/".join(reductions), reduction,
+                code="attribute")
+        data = node.inputs[0].dtype
+        require(reduction == "none" or data is None or data.name in REDUCIBLE,
+                "{}: CPU EP reduces {} data, got {} with reduction={!r}", node.op_type,
+                "/".join(sorted(REDUCIBLE)), data, reduction, code="dtype")
+    return check
+
+
+@kernel("ScatterElements", 18, dtypes=MOVABLE,
+        check=_check_scatter("none", "add", "mul", "max", "min"))
+@kernel("ScatterElements", 16, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul"))
+def scatter_elements(xp, data, indices, updates, *, axis, reduction):
+    index = _element_index(xp, indices, data, _axis(axis, data.ndim))
+    return _scatter(xp, data.copy(), index, updates, reduction)
+
+
+@kernel("ScatterElements", 11, 13, dtypes=MOVABLE)
+@kernel("Scatter", 9, 11, dtypes=MOVABLE)
+def scatter_elements_11(xp, data, indices, updates, *, axis):
+    index = _element_index(xp, indices, data, _axis(axis, data.ndim))
+    return _scatter(xp, data.copy(), index, updates, "none")
+
+
+def _scatter_nd(xp, data, indices, updates, reduction):
+    k = indices.shape[-1]
+    if not 1 <= k <= data.ndim:
+        raise ValueError(f"indices of shape {indices.shape} cannot index data of rank {data.ndim}")
+    rows = _product(indices.shape[:-1])
+    flat = indices.reshape(rows, k)
+    index = tuple(_in_range(xp, flat[:, j], data.shape[j]) for j in range(k))
+    values = updates.reshape((rows,) + tuple(data.shape[k:]))
+    return _scatter(xp, data.copy(), index, values, reduction)
+
+
+@kernel("ScatterND", 18, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul", "max", "min"))
+@kernel("ScatterND", 16, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul"))
+def scatter_nd(xp, data, indices, updates, *, reduction):
+    return _scatter_nd(xp, data, indices, updates, reduction)
+
+
+@kernel("ScatterND", 11, 13, dtypes=MOVABLE)
+def scatter_nd_11(xp, data, indices, updates):
+    return _scatter_nd(xp, data, indices, updates, "none")
+
+
+def check_tensor_scatter(node):
+    mode = node.attributes.get("mode")
+    require(mode in ("linear", "circular"), "TensorScatter: mode is linear or circular, got {!r}",
+            mode, code="attribute")
+
+
+@kernel("TensorScatter", 24, dtypes=MOVABLE, check=check_tensor_scatter)
+def tensor_scatter(xp, past_cache, update, write_indices=None, *, mode, axis):
+    axis = _axis(axis, past_cache.ndim)
+    if axis == 0:
+        raise ValueError("TensorScatter's sequence axis cannot be the batch axis 0")
+    batch, size, steps = past_cache.shape[0], past_cache.shape[axis], update.shape[axis]
+    start = (xp.zeros(batch, dtype=xp.int64) if write_indices is None
+             else write_indices.astype(xp.int64).reshape(batch))
+    at = start.reshape(batch, 1) + xp.arange(steps).reshape(1, steps)
+    if mode == "circular":
+        at = at % size
+    elif at.size and (int(at.min()) < 0 or int(at.max()) >= size):
+        raise IndexError(f"linear TensorScatter writes past the cache length {size}")
+    out = past_cache.copy()
+    view = xp.moveaxis(out, axis, 1)  # a view: writing it writes out
+    view[xp.arange(batch).reshape(batch, 1), at] = xp.moveaxis(update, axis, 1)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Tile, OneHot, Compress, NonZero, Unique, ReverseSequence, EyeLike, Trilu, BitCast
+# ---------------------------------------------------------------------------------------------
+
+
+@kernel("Tile", 6, 13, dtypes=MOVABLE, host_inputs=(1,))
+def tile(xp, x, repeats):
+    reps = _ints(repeats)
+    if len(reps) != x.ndim or min(reps, default=0) < 0:
+        raise ValueError(f"repeats {reps} must give a count >= 0 for each of {x.ndim} axes")
+    return xp.tile(x, tuple(reps))
+
+
+@kernel("Tile", 1, dtypes=FLOATS, host_inputs=(1, 2))
+def tile_1(xp, x, tiles, axis):
+    reps = [1] * x.ndim
+    reps[_axis(_ints(axis)[0], x.ndim)] = _ints(tiles)[0]
+    return xp.tile(x, tuple(reps))
+
+
+def _one_hot(xp, indices, depth, values, axis, wrap):
+    n = int(depth.reshape(-1)[0])
+    if n < 1:
+        raise ValueError(f"depth must be positive, got {n}")
+    idx = indices.astype(xp.int64)  # floats truncate toward zero
+    if wrap:
+        idx = xp.where(idx < 0, idx + n, idx)
+    rank = idx.ndim + 1
+    axis = _axis(axis, rank)
+    classes = xp.arange(n).reshape((1,) * axis + (n,) + (1,) * (rank - axis - 1))
+    flat = values.reshape(-1)
+    off, on = flat[0:1].reshape(()), flat[1:2].reshape(())
+    return xp.where(xp.expand_dims(idx, axis) == classes, on, off)
+
+
+@kernel("OneHot", 11, 28, dtypes=NUMERIC, host_inputs=(1,))
+def one_hot(xp, indices, depth, values, *, axis):
+    return _one_hot(xp, indices, depth, values, axis, wrap=True)
+
+
+@kernel("OneHot", 9, dtypes=NUMERIC, host_inputs=(1,))
+def one_hot_9(xp, indices, depth, values, *, axis):
+    return _one_hot(xp, indices, depth, values, axis, wrap=False)
+
+
+@kernel("Compress", 9, 11, 28, dtypes=MOVABLE)
+def compress(xp, x, condition, *, axis=None):
+    keep = xp.nonzero(condition.reshape(-1))[0]
+    if axis is None:
+        x, axis = x.reshape(-1), 0
+    axis = _axis(axis, x.ndim)
+    if keep.size and int(keep[-1]) >= x.shape[axis]:
+        raise IndexError(f"condition selects entry {int(keep[-1])} of an axis of {x.shape[axis]}")
+    return xp.take(x, keep, axis=axis)
+
+
+def check_non_zero(node):
+    x = node.inputs[0]
+    require(x.rank != 0, "NonZero: CPU EP takes inputs of rank >= 1, got a scalar (the spec "
+            "gives no index layout for rank 0)", code="shape")
+
+
+@kernel("NonZero", 9, 13, dtypes=MOVABLE, check=check_non_zero)
+def non_zero(xp, x):
+    if x.ndim == 0:
+        raise ValueError("NonZero of a scalar has no index layout")
+    return xp.stack(xp.nonzero(x)).astype(xp.int64).reshape(x.ndim, -1)
+
+
+def _exactly_wider(x):
+    """``x`` as a numpy-native type that holds its values exactly (float8, bfloat16, float4 as
+    float32; 2- and 4-bit ints as int8), for functions that need native types."""
+    if x.dtype.type.__module__.startswith("ml_dtypes"):
+        return x.astype("float32" if dtype(x.dtype).is_float else "int8")
+    return x
+
+
+def check_unique(node):
+    x = node.inputs[0]
+    require(node.attributes.get("axis") is None or x.dtype is None or x.dtype.name != "string",
+            "Unique: CPU EP finds unique string sub-tensors only without 'axis'", code="dtype")
+
+
+@kernel("Unique", 11, 28, dtypes=MOVABLE, check=check_unique)
+def unique(xp, x, *, axis=None, sorted):
+    wide = _exactly_wider(x)
+    if axis is None:
+        wide, axis = wide.reshape(-1), 0
+    axis = _axis(axis, wide.ndim)
+    y, first, inverse, counts = xp.unique(wide, return_index=True, return_inverse=True,
+                                          return_counts=True, axis=axis)
+    inverse = inverse.reshape(-1)
+    if not sorted:  # in the order of first occurrence
+        order = xp.argsort(first, kind="stable")
+        rank = xp.empty_like(order)
+        rank[order] = xp.arange(order.size)
+        y, first, counts = xp.take(y, order, axis=axis), first[order], counts[order]
+        inverse = rank[inverse]
+    return (y.astype(x.dtype, copy=False), first.astype(xp.int64), inverse.astype(xp.int64),
+            counts.astype(xp.int64))
+
+
+@kernel("ReverseSequence", 10, 28, dtypes=MOVABLE)
+def reverse_sequence(xp, x, sequence_lens, *, batch_axis, time_axis):
+    if {batch_axis, time_axis} != {0, 1} or x.ndim < 2:
+        raise ValueError(f"batch_axis {batch_axis} and time_axis {time_axis} must be 0 and 1")
+    batch, steps = x.shape[batch_axis], x.shape[time_axis]
+    lens = sequence_lens.astype(xp.int64).reshape(batch, 1)
+    if batch and (int(lens.min()) < 0 or int(lens.max()) > steps):
+        raise ValueError(f"sequence_lens must lie in [0, {steps}]")
+    t = xp.arange(steps).reshape(1, steps)
+    source = xp.where(t < lens, lens - 1 - t, t)  # (batch, time)
+    if batch_axis == 1:
+        source = source.T
+    source = source.reshape(source.shape + (1,) * (x.ndim - 2))
+    return xp.take_along_axis(x, xp.broadcast_to(source, x.shape), axis=time_axis)
+
+
+EYE_TYPES = ALL | {"bfloat16"}
+
+
+def _eye_type(node):
+    code = node.attributes.get("dtype")
+    return None if code is None else dtype(code)
+
+
+def check_eye_like(node):
+    target = _eye_type(node)
+    require(target is None or target.name in EYE_TYPES, "EyeLike: CPU EP makes {} outputs, got "
+            "dtype={}", "/".join(sorted(EYE_TYPES)), target, code="dtype")
+    rank = node.inputs[0].rank
+    require(rank in (None, 2), "EyeLike: the input must be a matrix, got rank {}", rank,
+            code="shape")
+
+
+@kernel("EyeLike", 9, 22, dtypes=EYE_TYPES, check=check_eye_like,
+        bind=lambda node: {"out_type": getattr(_eye_type(node), "numpy", None)},
+        flops=no_work)
+def eye_like(xp, x, *, k, out_type=None):
+    if x.ndim != 2:
+        raise ValueError(f"EyeLike takes a matrix, got rank {x.ndim}")
+    return xp.eye(x.shape[0], x.shape[1], k=k, dtype=x.dtype if out_type is None else out_type)
+
+
+@kernel("Trilu", 14, dtypes=MOVABLE, host_inputs=(1,))
+def trilu(xp, x, k=None, *, upper):
+    k = 0 if k is None else _ints(k)[0]
+    rows, cols = x.shape[-2:]
+    above = xp.arange(cols).reshape(1, cols) - xp.arange(rows).reshape(rows, 1)
+    keep = above >= k if upper else above <= k
+    return xp.where(keep, x, _zero(xp, x.dtype))
+
+
+def check_bit_cast(node):
+    to = node.attributes.get("to")
+    try:
+        target = dtype(to)
+    except (ValueError, TypeError):
+        target = None
+    source = node.inputs[0].dtype
+    require(target is not None and target.name != "string" and target.numpy is not None,
+            "BitCast: 'to' must name a non-string element type, got {!r}", to, code="attribute")
+    require(source is None or source.bits == target.bits, "BitCast: {} ({} bits) cannot be "
+            "reinterpreted as {} ({} bits)", source, getattr(source, "bits", "?"), target,
+            target.bits, code="dtype")
+
+
+@kernel("BitCast", 26, dtypes=MOVABLE - {"string"}, check=check_bit_cast,
+        bind=lambda node: {"target": dtype(node.attributes["to"]).numpy}, flops=no_work)
+def bit_cast(xp, x, *, to, target=None):
+    """A bool target reads each byte as True when it is non-zero (other bytes than 0 and 1
+    are no bool in numpy)."""
+    if target == xp.bool_:
+        return x.view(xp.uint8) != 0
+    if x.dtype.itemsize == 1 and dtype(x.dtype).bits < 8:  # 2- and 4-bit types: one per byte
+        return (x.view(xp.uint8) & ((1 << dtype(x.dtype).bits) - 1)).view(target)
+    return x.view(target)
