@@ -266,6 +266,7 @@ def run_cases(
                     try:
                         data = w.conn.recv()
                     except (EOFError, OSError):
+                        w.process.join(5)  # reap it, so its exit code is known
                         code = w.process.exitcode
                         w.kill()
                         record(CaseResult(name, op_of(cases[name]), "error",
