@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ep_host.cost import Cost
-from ep_host.discovery import Host, ProviderRecord, describe_exception
+from ep_host.discovery import HookTimeout, Host, ProviderRecord, describe_exception
 from ep_host.errors import HostError, ProviderError
 from ep_host.graph import Model, NodeView, expand_function, paused_gc
 from ep_host.match import Decline, KernelMatch, ReasonCode
@@ -104,9 +104,17 @@ def ask(
     if record.status != "available":
         return unavailable_answer(record)
     try:
-        answers = record.callers["ep_host_supports_op"](node=node, context=context)
+        answers = host.call_limited(record, "ep_host_supports_op", node=node, context=context)
     except Decline as d:
         return KernelMatch.unsupported(d.reason, d.code)
+    except HookTimeout as exc:
+        if host.strict:
+            raise ProviderError(
+                f"provider {record.name!r}: supports_op for node {node.name!r}: {exc}") from exc
+        # a hung provider would hang on every node: it declines the rest of them at once
+        record.status = "failed"
+        record.fault = f"supports_op for node {node.name!r}: {exc}"
+        return KernelMatch.unsupported(str(exc), ReasonCode.FAULT)
     except Exception as exc:
         if host.strict:
             raise ProviderError(

@@ -23,6 +23,8 @@ examples:
   ep-host explain model.onnx --op Conv
   ep-host place model.onnx --strategy priority --providers cuda,cpu --json placement.json
   ep-host run model.onnx --random-inputs --compare-onnxruntime
+  ep-host report model.onnx -o report.html
+  ep-host why model.onnx conv1 --provider cuda
   ep-host conformance --provider cpu --op Conv --json conformance.json
 """
 
@@ -37,9 +39,10 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="providers to use, in priority order (default: every installed one)")
     p.add_argument("--exclude", type=_csv, default=[], metavar="A,B",
                    help="providers not to use")
-    p.add_argument("--strategy", default="greedy", choices=["greedy", "priority"],
-                   help="greedy: each node's cheapest provider; priority: the first provider in "
-                   "--providers order that claims the node (onnxruntime's rule). Default: greedy")
+    p.add_argument("--strategy", default="optimal", choices=["optimal", "greedy", "priority"],
+                   help="optimal: least node cost plus device copies; greedy: each node's "
+                   "cheapest provider; priority: the first provider in --providers order that "
+                   "claims the node (onnxruntime's rule). Default: optimal")
     p.add_argument("--pin", action="append", default=[], metavar="NODE=PROVIDER",
                    help="force a node onto a provider (repeatable)")
 
@@ -80,6 +83,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also write the placement as JSON to FILE ('-' for stdout)")
     p.set_defaults(func=cmd_place)
 
+    p = sub.add_parser("why", help="why a node runs where it does, and why not elsewhere",
+                       description="Each provider's verdict for one node: declined (reason), "
+                       "chosen (cost), or claimed but lost: by how much, from its own cost "
+                       "and from the device copies it would force (named).")
+    _add_model_args(p)
+    p.add_argument("node", help="the node's name")
+    p.add_argument("--provider", help="only this provider's verdict")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(func=cmd_why)
+
+    p = sub.add_parser("report", help="write the placement as one self-contained HTML page",
+                       description="Write an offline HTML report: the placed graph (runs of "
+                       "one provider as boxes, device copies as edges with their bytes), every "
+                       "provider's answer for every node (filterable) and the totals.")
+    _add_model_args(p)
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .html file to write")
+    p.set_defaults(func=cmd_report)
+
     p = sub.add_parser("run", help="run a model and print its outputs",
                        description="Place and run a model once.")
     _add_model_args(p)
@@ -118,6 +139,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write every case's result as JSON to FILE")
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     p.set_defaults(func=cmd_conformance)
+
+    p = sub.add_parser("calibrate", help="measure providers' real kernel times; cost models use it",
+                       description="Time small and large single-op models per op family "
+                       "(elementwise, transcendental, matmul, conv, pool, reduce, normalization, "
+                       "data movement) on each provider, fit measured = overhead + scale * "
+                       "estimated per family, and store the profile under the cache directory "
+                       "(EP_HOST_CACHE_DIR overrides it), where the cost models read it.")
+    p.add_argument("--provider", action="append", default=[], metavar="P",
+                   help="calibrate only this provider (repeatable; default: every available one)")
+    p.add_argument("--repeats", type=int, default=15, metavar="N",
+                   help="timed runs per case (default 15)")
+    p.add_argument("--json", action="store_true", help="print the stored profile as JSON")
+    p.set_defaults(func=cmd_calibrate)
     return parser
 
 
@@ -266,6 +300,39 @@ def cmd_explain(args: argparse.Namespace) -> int:
     if prepared.error is not None:
         print(f"ep-host: error: {prepared.error}", file=sys.stderr)
         return 1
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ep_host.report_html import write_report
+
+    prepared = _prepare(args)
+    with _status(f"writing {args.output}"):
+        counts = write_report(args.output, prepared.table, prepared.placement,
+                              prepared.model.label, _unplaceable(prepared))
+    print(f"ep-host: report written to {args.output} ({counts['nodes']} nodes, "
+          f"{counts['partitions']} partition(s), {counts['copies']} device copies)",
+          file=sys.stderr)
+    if prepared.error is not None:
+        print(f"ep-host: error: {prepared.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_why(args: argparse.Namespace) -> int:
+    import json
+
+    from ep_host.report import Output
+    from ep_host.why import render_why, why, why_dict
+
+    prepared = _prepare(args)
+    if prepared.error is not None:
+        raise prepared.error
+    verdicts = why(prepared.placement, args.node, args.provider)
+    if args.json:
+        print(json.dumps(why_dict(prepared.placement, args.node, verdicts), indent=2))
+    else:
+        render_why(Output(), prepared.placement, args.node, verdicts)
     return 0
 
 
@@ -500,6 +567,37 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         write_json({"schema": "ep-host/conformance/v1", "provider": args.provider,
                     "summary": summary, "cases": [r.to_dict() for r in results]}, args.json)
     return 1 if counts["wrong"] or counts["error"] else 0
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from ep_host import calibration
+    from ep_host.discovery import Host
+    from ep_host.errors import HostError
+    from ep_host.report import Output, fmt_us, write_json
+
+    host = Host.discover(args.provider or None)
+    available = [name for name, r in host.records.items() if r.status == "available"]
+    providers = args.provider or available
+    for p in providers:
+        if p not in available:
+            raise HostError(f"provider {p!r} is not available "
+                            f"(available: {', '.join(available) or 'none'})")
+    cases = calibration.default_cases()
+    with _progress(len(cases) * len(providers), "calibrating") as bar:
+        profile = calibration.calibrate(
+            providers, cases, repeats=args.repeats, host=host,
+            on_case=lambda p, c, r: bar.advance("skipped" if isinstance(r, str) else p))
+    if args.json:
+        write_json(profile, "-")
+        return 0
+    rows = []
+    for p in providers:
+        for family, f in profile["providers"][p]["families"].items():
+            rows.append((p, family, fmt_us(f["overhead_us"]), f"{f['scale']:.3g}", f["cases"]))
+    Output().table("measured = overhead + scale * estimated, per op family",
+                   ["provider", "family", "overhead", "scale", "cases"], rows)
+    print(f"ep-host: calibration written to {calibration.profile_path()}", file=sys.stderr)
+    return 0
 
 
 class _Bar:

@@ -37,3 +37,7 @@ class KernelError(HostError):
 
 class ResourceLimitError(HostError):
     """A tensor or run would exceed a configured limit."""
+
+
+class RunCancelledError(HostError):
+    """A run was cancelled from another thread (``RunOptions.terminate``)."""

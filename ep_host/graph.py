@@ -28,6 +28,9 @@ DEFAULT_DOMAIN = "ai.onnx"
 # Initializers up to this size stay in the shape-inference copy, so data propagation can read
 # shape-like constants (a Reshape's target); bigger ones become typed graph inputs there.
 _INFERENCE_KEEP_BYTES = 1024
+MAX_PROTOBUF_BYTES = 2**31 - 1  # protobuf cannot parse a message larger than this
+MAX_GRAPH_DEPTH = 32  # control-flow bodies nested in bodies, to this depth
+_INT64_MAX = 2**63 - 1
 
 Shape = tuple[int | str | None, ...]
 
@@ -552,11 +555,130 @@ def _readonly(array: np.ndarray) -> np.ndarray:
 def _tensor_to_array(
     t: TensorProto, model: Model | None, base_dir: str | None = None
 ) -> np.ndarray:
+    label = model.label if model is not None else "<model>"
     if t.data_location == TensorProto.EXTERNAL:
         if model is None:
             raise ModelLoadError(f"tensor {t.name!r} has external data but no model folder")
         return model.read_external(t)
-    return onnx.numpy_helper.to_array(t)
+    count = _element_count(t, label)
+    if t.HasField("raw_data"):
+        try:
+            expected = to_dtype(t.data_type).storage_bytes(count)
+        except Exception as exc:
+            raise ModelValidationError(
+                f"{label}: tensor {t.name!r} has unknown data type {t.data_type}") from exc
+        got = len(t.raw_data)
+        if got != expected:
+            raise ModelValidationError(
+                f"{label}: tensor {t.name!r} of shape {list(t.dims)} needs {expected} bytes of "
+                f"raw data, it holds {got}")
+    try:
+        return onnx.numpy_helper.to_array(t)
+    except Exception as exc:
+        raise ModelLoadError(
+            f"{label}: cannot read tensor {t.name!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def _element_count(t: TensorProto, label: str) -> int:
+    """The element count ``t.dims`` declares, refused when negative or past int64."""
+    n = 1
+    for d in t.dims:
+        if d < 0:
+            raise ModelValidationError(
+                f"{label}: tensor {t.name!r} has a negative dim in shape {list(t.dims)}")
+        n *= d
+    if n > _INT64_MAX:
+        raise ModelValidationError(
+            f"{label}: tensor {t.name!r} has shape {list(t.dims)}, whose element count "
+            "overflows int64")
+    return n
+
+
+# The typed field holding each data type's values, and how many entries one element takes.
+_TYPED_FIELDS = {
+    TensorProto.FLOAT: ("float_data", 1), TensorProto.DOUBLE: ("double_data", 1),
+    TensorProto.INT64: ("int64_data", 1), TensorProto.UINT64: ("uint64_data", 1),
+    TensorProto.UINT32: ("uint64_data", 1), TensorProto.INT32: ("int32_data", 1),
+    TensorProto.INT16: ("int32_data", 1), TensorProto.INT8: ("int32_data", 1),
+    TensorProto.UINT16: ("int32_data", 1), TensorProto.UINT8: ("int32_data", 1),
+    TensorProto.BOOL: ("int32_data", 1), TensorProto.FLOAT16: ("int32_data", 1),
+    TensorProto.BFLOAT16: ("int32_data", 1), TensorProto.STRING: ("string_data", 1),
+    TensorProto.COMPLEX64: ("float_data", 2), TensorProto.COMPLEX128: ("double_data", 2),
+}
+
+
+def _check_initializer(t: TensorProto, label: str) -> None:
+    """Dims and, for typed (not raw, not external) data, the value count against the shape;
+    raw data is checked when it is read (reading its length copies it)."""
+    n = _element_count(t, label)
+    if t.data_location == TensorProto.EXTERNAL or t.HasField("raw_data"):
+        return
+    typed = _TYPED_FIELDS.get(t.data_type)
+    if typed is None:
+        return
+    got = len(getattr(t, typed[0]))
+    if got != n * typed[1]:
+        raise ModelValidationError(
+            f"{label}: tensor {t.name!r} of shape {list(t.dims)} needs {n * typed[1]} values "
+            f"in {typed[0]}, it holds {got}")
+
+
+def _validate_structure(
+    main: GraphProto, label: str, opsets: Mapping[str, int], functions: Mapping[Any, Any],
+    rows: list[_Row] | None = None,
+) -> None:
+    """Faults the views would not see or would hide: bodies nested deeper than
+    MAX_GRAPH_DEPTH, ops from a domain the model does not import, a value written twice, a
+    graph output listed twice, initializers whose data does not fit their shape."""
+    stack: list[tuple[GraphProto, int, list[_Row] | None]] = [(main, 0, rows)]
+    while stack:
+        g, depth, g_rows = stack.pop()
+        if depth > MAX_GRAPH_DEPTH:
+            raise ModelValidationError(
+                f"{label}: control-flow bodies are nested deeper than {MAX_GRAPH_DEPTH} levels "
+                f"(graph {g.name!r})")
+        defined: dict[str, str] = {}
+        for vi in g.input:
+            defined[vi.name] = "a graph input"
+        for t in g.initializer:
+            _check_initializer(t, label)
+            defined[t.name] = "an initializer"
+        checked_domains: set[str] = set()
+        for i, (n, op_type, domain, name, _, outputs, has_graphs, has_attributes) in enumerate(
+                g_rows if g_rows is not None else _scan_nodes(g)):
+            if domain not in checked_domains:
+                if normalize_domain(domain) not in opsets and (
+                        normalize_domain(domain), op_type) not in functions:
+                    raise ModelValidationError(
+                        f"{label}: node {name or f'{op_type}_{i}'!r} ({op_type}) is in domain "
+                        f"{domain!r}, which the model does not import (no opset_import for it)")
+                if (normalize_domain(domain), op_type) not in functions:
+                    checked_domains.add(domain)
+            for out in outputs:
+                if out in defined:
+                    if not out:
+                        continue
+                    raise ModelValidationError(
+                        f"{label}: value {out!r} is written by node "
+                        f"{name or f'{op_type}_{i}'!r} ({op_type}) and is also {defined[out]}; "
+                        "every value has one producer")
+                defined[out] = f"written by node {name or f'{op_type}_{i}'!r}"
+            if has_graphs:
+                for a in n.attribute:
+                    if a.type == AttributeProto.GRAPH:
+                        stack.append((a.g, depth + 1, None))
+                    elif a.type == AttributeProto.GRAPHS:
+                        stack.extend((sub, depth + 1, None) for sub in a.graphs)
+            elif has_attributes and op_type == "Constant":
+                for a in n.attribute:
+                    if a.type == AttributeProto.TENSOR:
+                        _element_count(a.t, label)
+        seen: set[str] = set()
+        for vi in g.output:
+            if vi.name in seen:
+                raise ModelValidationError(
+                    f"{label}: graph {g.name!r} lists output {vi.name!r} twice")
+            seen.add(vi.name)
 
 
 def resolve_external_path(base_dir: str, location: str, label: str, tensor: str) -> str:
@@ -620,6 +742,7 @@ class Model:
         self.functions = {(normalize_domain(f.domain), f.name): f for f in proto.functions}
         self._constants: dict[str, np.ndarray] = {}
         rows = _scan_nodes(proto.graph)
+        _validate_structure(proto.graph, self.label, self.opset_imports, self.functions, rows)
         with_graphs = [i for i, row in enumerate(rows) if row[6]]
         self.value_types = (self._infer_types(with_graphs) if infer_shapes
                             else self._declared_types(proto, with_graphs))
@@ -721,7 +844,7 @@ class Model:
         if array is None:
             try:
                 array = _readonly(_tensor_to_array(tensor, self))
-            except ModelLoadError:
+            except (ModelLoadError, ModelValidationError):
                 raise
             except Exception as exc:
                 raise ModelLoadError(
@@ -922,22 +1045,48 @@ def load_model(
         path = os.fspath(model)
         try:
             with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size > MAX_PROTOBUF_BYTES:
+                    raise ModelLoadError(_too_big(path, size))
                 data = f.read()
         except OSError as exc:
             raise ModelLoadError(f"cannot read model {path!r}: {exc.strerror or exc}") from exc
         proto = _parse(data, path)
+    label = path or "<model bytes>"
     if not proto.HasField("graph"):
-        raise ModelLoadError(f"{path or '<model bytes>'}: not an ONNX model (it has no graph)")
+        raise ModelLoadError(f"{label}: not an ONNX model (it has no graph)")
+    if proto.ir_version <= 0:
+        raise ModelLoadError(
+            f"{label}: not an ONNX model (ir_version is {proto.ir_version}; a ModelProto has one "
+            "from 1 on; is this another message, e.g. a bare graph or tensor?)")
+    if proto.ir_version > onnx.IR_VERSION:
+        raise ModelValidationError(
+            f"{label}: the model has IR version {proto.ir_version}, newer than "
+            f"{onnx.IR_VERSION}, the newest this onnx {onnx.__version__} supports")
     with paused_gc():
-        return Model(proto, path=path, base_dir=base_dir, infer_shapes=infer_shapes)
+        try:
+            return Model(proto, path=path, base_dir=base_dir, infer_shapes=infer_shapes)
+        except (ModelLoadError, ModelValidationError):
+            raise
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError,
+                RecursionError) as exc:  # a field the views cannot read (a bad type code...)
+            raise ModelValidationError(
+                f"{label}: invalid model: {type(exc).__name__}: {exc}") from exc
 
 
 def _parse(data: bytes, label: str) -> ModelProto:
     if not data:
         raise ModelLoadError(f"{label}: the file is empty")
+    if len(data) > MAX_PROTOBUF_BYTES:
+        raise ModelLoadError(_too_big(label, len(data)))
     proto = ModelProto()
     try:
         proto.ParseFromString(data)
     except Exception as exc:
         raise ModelLoadError(f"{label}: not a valid ONNX protobuf: {exc}") from exc
     return proto
+
+
+def _too_big(label: str, size: int) -> str:
+    return (f"{label}: the model is {size} bytes, over protobuf's limit of {MAX_PROTOBUF_BYTES} "
+            "(2 GiB); store its weights as external data")

@@ -205,6 +205,12 @@ def render_placement(out: Output, placement: Placement) -> None:
         f"total estimated: {fmt_us(placement.total_us)} "
         f"(nodes {fmt_us(placement.node_cost_us)}, copies {fmt_us(placement.transfer_cost_us)})"
     )
+    if placement.comparison:
+        c = placement.comparison
+        out.line("estimated totals by strategy: " + ", ".join(
+            f"{s} {fmt_us(us)}" + (f" (optimal saves {fmt_us(us - c['optimal'])})"
+                                   if s != "optimal" and us > c["optimal"] else "")
+            for s, us in c.items()))
 
 
 def write_json(data: Any, path: str) -> None:

@@ -16,7 +16,14 @@ import numpy as np
 
 from ep_host import capability
 from ep_host.discovery import Host, describe_exception
-from ep_host.errors import HostError, InputError, KernelError, ModelValidationError
+from ep_host.errors import (
+    HostError,
+    InputError,
+    KernelError,
+    ModelValidationError,
+    ResourceLimitError,
+    RunCancelledError,
+)
 from ep_host.graph import GraphView, Model, NodeView, ValueView, _captured, load_model
 from ep_host.kernel import Kernel
 from ep_host.placement import Placement, choose
@@ -59,9 +66,46 @@ def _node_arg(view: ValueView) -> NodeArg:
                    view.dtype)
 
 
+_INT64_MAX = 2**63 - 1
+
+
+def max_tensor_bytes_from_env() -> int | None:
+    """``EP_HOST_MAX_TENSOR_BYTES`` (no limit when unset, empty or not positive)."""
+    raw = os.environ.get("EP_HOST_MAX_TENSOR_BYTES", "").strip()
+    try:
+        value = int(raw) if raw else 0
+    except ValueError as exc:
+        raise ResourceLimitError(
+            f"EP_HOST_MAX_TENSOR_BYTES={raw!r} is not a whole number of bytes") from exc
+    return value if value > 0 else None
+
+
+class RunOptions:
+    """onnxruntime's ``RunOptions``: set ``terminate = True``, from any thread, to cancel the
+    runs given these options; each stops before its next step with :class:`RunCancelledError`."""
+
+    def __init__(self) -> None:
+        self.terminate = False
+        self.run_tag = ""
+        self.log_severity_level = 2
+
+
+def _expected_output(value: ValueView | None) -> tuple[Any, tuple[int | None, ...] | None]:
+    """The numpy dtype and shape (``None`` for dims not known statically) a kernel must return
+    for ``value``, as far as loading inferred them."""
+    if value is None or value.kind != "tensor" or value.dtype is None:
+        return None, None
+    dtype = value.dtype.numpy
+    if dtype is None or np.dtype(dtype).kind in "OUS":
+        dtype = None  # strings: kernels may return object or unicode arrays
+    shape = None if value.shape is None else tuple(
+        d if isinstance(d, int) else None for d in value.shape)
+    return dtype, shape
+
+
 class _Step:
     __slots__ = ("node", "kernel", "inputs", "outputs", "release", "lock", "provider", "copy",
-                 "scope")
+                 "scope", "expect")
 
     def __init__(self, node, kernel, inputs, outputs, provider, copy=None, scope=()):
         self.node = node
@@ -73,6 +117,7 @@ class _Step:
         self.provider = provider
         self.copy = copy
         self.scope: tuple[tuple[str, int], ...] = scope  # outer names its bodies read
+        self.expect = () if node is None else tuple(_expected_output(v) for v in node.outputs)
 
 
 class ExecutionPlan:
@@ -126,7 +171,7 @@ class ExecutionPlan:
         for node in self.placement.table.nodes:
             if node.outputs and all(v is None or v.is_constant for v in node.outputs):
                 continue  # a Constant node: its value is known at load, consumers read it
-            provider = where[node.name]
+            kernel, provider = self._create_kernel(node, where[node.name])
             device = runtime.device(provider)
             answer = self.placement.table.answers[node.name][provider]
             host_inputs = set(answer.host_inputs)
@@ -144,7 +189,6 @@ class ExecutionPlan:
             if node.has_subgraphs:
                 names = sorted(captured_names(node))
                 scope = tuple((n, fetch(graph.values[n], HOST)) for n in names)
-            kernel = runtime.create_kernel(node, provider, self.placement)
             try:
                 kernel.prepare(constants)
             except Exception as exc:
@@ -157,6 +201,7 @@ class ExecutionPlan:
                 if value is None:
                     out_slots.append(-1)
                     continue
+                self._check_static_size(node, value)
                 out_slots.append(slot(value.name, device))
                 home[value.name] = device
             steps.append(_Step(node, kernel, tuple(in_slots), tuple(out_slots), provider,
@@ -177,9 +222,60 @@ class ExecutionPlan:
         self.n_slots = len(slots)
         self.initial = initial
 
+    def _create_kernel(self, node: NodeView, provider: str) -> tuple[Kernel, str]:
+        """The kernel for ``node`` from ``provider``; when that fails, from the next provider
+        that claimed the node (the placement is updated). With no other claimant the failure is
+        raised; when every claimant fails, a KernelError lists them all."""
+        try:
+            return self.runtime.create_kernel(node, provider, self.placement), provider
+        except KernelError as first:
+            failures = [str(first)]
+            for other in self.placement.table.claimants(node.name):
+                if other == provider:
+                    continue
+                try:
+                    kernel = self.runtime.create_kernel(node, other, self.placement)
+                except KernelError as exc:
+                    failures.append(str(exc))
+                    continue
+                for placed in self.placement.nodes:
+                    if placed.name == node.name:
+                        placed.provider = other
+                        answer = self.placement.table.answers[node.name][other]
+                        placed.cost_us = answer.cost.total_us
+                self.runtime.model.warnings.append(
+                    f"{failures[0]}; node {node.name!r} runs on {other!r} instead")
+                return kernel, other
+            if len(failures) == 1:
+                raise
+            raise KernelError(
+                f"{self.label}: no provider that claims node {node.name!r} could create its "
+                "kernel:\n  " + "\n  ".join(failures)) from first
+
+    def _check_static_size(self, node: NodeView, value: ValueView) -> None:
+        """Refuse, before any run allocates it, an output whose static size overflows int64 or
+        exceeds the session's ``max_tensor_bytes``."""
+        if value.dtype is None or not value.is_static:
+            return
+        count = 1
+        for d in value.shape:
+            count *= d
+        if count > _INT64_MAX:
+            raise ResourceLimitError(
+                f"{self.label}: output {value.name!r} of node {node.name!r} has shape "
+                f"{list(value.shape)}, whose element count overflows int64")
+        limit = self.runtime.max_tensor_bytes
+        nbytes = value.dtype.storage_bytes(count)
+        if limit is not None and nbytes > limit:
+            raise ResourceLimitError(
+                f"{self.label}: output {value.name!r} of node {node.name!r} would take {nbytes} "
+                f"bytes (shape {list(value.shape)}), over the limit of {limit} "
+                "(max_tensor_bytes / EP_HOST_MAX_TENSOR_BYTES)")
+
     def run(self, feeds: Mapping[str, Any], scope: Mapping[str, Any] | None = None,
-            names: Sequence[str] | None = None) -> list[Any]:
-        """Run with inputs by name (already checked) and outer values; returns the outputs."""
+            names: Sequence[str] | None = None, cancel: Any = None) -> list[Any]:
+        """Run with inputs by name (already checked) and outer values; returns the outputs.
+        ``cancel``: a :class:`RunOptions` whose ``terminate`` is checked before every step."""
         values: list[Any] = [None] * self.n_slots
         for s, v in self.initial.items():
             values[s] = v
@@ -191,6 +287,8 @@ class ExecutionPlan:
         tracer = self.runtime.tracer
         if tracer is None:
             for step in self.steps:
+                if cancel is not None and cancel.terminate:
+                    self._cancelled(step)
                 args = [values[s] if s >= 0 else None for s in step.inputs]
                 if step.copy is not None:
                     src, dst = step.copy
@@ -203,12 +301,19 @@ class ExecutionPlan:
                 for s in step.release:
                     values[s] = None
         else:
-            self._run_traced(tracer, values)
+            self._run_traced(tracer, values, cancel)
         return [values[self.output_slots[n]] for n in (names or self.output_names)]
 
-    def _run_traced(self, tracer: Tracer, values: list[Any]) -> None:
+    def _cancelled(self, step: _Step) -> None:
+        where = (f"node {step.node.name!r}" if step.node is not None else "a device copy")
+        raise RunCancelledError(
+            f"{self.label}: the run was cancelled (RunOptions.terminate) before {where}")
+
+    def _run_traced(self, tracer: Tracer, values: list[Any], cancel: Any = None) -> None:
         """The same loop with a span per node and per device copy."""
         for step in self.steps:
+            if cancel is not None and cancel.terminate:
+                self._cancelled(step)
             args = [values[s] if s >= 0 else None for s in step.inputs]
             if step.copy is not None:
                 src, dst = step.copy
@@ -253,7 +358,47 @@ class ExecutionPlan:
                 f"{self.label}: node {step.node.name!r} on provider {step.provider!r} "
                 f"returned {got} output(s), expected {expected}"
             )
+        limit = self.runtime.max_tensor_bytes
+        for i, (want, out) in enumerate(zip(step.expect, outs, strict=False)):
+            dtype, shape = want
+            got_dtype = getattr(out, "dtype", None)
+            got_shape = getattr(out, "shape", None)
+            if dtype is not None and got_dtype is not None and got_dtype != dtype:
+                self._bad_output(step, i, f"dtype {got_dtype}, expected {np.dtype(dtype)}")
+            if shape is not None and got_shape is not None and (
+                    len(got_shape) != len(shape)
+                    or any(w is not None and w != g for w, g in zip(shape, got_shape,
+                                                                   strict=False))):
+                self._bad_shape(step, i, got_shape, shape)
+            if limit is not None and getattr(out, "nbytes", 0) > limit:
+                # shapes known only now are checked right after the kernel returns; the tensor
+                # is dropped with this exception and the session stays usable
+                raise ResourceLimitError(
+                    f"{self.label}: output {i} of node {step.node.name!r} "
+                    f"({step.node.qualified_op}) on provider {step.provider!r} takes "
+                    f"{out.nbytes} bytes (shape {list(got_shape or ())}), over the limit of "
+                    f"{limit} (max_tensor_bytes / EP_HOST_MAX_TENSOR_BYTES)")
         return outs
+
+    def _bad_shape(self, step: _Step, index: int, got: Any, want: tuple[Any, ...]) -> None:
+        """onnx's shape inference is sometimes wrong (MaxPool's ceil_mode, Squeeze), so a shape
+        that differs from the inferred one is an error only with ``EP_HOST_STRICT``; otherwise
+        a warning in ``model.warnings``, once per node and output."""
+        what = f"shape {list(got)}, expected {[d if d is not None else '?' for d in want]}"
+        if self.runtime.host.strict:
+            self._bad_output(step, index, what)
+        key = (step.node.name, index)
+        if key not in self.runtime.warned:
+            self.runtime.warned.add(key)
+            self.runtime.model.warnings.append(
+                f"node {step.node.name!r} ({step.node.qualified_op}) on provider "
+                f"{step.provider!r} returned output {index} with {what} (by shape inference)")
+
+    def _bad_output(self, step: _Step, index: int, what: str) -> None:
+        node = step.node
+        raise KernelError(
+            f"{self.label}: node {node.name!r} ({node.qualified_op}) on provider "
+            f"{step.provider!r} returned output {index} with {what}")
 
 
 def _release_points(steps: list[_Step], keep: set[int]) -> None:
@@ -296,8 +441,10 @@ class _Runtime:
 
     def __init__(self, model: Model, host: Host, providers: list[str],
                  options: dict[str, dict[str, Any]], strategy: str,
-                 tracer: Tracer | None = None):
+                 tracer: Tracer | None = None, max_tensor_bytes: int | None = None):
         self.tracer = tracer
+        self.max_tensor_bytes = max_tensor_bytes
+        self.warned: set[tuple[str, int]] = set()  # (node, output) whose shape was warned about
         self.model = model
         self.host = host
         self.providers = providers
@@ -370,7 +517,8 @@ class InferenceSession:
     ``providers``: provider names in priority order (``"cpu"``; onnxruntime's
     ``"CPUExecutionProvider"`` is accepted too); default: every installed provider.
     ``provider_options``: a dict per provider name, or a list parallel to ``providers``.
-    ``strategy``: ``"greedy"`` or ``"priority"``. ``pins``: node name -> provider.
+    ``strategy``: ``"optimal"`` (default), ``"greedy"`` or ``"priority"``.
+    ``pins``: node name -> provider.
     ``exclude``: providers not to use. ``host``: a :class:`Host` with providers already loaded.
     """
 
@@ -380,14 +528,17 @@ class InferenceSession:
         providers: Sequence[Any] | None = None,
         provider_options: ProviderOptions | None = None,
         *,
-        strategy: str = "greedy",
+        strategy: str = "optimal",
         pins: Mapping[str, str] | None = None,
         exclude: Iterable[str] = (),
         host: Host | None = None,
         base_dir: str | None = None,
         trace: str | os.PathLike[str] | Tracer | None = None,
+        max_tensor_bytes: int | None = None,
     ):
         names = provider_names(providers)
+        if max_tensor_bytes is None:
+            max_tensor_bytes = max_tensor_bytes_from_env()
         if trace is None or isinstance(trace, Tracer):
             self.tracer, self._trace_path = trace, None
         else:
@@ -399,7 +550,7 @@ class InferenceSession:
             provider_options = dict(zip(chosen, provider_options, strict=False))
         self._options = {k: dict(v) for k, v in (provider_options or {}).items()}
         self._runtime = _Runtime(self._model, self._host, chosen, self._options, strategy,
-                                 self.tracer)
+                                 self.tracer, max_tensor_bytes)
         self.placement: Placement = self._runtime.place(self._model.graph, pins)
         self._plan = ExecutionPlan(self._runtime, self._model.graph, self.placement)
 
@@ -450,11 +601,12 @@ class InferenceSession:
                 f"the model's outputs are {', '.join(map(repr, plan.output_names))}"
             )
         feeds = self._check_inputs(input_feed)
+        cancel = run_options if getattr(run_options, "terminate", None) is not None else None
         if self.tracer is None:
-            outputs = plan.run(feeds, names=names)
+            outputs = plan.run(feeds, names=names, cancel=cancel)
         else:
             with self.tracer.span("run", "session", model=self._model.label):
-                outputs = plan.run(feeds, names=names)
+                outputs = plan.run(feeds, names=names, cancel=cancel)
         return [_output(v) for v in outputs]
 
     def _check_inputs(self, feed: Mapping[str, Any]) -> dict[str, Any]:
@@ -485,6 +637,13 @@ class InferenceSession:
                 array = np.asarray(array)
             if not array.dtype.isnative:
                 array = array.astype(array.dtype.newbyteorder("="))
+            if not array.flags.c_contiguous:
+                array = np.ascontiguousarray(array)  # kernels may assume C order
+            limit = self._runtime.max_tensor_bytes
+            if limit is not None and array.nbytes > limit:
+                raise ResourceLimitError(
+                    f"{label}: input {name!r} takes {array.nbytes} bytes, over the limit of "
+                    f"{limit} (max_tensor_bytes / EP_HOST_MAX_TENSOR_BYTES)")
             expected = view.dtype.numpy if view.dtype is not None else None
             if expected is not None and array.dtype != expected:
                 raise InputError(

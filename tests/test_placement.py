@@ -71,7 +71,7 @@ def test_unplaceable_nodes_are_all_listed_with_every_providers_reason(host):
 
 def test_copies_between_devices_are_priced_once_per_destination(host):
     placement = _place(host, [InlineProvider("dev", ops=("Add",), cost_us=0.1, device=SIM),
-                              InlineProvider("cpu", cost_us=1.0)])
+                              InlineProvider("cpu", cost_us=1.0)], strategy="greedy")
     assert placement.by_node["add"].provider == "dev"
     moved = {(t.tensor, t.source, t.destination): t for t in placement.transfers}
     assert set(moved) == {("x", "cpu", "sim:0"), ("y", "cpu", "sim:0"), ("s", "sim:0", "cpu")}

@@ -13,6 +13,7 @@ from ep_host import (
     ProviderInfo,
     hookimpl,
 )
+from ep_host.calibration import Factors, family_factors, family_of
 from ep_host_cpu import __version__
 from ep_host_cpu.kernels import REGISTRY
 from ep_host_cpu.profile import MachineProfile, machine_profile
@@ -64,33 +65,55 @@ def roofline(flops: float, nbytes: int, profile: MachineProfile) -> Cost:
     )
 
 
+def calibrated(cost: Cost, factors: Factors | None) -> Cost:
+    """``overhead + scale * total``: compute, memory and launch scale, the overhead adds."""
+    if factors is None:
+        return cost
+    return Cost(compute_us=cost.compute_us * factors.scale,
+                memory_us=cost.memory_us * factors.scale,
+                launch_us=cost.launch_us * factors.scale + factors.overhead_us,
+                bytes_moved=cost.bytes_moved, flops=cost.flops)
+
+
+def node_factors(node: NodeView) -> Factors | None:
+    """The calibrated factors of the node's op family (``ep-host calibrate``), if any."""
+    factors = family_factors("cpu")
+    if not factors or node.domain not in ("", "ai.onnx"):
+        return None
+    return factors.get(family_of(node.op_type))
+
+
 def estimate(spec: KernelSpec, node: NodeView) -> Cost:
-    return roofline(*work(spec, node), machine_profile())
+    return calibrated(roofline(*work(spec, node), machine_profile()), node_factors(node))
 
 
 class Claims:
     """The answer for a claimed node, shared by every node of the same work.
 
-    A claim's ``Cost`` depends only on (flops, bytes, machine profile) and its ``KernelMatch``
-    adds only the spec's host inputs; both are immutable, so nodes that repeat a size (most of
-    a model's) share one instead of each building and validating its own. A new machine
-    profile starts afresh; the table is cleared when it reaches ``limit`` entries.
+    A claim's ``Cost`` depends only on (flops, bytes, machine profile, the op family's
+    calibrated factors) and its ``KernelMatch`` adds only the spec's host inputs; both are
+    immutable, so nodes that repeat a size (most of a model's) share one instead of each
+    building and validating its own. A new machine
+    profile or calibration starts afresh; the table is cleared when it reaches ``limit`` entries.
     """
 
     def __init__(self, limit: int = 4096):
         self.limit = limit
         self.profile: MachineProfile | None = None
-        self.answers: dict[tuple[Any, Any, tuple[int, ...]], KernelMatch] = {}
+        self.calibration: dict[str, Factors] | None = None
+        self.answers: dict[tuple[Any, ...], KernelMatch] = {}
 
     def answer(self, spec: KernelSpec, node: NodeView) -> KernelMatch:
         profile = machine_profile()
-        if profile is not self.profile:
-            self.profile, self.answers = profile, {}
+        calibration = family_factors("cpu")
+        if profile is not self.profile or calibration is not self.calibration:
+            self.profile, self.calibration, self.answers = profile, calibration, {}
         flops, nbytes = work(spec, node)
-        key = (flops, nbytes, spec.host_inputs)
+        factors = node_factors(node)
+        key = (flops, nbytes, spec.host_inputs, factors)
         answer = self.answers.get(key)
         if answer is None:
-            answer = KernelMatch.supported(roofline(flops, nbytes, profile),
+            answer = KernelMatch.supported(calibrated(roofline(flops, nbytes, profile), factors),
                                            host_inputs=spec.host_inputs)
             if len(self.answers) >= self.limit:
                 self.answers.clear()

@@ -1,0 +1,198 @@
+"""Strategy ``optimal``: node costs plus implied copies, checked against brute force on random
+DAGs small enough to enumerate, and never worse than ``greedy`` or ``priority``."""
+
+import itertools
+import random
+
+import pytest
+from hostkit import make_model
+from onnx import TensorProto, helper
+
+from ep_host import Cost, Device, KernelMatch, ProviderInfo, hookimpl
+from ep_host.capability import walk
+from ep_host.discovery import Host
+from ep_host.graph import load_model
+from ep_host.placement import Placement, _Problem, choose, implied_transfers
+
+SIM0 = Device(name="sim:0", kind="sim", link_gbps=1.0, link_latency_us=5.0)
+SIM1 = Device(name="sim:1", kind="sim", link_gbps=4.0, link_latency_us=2.0)
+CPU = Device()
+
+
+class CostedProvider:
+    """Claims the nodes in ``costs`` at their cost; ``host_inputs`` per node name."""
+
+    def __init__(self, name, device, costs, host_inputs=None):
+        self.name, self.device, self.costs = name, device, costs
+        self.host_inputs = host_inputs or {}
+
+    @hookimpl
+    def ep_host_provider_info(self):
+        return ProviderInfo(name=self.name, device=self.device)
+
+    @hookimpl
+    def ep_host_supports_op(self, node, context):
+        cost = self.costs.get(node.name)
+        if cost is None:
+            return KernelMatch.unsupported(f"{self.name} declines {node.name}", code="op")
+        return KernelMatch.supported(Cost(compute_us=cost),
+                                     host_inputs=self.host_inputs.get(node.name, ()))
+
+
+def random_dag(rng, n_nodes):
+    """Add/Relu nodes over earlier values; float32 tensors of random sizes (same per chain)."""
+    size = rng.choice([16, 256, 4096, 65536])
+    values = ["x", "y"]
+    nodes = []
+    for i in range(n_nodes):
+        if rng.random() < 0.5:
+            a, b = rng.choice(values), rng.choice(values)
+            nodes.append(helper.make_node("Add", [a, b], [f"v{i}"], name=f"n{i}"))
+        else:
+            nodes.append(helper.make_node("Relu", [rng.choice(values)], [f"v{i}"], name=f"n{i}"))
+        values.append(f"v{i}")
+    consumed = {x for n in nodes for x in n.input}
+    outs = [v for v in values[2:] if v not in consumed or rng.random() < 0.2]
+    shape = [size]
+    return make_model(nodes, [("x", TensorProto.FLOAT, shape), ("y", TensorProto.FLOAT, shape)],
+                      [(o, TensorProto.FLOAT, shape) for o in outs])
+
+
+def random_case(seed, devices, n_nodes, host_inputs=False):
+    rng = random.Random(seed)
+    model = load_model(random_dag(rng, n_nodes))
+    names = [n.name for n in model.graph.nodes]
+    costs = [{} for _ in devices]
+    for name in names:
+        claim = [rng.random() < 0.8 for _ in devices]
+        if not any(claim):
+            claim[rng.randrange(len(devices))] = True
+        for k, c in enumerate(claim):
+            if c:
+                costs[k][name] = round(rng.uniform(1.0, 100.0), 3)
+    host = Host(strict=False)
+    providers = []
+    for k, device in enumerate(devices):
+        hin = {}
+        if host_inputs and not device.is_host:
+            hin = {n: (0,) for n in names if rng.random() < 0.3}
+        p = CostedProvider(f"p{k}", device, costs[k], hin)
+        host.register(p, name=p.name)
+        providers.append(p.name)
+    table = walk(host, model, providers)
+    return table, dict(zip(providers, devices, strict=True))
+
+
+def exact_total(table, devices, assign):
+    nodes = [type("N", (), {"name": n.name, "provider": p, "cost_us":
+                            table.answers[n.name][p].cost.total_us})()
+             for n, p in zip(table.nodes, assign, strict=True)]
+    placement = Placement("x", table.providers, nodes, table, devices)
+    return sum(n.cost_us for n in nodes) + sum(t.cost_us for t in implied_transfers(placement))
+
+
+def brute_force(table, devices):
+    problem = _Problem(table, devices, {})
+    return min(problem.total_us(a) for a in itertools.product(*problem.options)), problem
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("devices", [(CPU, SIM0), (SIM0, CPU), (SIM0, SIM1)],
+                         ids=["cpu+sim", "sim+cpu", "sim+sim"])
+def test_two_devices_optimal_equals_brute_force(seed, devices):
+    table, devs = random_case(seed, devices, 6 + seed % 5)
+    best, problem = brute_force(table, devs)
+    placement = choose(table, devs)
+    assert placement.strategy == "optimal"
+    assert placement.total_us == pytest.approx(best, abs=0.05)
+    assert placement.total_us <= placement.comparison["greedy"] + 1e-6
+    assert placement.total_us <= placement.comparison["priority"] + 1e-6
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_host_inputs_with_the_host_as_one_device_stay_exact(seed):
+    table, devs = random_case(100 + seed, (CPU, SIM0), 6 + seed % 5, host_inputs=True)
+    best, _ = brute_force(table, devs)
+    assert choose(table, devs).total_us == pytest.approx(best, abs=0.05)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_three_devices_within_one_percent_of_brute_force(seed):
+    table, devs = random_case(200 + seed, (CPU, SIM0, SIM1), 6 + seed % 3)
+    best, _ = brute_force(table, devs)
+    placement = choose(table, devs)
+    assert best - 1e-6 <= placement.total_us <= best * 1.01 + 0.05
+    assert placement.total_us <= placement.comparison["greedy"] + 1e-6
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_optimised_objective_is_what_implied_transfers_prices(seed):
+    table, devs = random_case(300 + seed, (CPU, SIM0, SIM1), 8, host_inputs=True)
+    problem = _Problem(table, devs, {})
+    rng = random.Random(seed)
+    for _ in range(20):
+        assign = [rng.choice(list(o)) for o in problem.options]
+        names = [table.providers[p] for p in assign]
+        assert problem.total_us(assign) == pytest.approx(exact_total(table, devs, names))
+    placement = choose(table, devs)
+    assert placement.comparison["optimal"] == pytest.approx(placement.total_us)
+
+
+def test_optimal_avoids_copies_that_greedy_pays_for():
+    # a chain: the sim device is 1 us cheaper per node, but each copy costs > 5 us
+    table, devs = _chain_case(sim_cost=9.0, cpu_cost=10.0, n=3)
+    greedy = choose(table, devs, strategy="greedy")
+    optimal = choose(table, devs)
+    assert {n.provider for n in greedy.nodes} == {"sim"}
+    assert {n.provider for n in optimal.nodes} == {"cpu"} and not optimal.transfers
+    assert optimal.total_us < greedy.total_us
+    assert optimal.comparison == pytest.approx(
+        {"optimal": 30.0, "greedy": greedy.total_us, "priority": 30.0})
+    assert optimal.to_dict()["comparison"]["greedy"] == pytest.approx(greedy.total_us)
+
+
+def test_optimal_moves_a_long_chain_when_the_savings_pay_for_the_copies():
+    table, devs = _chain_case(sim_cost=1.0, cpu_cost=10.0, n=6)
+    optimal = choose(table, devs)
+    assert {n.provider for n in optimal.nodes} == {"sim"}
+    assert [(t.tensor, t.destination) for t in optimal.transfers] == [("x", "sim:0"),
+                                                                      ("v5", "cpu")]
+
+
+def test_pins_and_sole_claimants_hold():
+    table, devs = _chain_case(sim_cost=1.0, cpu_cost=10.0, n=6, sim_declines={"n2"})
+    optimal = choose(table, devs, pins={"n4": "cpu"})
+    where = {n.name: n.provider for n in optimal.nodes}
+    assert where["n2"] == "cpu" and where["n4"] == "cpu" and optimal.by_node["n4"].pinned
+    best, _ = brute_force_with_pins(table, devs, {"n4": "cpu"})
+    assert optimal.total_us == pytest.approx(best, abs=0.05)
+
+
+def test_ties_prefer_the_users_order():
+    for order in (["cpu", "cpu2"], ["cpu2", "cpu"]):
+        table, devs = _chain_case(sim_cost=10.0, cpu_cost=10.0, n=2, sim_device=CPU,
+                                  order=order, sim_name="cpu2")
+        assert {n.provider for n in choose(table, devs).nodes} == {order[0]}
+
+
+def brute_force_with_pins(table, devices, pins):
+    problem = _Problem(table, devices, pins)
+    return min(problem.total_us(a) for a in itertools.product(*problem.options)), problem
+
+
+def _chain_case(sim_cost, cpu_cost, n, sim_declines=(), sim_device=SIM0, order=None,
+                sim_name="sim"):
+    nodes = [helper.make_node("Relu", ["x" if i == 0 else f"v{i - 1}"], [f"v{i}"], name=f"n{i}")
+             for i in range(n)]
+    model = load_model(make_model(nodes, [("x", TensorProto.FLOAT, [256])],
+                                  [(f"v{n - 1}", TensorProto.FLOAT, [256])]))
+    names = [f"n{i}" for i in range(n)]
+    host = Host(strict=False)
+    sim = CostedProvider(sim_name, sim_device,
+                         {m: sim_cost for m in names if m not in set(sim_declines)})
+    cpu = CostedProvider("cpu", CPU, dict.fromkeys(names, cpu_cost))
+    for p in (sim, cpu):
+        host.register(p, name=p.name)
+    order = order or ["cpu", sim_name]
+    devices = {"cpu": CPU, sim_name: sim_device}
+    return walk(host, model, order), devices
