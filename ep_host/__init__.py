@@ -19,6 +19,7 @@ from ep_host.errors import (
     PlacementError,
     ProviderError,
     ResourceLimitError,
+    RunCancelledError,
 )
 from ep_host.hookspecs import hookimpl, hookspec
 from ep_host.kernel import FunctionKernel, Kernel
@@ -37,12 +38,13 @@ from ep_host.tracing import record_kernel_variant
 if TYPE_CHECKING:
     from ep_host.discovery import Host
     from ep_host.graph import GraphView, NodeView, ValueView
-    from ep_host.session import InferenceSession
+    from ep_host.session import InferenceSession, RunOptions
 
 __version__ = "0.1.0"
 
 _LAZY = {
     "InferenceSession": "ep_host.session",
+    "RunOptions": "ep_host.session",
     "Host": "ep_host.discovery",
     "NodeView": "ep_host.graph",
     "ValueView": "ep_host.graph",
@@ -65,6 +67,7 @@ __all__ = [
     "FunctionKernel", "GraphView", "Host", "HostError", "InferenceSession", "InputError",
     "Kernel", "KernelError", "KernelMatch", "KernelVariantSelection", "ModelLoadError",
     "ModelValidationError", "NodeView", "PlacementError", "ProviderContext", "ProviderError",
-    "ProviderInfo", "ReasonCode", "ResourceLimitError", "ValueView", "deny", "dtype", "hookimpl",
+    "ProviderInfo", "ReasonCode", "ResourceLimitError", "RunCancelledError", "RunOptions",
+    "ValueView", "deny", "dtype", "hookimpl",
     "hookspec", "load_model", "record_kernel_variant", "require", "structural_input_bytes",
 ]
