@@ -7,6 +7,8 @@ decline for that node (code ``fault``) and nothing else is lost. The whole table
 from __future__ import annotations
 
 import math
+import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -104,17 +106,9 @@ def ask(
     if record.status != "available":
         return unavailable_answer(record)
     try:
-        answers = host.call_limited(record, "ep_host_supports_op", node=node, context=context)
+        answers = record.callers["ep_host_supports_op"](node=node, context=context)
     except Decline as d:
         return KernelMatch.unsupported(d.reason, d.code)
-    except HookTimeout as exc:
-        if host.strict:
-            raise ProviderError(
-                f"provider {record.name!r}: supports_op for node {node.name!r}: {exc}") from exc
-        # a hung provider would hang on every node: it declines the rest of them at once
-        record.status = "failed"
-        record.fault = f"supports_op for node {node.name!r}: {exc}"
-        return KernelMatch.unsupported(str(exc), ReasonCode.FAULT)
     except Exception as exc:
         if host.strict:
             raise ProviderError(
@@ -134,6 +128,61 @@ def ask(
             and type(answer) is KernelMatch and type(answer.cost) is Cost):
         checked[id(answer)] = answer  # exact frozen types: nothing can change it afterwards
     return answer
+
+
+def provider_answers(
+    host: Host,
+    record: ProviderRecord,
+    nodes: Sequence[NodeView],
+    context: ProviderContext,
+    checked: dict[int, KernelMatch],
+) -> list[KernelMatch]:
+    """One provider's answers for ``nodes``, in order.
+
+    With a per-call limit (``host.hook_timeout``) the provider is asked on a worker thread that
+    walks the whole batch, watched from here: a call that makes no progress for the limit is a
+    hang. That node gets a ``fault`` decline, the provider is marked failed, the rest of the batch
+    declines at once, and the stuck thread is abandoned (Python cannot interrupt it).
+    """
+    seconds = host.hook_timeout
+    if seconds is None or record.status != "available":
+        return [ask(host, record, n, context, checked) for n in nodes]
+    results: list[KernelMatch] = []
+    failure: list[BaseException] = []
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            for n in nodes:
+                results.append(ask(host, record, n, context, checked))
+        except BaseException as exc:  # strict mode's ProviderError: re-raised by the caller
+            failure.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=work, name="ep-host-hook", daemon=True).start()
+    progress, since = 0, time.monotonic()
+    while not done.wait(min(seconds, 0.05)):
+        if len(results) != progress:
+            progress, since = len(results), time.monotonic()
+        elif time.monotonic() - since > seconds:
+            break
+    if failure:
+        raise failure[0]
+    if done.is_set():
+        return results
+    answered = list(results[:progress])
+    stuck = nodes[len(answered)]
+    reason = str(HookTimeout(seconds))
+    if host.strict:
+        raise ProviderError(f"provider {record.name!r}: supports_op for node {stuck.name!r}: "
+                            f"{reason}")
+    record.status = "failed"
+    record.fault = f"supports_op for node {stuck.name!r}: {reason}"
+    answered.append(KernelMatch.unsupported(reason, ReasonCode.FAULT))
+    rest = unavailable_answer(record)
+    answered.extend(rest for _ in nodes[len(answered):])
+    return answered
 
 
 def walk(
@@ -156,12 +205,15 @@ def walk(
     asked = [(r.name, r, table.contexts[r.name], {}) for r in records]
     answers = table.answers
 
-    def visit(batch: Iterable[NodeView], depth: int) -> None:
-        for node in batch:
-            row = answers[node.name] = {
-                name: fixed[name] if name in fixed else ask(host, r, node, context, checked)
-                for name, r, context, checked in asked
-            }
+    def visit(batch: Sequence[NodeView], depth: int) -> None:
+        columns = {}
+        for name, r, context, checked in asked:
+            if name in fixed or r.status != "available":
+                columns[name] = [fixed.get(name) or unavailable_answer(r)] * len(batch)
+            else:
+                columns[name] = provider_answers(host, r, batch, context, checked)
+        for k, node in enumerate(batch):
+            row = answers[node.name] = {name: columns[name][k] for name, *_ in asked}
             table.all_nodes.append(node)
             if expand and depth < MAX_EXPANSION_DEPTH and not any(
                     a.is_supported for a in row.values()):
@@ -171,7 +223,7 @@ def walk(
                     body = None
                 if body is not None and body.nodes:
                     table.expanded[node.name] = [n.name for n in body.nodes]
-                    visit(body.nodes, depth + 1)
+                    visit(list(body.nodes), depth + 1)
                     continue
             table.nodes.append(node)
 

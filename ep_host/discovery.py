@@ -7,14 +7,10 @@ is listed with its fault and every other provider goes on.
 
 from __future__ import annotations
 
-import _thread
 import inspect
 import os
-import queue
 import sys
-import threading
 import traceback
-import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,45 +48,6 @@ class HookTimeout(Exception):
     def __init__(self, seconds: float):
         super().__init__(f"provider did not answer within {seconds:g} s")
         self.seconds = seconds
-
-
-class _HookWorker:
-    """A thread that runs hook calls for one calling thread, so the caller can stop waiting on
-    a call that hangs (Python cannot interrupt it); a hung worker is abandoned, not reused."""
-
-    def __init__(self) -> None:
-        self.jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        threading.Thread(target=_hook_loop, args=(self.jobs,), name="ep-host-hook",
-                         daemon=True).start()
-        # the thread ends when its caller drops the worker (the calling thread ended, or the
-        # worker hung and was abandoned: then once the hung call returns)
-        weakref.finalize(self, self.jobs.put, None)
-
-    def call(self, fn: Callable[..., Any], kwargs: dict[str, Any], seconds: float) -> Any:
-        done = _thread.allocate_lock()
-        done.acquire()
-        box: list[tuple[bool, Any]] = []
-        self.jobs.put((fn, kwargs, box, done))
-        if not done.acquire(timeout=seconds):
-            raise HookTimeout(seconds)
-        ok, value = box[0]
-        if ok:
-            return value
-        raise value
-
-
-def _hook_loop(jobs: queue.SimpleQueue[Any]) -> None:
-    while True:
-        job = jobs.get()
-        if job is None:
-            return
-        fn, kwargs, box, done = job
-        try:
-            box.append((True, fn(**kwargs)))
-        except BaseException as exc:  # handed back to the caller, which re-raises it
-            box.append((False, exc))
-        del job, fn, kwargs
-        done.release()
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -151,7 +108,6 @@ class Host:
         self.strict = env_flag("EP_HOST_STRICT") if strict is None else strict
         # seconds one supports_op call may take (None: no limit; default EP_HOST_HOOK_TIMEOUT)
         self.hook_timeout = hook_timeout_from_env() if hook_timeout == -1.0 else hook_timeout
-        self._workers = threading.local()
         self.pm = pluggy.PluginManager("ep_host")
         self.pm.add_hookspecs(hookspecs)
         self.records: dict[str, ProviderRecord] = {}
@@ -345,22 +301,6 @@ class Host:
         return record
 
     # -- calling -----------------------------------------------------------------------------
-
-    def call_limited(self, record: ProviderRecord, hook: str, **kwargs: Any) -> list[Any]:
-        """``record``'s ``hook`` answers, raising :class:`HookTimeout` when the call takes
-        longer than ``hook_timeout`` (the call runs on a worker thread; without a limit, here)."""
-        fn = record.callers[hook]
-        seconds = self.hook_timeout
-        if seconds is None:
-            return fn(**kwargs)
-        worker = getattr(self._workers, "worker", None)
-        if worker is None:
-            worker = self._workers.worker = _HookWorker()
-        try:
-            return worker.call(fn, kwargs, seconds)
-        except HookTimeout:
-            self._workers.worker = None  # still stuck in the call: never reuse it
-            raise
 
     def call(self, provider: str, hook: str, **kwargs: Any) -> Any:
         """Call ``hook`` on one provider alone; returns its answer (or ``None``)."""
