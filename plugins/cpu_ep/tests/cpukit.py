@@ -65,3 +65,12 @@ def cpu_answer(model, node_index=0):
     return table.answers[node.name]["cpu"]
 
 
+
+
+def assert_declines(model, code, *words):
+    """The CPU EP declines the model's first node with ``code`` and a reason naming ``words``."""
+    answer = cpu_answer(model)
+    assert not answer.is_supported
+    assert answer.code == code, answer.reason
+    for word in words:
+        assert word in answer.reason, answer.reason

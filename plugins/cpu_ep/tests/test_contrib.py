@@ -7,7 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
-from cpukit import cpu_answer, make_model, run_ep_host, run_onnxruntime
+from cpukit import assert_declines, cpu_answer, make_model, run_ep_host, run_onnxruntime
 from onnx import helper, numpy_helper
 
 MS = "com.microsoft"
@@ -44,14 +44,6 @@ def compare(op, inputs, outputs=("y",), dtype=F32, tol=None, rows=None, **kwargs
             b = np.concatenate([b[n, :r] for n, r in enumerate(rows)])
         np.testing.assert_allclose(a, b, **(tol or TOL[dtype]), err_msg=f"output {i}")
     return ours
-
-
-def assert_declines(model, code, *words):
-    answer = cpu_answer(model)
-    assert not answer.is_supported
-    assert answer.code == code, answer.reason
-    for word in words:
-        assert word in answer.reason, answer.reason
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpukit import assert_matches_onnxruntime, cpu_answer, make_model, run_ep_host
+from cpukit import assert_declines, assert_matches_onnxruntime, make_model, run_ep_host
 from ep_host_cpu.kernels import REGISTRY
 from onnx import TensorProto, helper
 
@@ -139,14 +139,6 @@ def test_flops():
 
 
 # -- declines ---------------------------------------------------------------------------------
-
-
-def assert_declines(model, code, *words):
-    answer = cpu_answer(model)
-    assert not answer.is_supported
-    assert answer.code == code, answer.reason
-    for word in words:
-        assert word in answer.reason, answer.reason
 
 
 def test_matmul_declines_int8():

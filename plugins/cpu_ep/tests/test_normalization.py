@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpukit import assert_matches_onnxruntime, cpu_answer, make_model, run_ep_host
+from cpukit import assert_declines, assert_matches_onnxruntime, make_model, run_ep_host
 from onnx import TensorProto, helper, numpy_helper
 
 F = TensorProto.FLOAT
 TOL = {"rtol": 1e-4, "atol": 1e-5}
-
-
-def assert_declines(model, code, *words):
-    answer = cpu_answer(model)
-    assert not answer.is_supported
-    assert answer.code == code, answer.reason
-    for word in words:
-        assert word in answer.reason, answer.reason
 
 
 # -- BatchNormalization -----------------------------------------------------------------------
