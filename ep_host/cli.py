@@ -230,21 +230,28 @@ class _Prepared:
             model, host, table, placement, error)
 
 
-def _prepare(args: argparse.Namespace) -> _Prepared:
-    """Load, discover, walk and place; a placement failure is kept, not raised."""
-    from ep_host import capability
+def _load(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The model (its warnings printed) and a host with the requested providers loaded."""
     from ep_host.discovery import Host
-    from ep_host.errors import PlacementError
     from ep_host.graph import load_model
-    from ep_host.placement import choose
-    from ep_host.session import provider_names, select_providers
+    from ep_host.session import provider_names
 
     with _status(f"loading {args.model}"):
         model = load_model(args.model)
     for warning in model.warnings:
         print(f"ep-host: warning: {warning}", file=sys.stderr)
+    return model, Host.discover(provider_names(args.providers))
+
+
+def _prepare(args: argparse.Namespace) -> _Prepared:
+    """Load, discover, walk and place; a placement failure is kept, not raised."""
+    from ep_host import capability
+    from ep_host.errors import PlacementError
+    from ep_host.placement import choose
+    from ep_host.session import provider_names, select_providers
+
+    model, host = _load(args)
     requested = provider_names(args.providers)
-    host = Host.discover(requested)
     providers = [p for p in select_providers(host, requested) if p not in set(args.exclude)]
     with _status(f"asking {len(providers)} provider(s) about {len(model.graph.nodes)} nodes"):
         table = capability.walk(host, model, providers)
@@ -404,16 +411,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ep_host.errors import InputError
     from ep_host.report import Output
     from ep_host.session import InferenceSession
-
-    prepared = _prepare(args)
-    if prepared.error is not None:
-        raise prepared.error
     from ep_host.tracing import Tracer
 
+    model, host = _load(args)  # the session places the model itself, once
     tracer = Tracer() if (args.trace or args.per_op) else None
-    session = InferenceSession(prepared.model, args.providers, host=prepared.host,
-                               strategy=args.strategy, pins=_pins(args), exclude=args.exclude,
-                               trace=tracer)
+    with _status(f"placing {len(model.graph.nodes)} nodes and creating kernels"):
+        session = InferenceSession(model, args.providers, host=host, strategy=args.strategy,
+                                   pins=_pins(args), exclude=args.exclude, trace=tracer)
     feeds: dict[str, Any] = {}
     for item in args.input:
         name, sep, path = item.partition("=")
@@ -421,7 +425,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise InputError(f"--input {item!r}: expected NAME=FILE")
         feeds[name] = _read_input(path)
     rng = np.random.default_rng(args.seed)
-    for view in prepared.model.graph.inputs:
+    for view in model.graph.inputs:
         if view.name in feeds:
             continue
         if not (args.random_inputs or args.dummy_inputs):
@@ -452,7 +456,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
             np.save(os.path.join(args.output_dir, f"{safe}.npy"), np.asarray(value))
     if args.compare_onnxruntime:
-        return _compare(out, prepared.model, feeds, names, outputs, args.rtol, args.atol)
+        return _compare(out, model, feeds, names, outputs, args.rtol, args.atol)
     return 0
 
 

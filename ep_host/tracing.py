@@ -35,7 +35,8 @@ class Span:
         self.duration_us = 0.0
 
     def record(self, selection: KernelVariantSelection) -> None:
-        """Store a variant under its key; a primary choice never overwrites a staged one."""
+        """Store a variant under its key: ``kernel_variant`` for the primary choice,
+        ``kernel_variant.<stage>`` for a staged one, so neither overwrites the other."""
         self.args[selection.key] = selection.variant
         self.args[selection.key + ".reason"] = selection.reason
 

@@ -12,21 +12,12 @@ import math
 
 import ep_host
 from ep_host import deny, require
+from ep_host_cpu.kernels.text import _strings as _objects
+from ep_host_cpu.kernels.text import _text
 from ep_host_cpu.registry import kernel
 
 ML = "ai.onnx.ml"
 NUMBERS = frozenset({"float32", "float64", "int64", "int32"})
-
-
-def _text(s) -> str:
-    return s.decode("utf-8") if isinstance(s, bytes) else str(s)
-
-
-def _objects(xp, values, shape):
-    out = xp.empty(len(values), dtype=object)
-    for i, v in enumerate(values):
-        out[i] = v
-    return out.reshape(shape)
 
 
 def _input_type(node, i=0):
