@@ -21,9 +21,20 @@ class Kernel:
     (see ``ProviderContext.subgraphs``).
 
     Set ``thread_safe = False`` when ``run`` keeps per-call state; the host then serialises calls.
+
+    Two optional fast paths the host uses when present:
+
+    - ``call``: for a one-output kernel, a callable ``call(*inputs)`` returning that output
+      itself (what ``run(*inputs)[0]`` returns), saving a tuple per run.
+    - ``inplace``: input indices whose buffer the kernel may reuse for its output. When such an
+      input is dead after this node and nothing else refers to its buffer, the host calls
+      ``call(*inputs, out=that_input)``; the kernel writes its output there when its shape and
+      dtype fit (else it allocates as usual) and returns the output.
     """
 
     thread_safe: bool = True
+    call: Any = None
+    inplace: tuple[int, ...] = ()
 
     def prepare(self, constants: Mapping[int, Any]) -> None:
         """Receive constant inputs once (weights), e.g. to prepack them. Default: keep nothing."""

@@ -37,6 +37,12 @@ class KernelSpec:
     ``check(node)``: declines (via ``require``/``deny``) what the kernel does not implement.
     ``flops(node)``/``bytes(node)``: the work for the roofline; ``None`` uses the defaults.
     ``bind(node)``: extra keyword arguments computed once from the node (output count...).
+    ``prepare(xp, constants, **kwargs)``: called once with the node's constant inputs (input
+    index -> array on the EP's device) and the keyword arguments the kernel gets; returns extra
+    keyword arguments for every run (prepacked weights, say), or ``{}``.
+    ``inplace``: input indices whose buffer the kernel may write its first output into when the
+    host hands it over (the value is dead after this node); the function then gets ``out=`` that
+    array and must return it filled, exactly as numpy's ufuncs do.
     """
 
     domain: str
@@ -53,6 +59,8 @@ class KernelSpec:
     required: tuple[str, ...] = field(default=())
     kernel_class: type[Kernel] | None = None
     containers: bool = False
+    prepare: Callable[..., Mapping[str, Any]] | None = None
+    inplace: tuple[int, ...] = ()
 
     def make(self, xp: Any, node: NodeView, context: Any = None) -> Kernel:
         attrs = node.attributes
@@ -61,26 +69,65 @@ class KernelSpec:
             kwargs.update(self.bind(node))
         if self.kernel_class is not None:
             return self.kernel_class(xp, node, context, **kwargs)
-        fn = self.fn
+        return RegistryKernel(self, xp, kwargs, len(node.outputs))
+
+
+class RegistryKernel(FunctionKernel):
+    """A registry function bound to ``xp`` and the node's attributes.
+
+    ``call`` computes the one output directly (no tuple), for the host's fast path; ``run``
+    wraps it. A function returning a tuple has several outputs. numpy scalars become 0-d arrays.
+    """
+
+    def __init__(self, spec: KernelSpec, xp: Any, kwargs: dict[str, Any], n_outputs: int):
+        self.spec = spec
+        self.xp = xp
+        self.kwargs = kwargs
+        super().__init__(spec.fn, n_outputs=n_outputs,
+                         name=f"{spec.op_type}-{spec.since_version}")
+        self.inplace = spec.inplace
+        self._bind()
+
+    def _bind(self) -> None:
+        fn, xp, kwargs = self.spec.fn, self.xp, self.kwargs
         generic = xp.generic if hasattr(xp, "generic") else ()
+        if kwargs:
+            def call(*inputs: Any, out: Any = None) -> Any:
+                if out is not None:
+                    return fn(xp, *inputs, out=out, **kwargs)
+                return fn(xp, *inputs, **kwargs)
+        else:
+            def call(*inputs: Any, out: Any = None) -> Any:
+                if out is not None:
+                    return fn(xp, *inputs, out=out)
+                return fn(xp, *inputs)
 
         def run(*inputs: Any) -> Any:
             # A tuple is several outputs; anything else (an array, a list = a sequence, None =
-            # an empty optional) is the one output. numpy scalars become 0-d arrays.
-            out = fn(xp, *inputs, **kwargs)
+            # an empty optional) is the one output.
+            out = call(*inputs)
             if type(out) is tuple:
                 return out
             return (xp.asarray(out) if isinstance(out, generic) else out,)
 
-        run.__name__ = fn.__name__
-        return FunctionKernel(run, n_outputs=len(node.outputs),
-                              name=f"{self.op_type}-{self.since_version}")
+        self.fn = run
+        self.call = call if self.n_outputs == 1 else None
+
+    def prepare(self, constants: Mapping[int, Any]) -> None:
+        if self.spec.prepare is not None and constants:
+            extra = self.spec.prepare(self.xp, constants, **self.kwargs)
+            if extra:
+                self.kwargs = {**self.kwargs, **extra}
+                self._bind()
+
+    def run(self, *inputs: Any) -> Any:
+        return self.fn(*inputs)
 
 
 def _keyword_attributes(fn: Callable[..., Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     names, required = [], []
     for p in inspect.signature(fn).parameters.values():
-        if p.kind is inspect.Parameter.KEYWORD_ONLY:
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "out":  # out=: in-place
             names.append(p.name)
             if p.default is inspect.Parameter.empty:
                 required.append(p.name)
@@ -116,6 +163,8 @@ class Registry:
         kernel_class: type[Kernel] | None = None,
         containers: bool = False,
         subgraphs: bool = False,
+        prepare: Callable[..., Mapping[str, Any]] | None = None,
+        inplace: Iterable[int] = (),
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register ``fn`` for ``op_type`` at each listed ``since_version``; stackable.
 
@@ -133,6 +182,7 @@ class Registry:
                     host_inputs=tuple(host_inputs), check=check, flops=flops, bytes=bytes,
                     bind=bind, attributes=attributes, required=required,
                     kernel_class=kernel_class, containers=containers or subgraphs,
+                    prepare=prepare, inplace=tuple(inplace),
                 ))
             return fn
 
