@@ -27,9 +27,9 @@ class Kernel:
     - ``call``: for a one-output kernel, a callable ``call(*inputs)`` returning that output
       itself (what ``run(*inputs)[0]`` returns), saving a tuple per run.
     - ``inplace``: input indices whose buffer the kernel may reuse for its output. When such an
-      input is dead after this node and nothing else refers to its buffer, the host calls
-      ``call(*inputs, out=that_input)``; the kernel writes its output there when its shape and
-      dtype fit (else it allocates as usual) and returns the output.
+      input is dead after this node, has the output's dtype and static shape, and nothing else
+      refers to its buffer, the host calls ``call(*inputs, out=that_input)``; the kernel writes
+      its output there and returns it, as numpy's ufuncs do with ``out=``.
     """
 
     thread_safe: bool = True

@@ -28,6 +28,7 @@ from ep_host.graph import GraphView, Model, NodeView, ValueView, _captured, load
 from ep_host.kernel import Kernel
 from ep_host.placement import Placement, choose
 from ep_host.provider import HOST, Device
+from ep_host.runloop import CompiledRun
 from ep_host.tracing import Tracer
 
 ProviderOptions = Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]]
@@ -221,6 +222,12 @@ class ExecutionPlan:
         self.steps = steps
         self.n_slots = len(slots)
         self.initial = initial
+        self.compiled = CompiledRun(
+            steps, [*self.input_slots.values(), *self.outer_slots.values()], initial,
+            [self.output_slots[n] for n in self.output_names], keep, self._check_one,
+            self._check_count)
+        self._output_index = {n: i for i, n in enumerate(self.output_names)}
+        self._index = {id(step): i for i, step in enumerate(steps)}
 
     def _create_kernel(self, node: NodeView, provider: str) -> tuple[Kernel, str]:
         """The kernel for ``node`` from ``provider``; when that fails, from the next provider
@@ -276,6 +283,9 @@ class ExecutionPlan:
             names: Sequence[str] | None = None, cancel: Any = None) -> list[Any]:
         """Run with inputs by name (already checked) and outer values; returns the outputs.
         ``cancel``: a :class:`RunOptions` whose ``terminate`` is checked before every step."""
+        if (cancel is None and self.runtime.tracer is None
+                and self.runtime.max_tensor_bytes is None):
+            return self._run_compiled(feeds, scope, names)
         values: list[Any] = [None] * self.n_slots
         for s, v in self.initial.items():
             values[s] = v
@@ -303,6 +313,60 @@ class ExecutionPlan:
         else:
             self._run_traced(tracer, values, cancel)
         return [values[self.output_slots[n]] for n in (names or self.output_names)]
+
+    def _run_compiled(self, feeds: Mapping[str, Any], scope: Mapping[str, Any] | None,
+                      names: Sequence[str] | None) -> list[Any]:
+        """The same steps through the plan's generated function (no tracing, cancel or limit:
+        those take the loop above)."""
+        values = {self.input_slots[name]: value for name, value in feeds.items()}
+        for name, s in self.outer_slots.items():
+            values[s] = scope[name]
+        compiled = self.compiled
+        try:
+            outs = compiled.run(values)
+        except Exception as exc:
+            line = compiled.failed_line(exc.__traceback__)
+            if line is None or line in compiled.check_lines:
+                raise
+            step = self.steps[compiled.lines[line]]
+            if step.copy is not None:
+                src, dst = step.copy
+                raise KernelError(
+                    f"{self.label}: copying a tensor from {src.name} to {dst.name} failed: "
+                    f"{describe_exception(exc)}") from exc
+            node = step.node
+            raise KernelError(
+                f"{self.label}: node {node.name!r} ({node.qualified_op}) failed on "
+                f"provider {step.provider!r}: {describe_exception(exc)}"
+            ) from exc
+        if names is None or names is self.output_names:
+            return outs
+        index = self._output_index
+        return [outs[index[n]] for n in names]
+
+    def _check_one(self, i: int, j: int, out: Any) -> Any:
+        """The full check of output ``j`` of step ``i`` (the generated code's quick test
+        failed): a numpy scalar becomes a 0-d array, a wrong dtype is an error, a wrong shape
+        a warning (an error with ``EP_HOST_STRICT``)."""
+        step = self.steps[i]
+        if type(out) is tuple and step.kernel.call is not None:
+            out = out[0]  # Kernel.call of a function with several outputs, one of them wanted
+        if isinstance(out, np.generic):
+            out = np.asarray(out)
+        self._check_output(step, j, out)
+        return out
+
+    def _check_count(self, i: int, outs: Any) -> Any:
+        """A kernel's ``run`` must return a sequence with an entry per wanted output."""
+        step = self.steps[i]
+        expected = len(step.outputs)
+        if not isinstance(outs, Sequence) or len(outs) < sum(1 for s in step.outputs if s >= 0):
+            got = len(outs) if isinstance(outs, Sequence) else type(outs).__name__
+            raise KernelError(
+                f"{self.label}: node {step.node.name!r} on provider {step.provider!r} "
+                f"returned {got} output(s), expected {expected}"
+            )
+        return outs
 
     def _cancelled(self, step: _Step) -> None:
         where = (f"node {step.node.name!r}" if step.node is not None else "a device copy")
@@ -351,34 +415,31 @@ class ExecutionPlan:
                 f"{self.label}: node {node.name!r} ({node.qualified_op}) failed on "
                 f"provider {step.provider!r}: {describe_exception(exc)}"
             ) from exc
-        expected = len(step.outputs)
-        if not isinstance(outs, Sequence) or len(outs) < sum(1 for s in step.outputs if s >= 0):
-            got = len(outs) if isinstance(outs, Sequence) else type(outs).__name__
-            raise KernelError(
-                f"{self.label}: node {step.node.name!r} on provider {step.provider!r} "
-                f"returned {got} output(s), expected {expected}"
-            )
-        limit = self.runtime.max_tensor_bytes
-        for i, (want, out) in enumerate(zip(step.expect, outs, strict=False)):
-            dtype, shape = want
-            got_dtype = getattr(out, "dtype", None)
-            got_shape = getattr(out, "shape", None)
-            if dtype is not None and got_dtype is not None and got_dtype != dtype:
-                self._bad_output(step, i, f"dtype {got_dtype}, expected {np.dtype(dtype)}")
-            if shape is not None and got_shape is not None and (
-                    len(got_shape) != len(shape)
-                    or any(w is not None and w != g for w, g in zip(shape, got_shape,
-                                                                   strict=False))):
-                self._bad_shape(step, i, got_shape, shape)
-            if limit is not None and getattr(out, "nbytes", 0) > limit:
-                # shapes known only now are checked right after the kernel returns; the tensor
-                # is dropped with this exception and the session stays usable
-                raise ResourceLimitError(
-                    f"{self.label}: output {i} of node {step.node.name!r} "
-                    f"({step.node.qualified_op}) on provider {step.provider!r} takes "
-                    f"{out.nbytes} bytes (shape {list(got_shape or ())}), over the limit of "
-                    f"{limit} (max_tensor_bytes / EP_HOST_MAX_TENSOR_BYTES)")
+        self._check_count(self._index[id(step)], outs)
+        for i, out in enumerate(outs[:len(step.expect)]):
+            self._check_output(step, i, out)
         return outs
+
+    def _check_output(self, step: _Step, i: int, out: Any) -> None:
+        dtype, shape = step.expect[i]
+        got_dtype = getattr(out, "dtype", None)
+        got_shape = getattr(out, "shape", None)
+        if dtype is not None and got_dtype is not None and got_dtype != dtype:
+            self._bad_output(step, i, f"dtype {got_dtype}, expected {np.dtype(dtype)}")
+        if shape is not None and got_shape is not None and (
+                len(got_shape) != len(shape)
+                or any(w is not None and w != g for w, g in zip(shape, got_shape,
+                                                               strict=False))):
+            self._bad_shape(step, i, got_shape, shape)
+        limit = self.runtime.max_tensor_bytes
+        if limit is not None and getattr(out, "nbytes", 0) > limit:
+            # shapes known only now are checked right after the kernel returns; the tensor
+            # is dropped with this exception and the session stays usable
+            raise ResourceLimitError(
+                f"{self.label}: output {i} of node {step.node.name!r} "
+                f"({step.node.qualified_op}) on provider {step.provider!r} takes "
+                f"{out.nbytes} bytes (shape {list(got_shape or ())}), over the limit of "
+                f"{limit} (max_tensor_bytes / EP_HOST_MAX_TENSOR_BYTES)")
 
     def _bad_shape(self, step: _Step, index: int, got: Any, want: tuple[Any, ...]) -> None:
         """onnx's shape inference is sometimes wrong (MaxPool's ceil_mode, Squeeze), so a shape

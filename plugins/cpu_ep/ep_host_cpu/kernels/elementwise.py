@@ -69,23 +69,23 @@ def _same_shapes(xs):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Add", 14, dtypes=NUMERIC_BF16)
-@kernel("Add", 13, dtypes=ARITH | BF16)
-@kernel("Add", 7, dtypes=ARITH)
+@kernel("Add", 14, dtypes=NUMERIC_BF16, direct="add", inplace=(0, 1))
+@kernel("Add", 13, dtypes=ARITH | BF16, direct="add", inplace=(0, 1))
+@kernel("Add", 7, dtypes=ARITH, direct="add", inplace=(0, 1))
 def add(xp, a, b):
     return xp.add(a, b)
 
 
-@kernel("Sub", 14, dtypes=NUMERIC_BF16)
-@kernel("Sub", 13, dtypes=ARITH | BF16)
-@kernel("Sub", 7, dtypes=ARITH)
+@kernel("Sub", 14, dtypes=NUMERIC_BF16, direct="subtract", inplace=(0, 1))
+@kernel("Sub", 13, dtypes=ARITH | BF16, direct="subtract", inplace=(0, 1))
+@kernel("Sub", 7, dtypes=ARITH, direct="subtract", inplace=(0, 1))
 def sub(xp, a, b):
     return xp.subtract(a, b)
 
 
-@kernel("Mul", 14, dtypes=NUMERIC_BF16)
-@kernel("Mul", 13, dtypes=ARITH | BF16)
-@kernel("Mul", 7, dtypes=ARITH)
+@kernel("Mul", 14, dtypes=NUMERIC_BF16, direct="multiply", inplace=(0, 1))
+@kernel("Mul", 13, dtypes=ARITH | BF16, direct="multiply", inplace=(0, 1))
+@kernel("Mul", 7, dtypes=ARITH, direct="multiply", inplace=(0, 1))
 def mul(xp, a, b):
     return xp.multiply(a, b)
 
@@ -236,16 +236,16 @@ def erf(xp, x):
     return _unary(xp, xp.erf, x)
 
 
-@kernel("Neg", 13, dtypes=SIGNED_NUMBERS | BF16)
-@kernel("Neg", 6, dtypes=SIGNED_NUMBERS)
-@kernel("Neg", 1, dtypes=FLOATS)
+@kernel("Neg", 13, dtypes=SIGNED_NUMBERS | BF16, direct="negative", inplace=(0,))
+@kernel("Neg", 6, dtypes=SIGNED_NUMBERS, direct="negative", inplace=(0,))
+@kernel("Neg", 1, dtypes=FLOATS, direct="negative", inplace=(0,))
 def neg(xp, x):
     return xp.negative(x)
 
 
-@kernel("Abs", 13, dtypes=NUMERIC_BF16)
-@kernel("Abs", 6, dtypes=NUMERIC)
-@kernel("Abs", 1, dtypes=FLOATS)
+@kernel("Abs", 13, dtypes=NUMERIC_BF16, direct="abs", inplace=(0,))
+@kernel("Abs", 6, dtypes=NUMERIC, direct="abs", inplace=(0,))
+@kernel("Abs", 1, dtypes=FLOATS, direct="abs", inplace=(0,))
 def abs_(xp, x):
     return xp.abs(x)
 

@@ -20,36 +20,36 @@ FLOAT8 = frozenset({"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2f
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Equal", 19, dtypes=ALL_WITH_STRING | BF16)
-@kernel("Equal", 13, dtypes=ALL | BF16)
-@kernel("Equal", 11, dtypes=ALL)
-@kernel("Equal", 7, dtypes=EQUAL_1)
+@kernel("Equal", 19, dtypes=ALL_WITH_STRING | BF16, direct="equal")
+@kernel("Equal", 13, dtypes=ALL | BF16, direct="equal")
+@kernel("Equal", 11, dtypes=ALL, direct="equal")
+@kernel("Equal", 7, dtypes=EQUAL_1, direct="equal")
 def equal(xp, a, b):
     return xp.equal(a, b)
 
 
-@kernel("Less", 13, dtypes=NUMERIC | BF16)
-@kernel("Less", 9, dtypes=NUMERIC)
-@kernel("Less", 7, dtypes=FLOATS)
+@kernel("Less", 13, dtypes=NUMERIC | BF16, direct="less")
+@kernel("Less", 9, dtypes=NUMERIC, direct="less")
+@kernel("Less", 7, dtypes=FLOATS, direct="less")
 def less(xp, a, b):
     return xp.less(a, b)
 
 
-@kernel("LessOrEqual", 16, dtypes=NUMERIC | BF16)
-@kernel("LessOrEqual", 12, dtypes=NUMERIC)
+@kernel("LessOrEqual", 16, dtypes=NUMERIC | BF16, direct="less_equal")
+@kernel("LessOrEqual", 12, dtypes=NUMERIC, direct="less_equal")
 def less_or_equal(xp, a, b):
     return xp.less_equal(a, b)
 
 
-@kernel("Greater", 13, dtypes=NUMERIC | BF16)
-@kernel("Greater", 9, dtypes=NUMERIC)
-@kernel("Greater", 7, dtypes=FLOATS)
+@kernel("Greater", 13, dtypes=NUMERIC | BF16, direct="greater")
+@kernel("Greater", 9, dtypes=NUMERIC, direct="greater")
+@kernel("Greater", 7, dtypes=FLOATS, direct="greater")
 def greater(xp, a, b):
     return xp.greater(a, b)
 
 
-@kernel("GreaterOrEqual", 16, dtypes=NUMERIC | BF16)
-@kernel("GreaterOrEqual", 12, dtypes=NUMERIC)
+@kernel("GreaterOrEqual", 16, dtypes=NUMERIC | BF16, direct="greater_equal")
+@kernel("GreaterOrEqual", 12, dtypes=NUMERIC, direct="greater_equal")
 def greater_or_equal(xp, a, b):
     return xp.greater_equal(a, b)
 
@@ -74,17 +74,17 @@ def greater_legacy(xp, a, b, *, broadcast, axis=None):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("And", 7, dtypes=BOOL)
+@kernel("And", 7, dtypes=BOOL, direct="logical_and")
 def and_(xp, a, b):
     return xp.logical_and(a, b)
 
 
-@kernel("Or", 7, dtypes=BOOL)
+@kernel("Or", 7, dtypes=BOOL, direct="logical_or")
 def or_(xp, a, b):
     return xp.logical_or(a, b)
 
 
-@kernel("Xor", 7, dtypes=BOOL)
+@kernel("Xor", 7, dtypes=BOOL, direct="logical_xor")
 def xor(xp, a, b):
     return xp.logical_xor(a, b)
 
@@ -104,7 +104,7 @@ def xor_legacy(xp, a, b, *, broadcast, axis=None):
     return xp.logical_xor(a, legacy_rhs(a, b, broadcast, axis))
 
 
-@kernel("Not", 1, dtypes=BOOL)
+@kernel("Not", 1, dtypes=BOOL, direct="logical_not")
 def not_(xp, x):
     return xp.logical_not(x)
 
@@ -114,12 +114,12 @@ def not_(xp, x):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("BitwiseAnd", 18, dtypes=INTS)
+@kernel("BitwiseAnd", 18, dtypes=INTS, direct="bitwise_and")
 def bitwise_and(xp, a, b):
     return xp.bitwise_and(a, b)
 
 
-@kernel("BitwiseOr", 18, dtypes=INTS)
+@kernel("BitwiseOr", 18, dtypes=INTS, direct="bitwise_or")
 def bitwise_or(xp, a, b):
     return xp.bitwise_or(a, b)
 
