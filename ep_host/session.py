@@ -29,6 +29,7 @@ from ep_host.kernel import Kernel
 from ep_host.placement import Placement, choose
 from ep_host.provider import HOST, Device
 from ep_host.runloop import CompiledRun
+from ep_host.threads import BlasThreads, default_threads
 from ep_host.tracing import Tracer
 
 ProviderOptions = Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]]
@@ -581,6 +582,8 @@ class InferenceSession:
     ``strategy``: ``"optimal"`` (default), ``"greedy"`` or ``"priority"``.
     ``pins``: node name -> provider.
     ``exclude``: providers not to use. ``host``: a :class:`Host` with providers already loaded.
+    ``intra_op_num_threads``: BLAS threads during runs (0: leave numpy's BLAS as it is; default:
+    1 on machines with at most 4 logical CPUs, where a second thread is usually slower).
     """
 
     def __init__(
@@ -596,8 +599,11 @@ class InferenceSession:
         base_dir: str | None = None,
         trace: str | os.PathLike[str] | Tracer | None = None,
         max_tensor_bytes: int | None = None,
+        intra_op_num_threads: int | None = None,
     ):
         names = provider_names(providers)
+        self._threads = BlasThreads(default_threads() if intra_op_num_threads is None
+                                    else intra_op_num_threads)
         if max_tensor_bytes is None:
             max_tensor_bytes = max_tensor_bytes_from_env()
         if trace is None or isinstance(trace, Tracer):
@@ -663,11 +669,12 @@ class InferenceSession:
             )
         feeds = self._check_inputs(input_feed)
         cancel = run_options if getattr(run_options, "terminate", None) is not None else None
-        if self.tracer is None:
-            outputs = plan.run(feeds, names=names, cancel=cancel)
-        else:
-            with self.tracer.span("run", "session", model=self._model.label):
+        with self._threads:
+            if self.tracer is None:
                 outputs = plan.run(feeds, names=names, cancel=cancel)
+            else:
+                with self.tracer.span("run", "session", model=self._model.label):
+                    outputs = plan.run(feeds, names=names, cancel=cancel)
         return [_output(v) for v in outputs]
 
     def _check_inputs(self, feed: Mapping[str, Any]) -> dict[str, Any]:
