@@ -45,6 +45,11 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    "claims the node (onnxruntime's rule). Default: optimal")
     p.add_argument("--pin", action="append", default=[], metavar="NODE=PROVIDER",
                    help="force a node onto a provider (repeatable)")
+    p.add_argument("--no-optimize", action="store_true",
+                   help="place the model as written, without graph optimizations")
+    p.add_argument("--disable-optimization", action="append", default=[], metavar="PASS",
+                   help="skip one graph optimization (repeatable): constant_folding, "
+                   "conv_bn_folding, gelu_fusion, matmul_add_fusion")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,8 +241,13 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     from ep_host.graph import load_model
     from ep_host.session import provider_names
 
+    from ep_host.optimize import optimize
+
     with _status(f"loading {args.model}"):
         model = load_model(args.model)
+    if not args.no_optimize:
+        with _status("optimizing the graph"):
+            model = optimize(model, disable=args.disable_optimization)
     for warning in model.warnings:
         print(f"ep-host: warning: {warning}", file=sys.stderr)
     return model, Host.discover(provider_names(args.providers))
@@ -299,11 +309,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
         raise HostError(f"provider {args.provider!r} is not in use "
                         f"(providers: {', '.join(table.providers) or 'none'})")
     if args.json:
-        write_json(explain_dict(table, prepared.placement, prepared.model.label,
-                                _unplaceable(prepared)), "-")
+        data = explain_dict(table, prepared.placement, prepared.model.label,
+                            _unplaceable(prepared))
+        data["optimizations"] = dict(prepared.model.optimizations)
+        write_json(data, "-")
     else:
-        render_explain(Output(), table, prepared.placement, node=args.node, op=args.op,
-                       provider=args.provider)
+        render_explain(Output(), table, prepared.placement, prepared.model.optimizations,
+                       node=args.node, op=args.op, provider=args.provider)
     if prepared.error is not None:
         print(f"ep-host: error: {prepared.error}", file=sys.stderr)
         return 1
@@ -417,7 +429,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     tracer = Tracer() if (args.trace or args.per_op) else None
     with _status(f"placing {len(model.graph.nodes)} nodes and creating kernels"):
         session = InferenceSession(model, args.providers, host=host, strategy=args.strategy,
-                                   pins=_pins(args), exclude=args.exclude, trace=tracer)
+                                   pins=_pins(args), exclude=args.exclude, trace=tracer,
+                                   optimizations=())  # _load optimized it already
     feeds: dict[str, Any] = {}
     for item in args.input:
         name, sep, path = item.partition("=")

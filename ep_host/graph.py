@@ -731,6 +731,11 @@ class Model:
             os.path.dirname(os.path.abspath(path)) if path else None
         )
         self.warnings: list[str] = []
+        # set by ep_host.optimize on the model it returns: pass -> rewrites, and each fused
+        # node's original nodes (placed instead when no provider claims the fused node)
+        self.optimizations: dict[str, int] = {}
+        self.unfused: dict[str, list[NodeProto]] = {}
+        self.original: Model | None = None
         self.opset_imports = {normalize_domain(o.domain): o.version for o in proto.opset_import}
         newest = onnx.defs.onnx_opset_version()
         opset = self.opset_imports.get(DEFAULT_DOMAIN, 0)
@@ -962,6 +967,8 @@ def expand_function(node: NodeView) -> GraphView | None:
     """``node`` written out as its function body: a graph nested in the node's graph whose
     nodes read the node's inputs and write its outputs; internal values are prefixed with the
     node's name. ``None`` when the op has no function body."""
+    if node.graph.parent is None and node.name in node.graph.model.unfused:
+        return _unfused_body(node)
     fn = _function_proto(node)
     if fn is None:
         return None
@@ -999,6 +1006,15 @@ def expand_function(node: NodeView) -> GraphView | None:
     opsets = dict(node.graph.opset_imports)
     opsets.update({normalize_domain(o.domain): o.version for o in fn.opset_import})
     graph = onnx.helper.make_graph(nodes, f"{node.name} ({node.qualified_op} expanded)", [], [])
+    node.graph.model.add_types(_infer_body_types(node, graph, opsets))
+    return GraphView(graph, node.graph.model, parent=node.graph, opset_imports=opsets)
+
+
+def _unfused_body(node: NodeView) -> GraphView:
+    """A fused node's original nodes (``ep_host.optimize``), as a body nested in its graph."""
+    nodes = node.graph.model.unfused[node.name]
+    graph = onnx.helper.make_graph(nodes, f"{node.name} (unfused)", [], [])
+    opsets = dict(node.graph.opset_imports)
     node.graph.model.add_types(_infer_body_types(node, graph, opsets))
     return GraphView(graph, node.graph.model, parent=node.graph, opset_imports=opsets)
 

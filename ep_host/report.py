@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
 
 from ep_host.capability import CapabilityTable
@@ -110,13 +110,15 @@ def explain_rows(
         if n.name in table.expanded:
             body = table.expanded[n.name]
             shown = ", ".join(body[:3]) + (", ..." if len(body) > 3 else "")
-            rows.append(("", "", "->", f"no provider claims it: expanded into its function "
-                         f"body ({len(body)} nodes: {shown})"))
+            what = ("kept as the nodes it fused" if n.name in n.graph.model.unfused
+                    else "expanded into its function body")
+            rows.append(("", "", "->", f"no provider claims it: {what} "
+                         f"({len(body)} nodes: {shown})"))
     return rows
 
 
 def render_explain(out: Output, table: CapabilityTable, placement: Placement | None,
-                   **filters: Any) -> None:
+                   optimizations: Mapping[str, int] | None = None, **filters: Any) -> None:
     rows = explain_rows(table, placement, **filters)
     out.table(
         "Every provider's answer for every node (* = chosen)",
@@ -125,6 +127,16 @@ def render_explain(out: Output, table: CapabilityTable, placement: Placement | N
     )
     if not rows:
         out.line("no node matches the filters")
+    if optimizations:
+        out.line(optimizations_line(optimizations))
+
+
+def optimizations_line(optimizations: Mapping[str, int]) -> str:
+    """``graph optimizations: conv_bn_folding (53 rewrites), ...`` for the passes that changed
+    the graph."""
+    done = ", ".join(f"{name} ({count} rewrite{'s' if count != 1 else ''})"
+                     for name, count in optimizations.items())
+    return f"graph optimizations: {done} (--no-optimize shows the model as written)"
 
 
 def explain_dict(table: CapabilityTable, placement: Placement | None, model: str,

@@ -26,6 +26,7 @@ from ep_host.errors import (
 )
 from ep_host.graph import GraphView, Model, NodeView, ValueView, _captured, load_model
 from ep_host.kernel import Kernel
+from ep_host.optimize import optimize
 from ep_host.placement import Placement, choose
 from ep_host.provider import HOST, Device
 from ep_host.runloop import CompiledRun
@@ -584,6 +585,8 @@ class InferenceSession:
     ``exclude``: providers not to use. ``host``: a :class:`Host` with providers already loaded.
     ``intra_op_num_threads``: BLAS threads during runs (0: leave numpy's BLAS as it is; default:
     1 on machines with at most 4 logical CPUs, where a second thread is usually slower).
+    ``optimizations``: the graph passes to run before placement (default: all of
+    ``ep_host.optimize.PASSES``; ``()`` for none); ``disable_optimizations``: passes to skip.
     """
 
     def __init__(
@@ -600,6 +603,8 @@ class InferenceSession:
         trace: str | os.PathLike[str] | Tracer | None = None,
         max_tensor_bytes: int | None = None,
         intra_op_num_threads: int | None = None,
+        optimizations: Iterable[str] | None = None,
+        disable_optimizations: Iterable[str] = (),
     ):
         names = provider_names(providers)
         self._threads = BlasThreads(default_threads() if intra_op_num_threads is None
@@ -610,7 +615,8 @@ class InferenceSession:
             self.tracer, self._trace_path = trace, None
         else:
             self.tracer, self._trace_path = Tracer(), os.fspath(trace)
-        self._model = model if isinstance(model, Model) else load_model(model, base_dir=base_dir)
+        loaded = model if isinstance(model, Model) else load_model(model, base_dir=base_dir)
+        self._model = optimize(loaded, optimizations, disable_optimizations)
         self._host = host if host is not None else Host.discover(names)
         chosen = [p for p in select_providers(self._host, names) if p not in set(exclude)]
         if isinstance(provider_options, Sequence) and not isinstance(provider_options, Mapping):

@@ -1,0 +1,474 @@
+"""Graph optimizations before placement: passes that rewrite a loaded model's main graph.
+
+Each pass is switchable by name and counts its rewrites; ``optimize`` returns a new
+:class:`Model` whose ``optimizations`` name the passes that changed the graph. A fused node (a
+new op standing for several) remembers the nodes it replaced in ``Model.unfused``: when no
+provider claims it, the capability walk places those nodes instead, as it does a function body.
+
+- ``constant_folding``: nodes whose inputs are all constants, and Shape/Size of a value whose
+  shape is static, become initializers (computed by onnx's reference evaluator, the ONNX
+  specification's own implementation).
+- ``conv_bn_folding``: an inference-mode BatchNormalization after a Conv with constant weights
+  is folded into the Conv's weights and bias.
+- ``gelu_fusion``: the exact GELU written out as Div/Mul, Erf, Add, Mul, Mul becomes one
+  ``com.microsoft::Gelu``.
+- ``matmul_add_fusion``: MatMul of a 2-D input by a constant 2-D matrix, then Add of a constant
+  bias, becomes one Gemm.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
+
+from ep_host.errors import HostError
+from ep_host.graph import DEFAULT_DOMAIN, Model, normalize_domain
+
+MS_DOMAIN = "com.microsoft"
+FOLD_MAX_ELEMENTS = 1 << 24  # a constant result bigger than this (64 MB of float32) stays a node
+NOT_FOLDED = frozenset({
+    # a different draw each run, or state the host must keep
+    "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike", "Multinomial",
+    "Bernoulli", "Dropout", "Constant",
+})
+FOLDABLE_KINDS = "biuf"  # numpy kinds a folded tensor may have (no strings, no 8-bit floats)
+
+
+class Rewriter:
+    """The main graph as editable protobuf nodes, with the lookups passes need."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self.values = model.graph.values
+        self.nodes: list[NodeProto | None] = [
+            _copy(view._proto) for view in model.graph.nodes]
+        self.views = {id(n): v for n, v in zip(self.nodes, model.graph.nodes, strict=True)}
+        self.position = {id(n): i for i, n in enumerate(self.nodes)}
+        self.initializers: dict[str, TensorProto] = {}  # new ones, by name
+        self.constants: dict[str, np.ndarray] = {}  # values of the new ones
+        self.unfused: dict[str, list[NodeProto]] = {}
+        self.outputs = {v.name for v in model.graph.outputs}
+        self.names = {n.name for n in self.nodes if n is not None}
+        self.index()
+
+    def index(self) -> None:
+        self.producer: dict[str, NodeProto] = {}
+        self.consumers: dict[str, list[NodeProto]] = {}
+        for n in self.nodes:
+            if n is None:
+                continue
+            for name in n.output:
+                if name:
+                    self.producer[name] = n
+            for name in n.input:
+                if name:
+                    self.consumers.setdefault(name, []).append(n)
+
+    def live(self) -> list[NodeProto]:
+        return [n for n in self.nodes if n is not None]
+
+    def const(self, name: str) -> np.ndarray | None:
+        if name in self.constants:
+            return self.constants[name]
+        view = self.values.get(name)
+        if view is None or not view.is_constant:
+            return None
+        return view.value
+
+    def only_consumer(self, name: str) -> NodeProto | None:
+        """The one node reading ``name`` when nothing else (no graph output) does."""
+        users = self.consumers.get(name, [])
+        if len(users) != 1 or name in self.outputs:
+            return None
+        return users[0]
+
+    def shape(self, name: str) -> tuple[Any, ...] | None:
+        view = self.values.get(name)
+        return None if view is None else view.shape
+
+    def dtype(self, name: str) -> np.dtype | None:
+        view = self.values.get(name)
+        if view is None or view.dtype is None or view.dtype.numpy is None:
+            return None
+        return np.dtype(view.dtype.numpy)
+
+    def add_constant(self, name: str, array: np.ndarray) -> None:
+        self.constants[name] = array
+        self.initializers[name] = numpy_helper.from_array(array, name)
+
+    def fresh(self, base: str) -> str:
+        """A name no node or value uses yet."""
+        name, k = base, 1
+        while name in self.names or name in self.values or name in self.initializers:
+            k += 1
+            name = f"{base}_{k}"
+        self.names.add(name)
+        return name
+
+    def remove(self, node: NodeProto) -> None:
+        self.nodes[self.position.pop(id(node))] = None
+
+    def replace(self, old: NodeProto, new: NodeProto) -> None:
+        i = self.position.pop(id(old))
+        self.nodes[i] = new
+        self.position[id(new)] = i
+        self.views[id(new)] = self.views.get(id(old))
+
+    def opset(self, node: NodeProto) -> int | None:
+        view = self.views.get(id(node))
+        return None if view is None else view.since_version
+
+
+def _copy(node: NodeProto) -> NodeProto:
+    out = NodeProto()
+    out.CopyFrom(node)
+    return out
+
+
+def _domain(node: NodeProto) -> str:
+    return normalize_domain(node.domain)
+
+
+def _is(node: NodeProto | None, op_type: str) -> bool:
+    return node is not None and node.op_type == op_type and _domain(node) == DEFAULT_DOMAIN
+
+
+def _attr(node: NodeProto, name: str, default: Any = None) -> Any:
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def _scalar(rw: Rewriter, name: str) -> float | None:
+    value = rw.const(name)
+    if value is None or value.size != 1 or value.dtype.kind != "f":
+        return None
+    return float(value.reshape(()))
+
+
+# -- constant folding --------------------------------------------------------------------------
+
+
+def constant_folding(rw: Rewriter) -> int:
+    folded = 0
+    evaluator = None
+    for node in rw.live():
+        if _domain(node) != DEFAULT_DOMAIN or node.op_type in NOT_FOLDED:
+            continue
+        if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+            continue
+        outputs = [o for o in node.output if o]
+        if not outputs or any(o in rw.outputs for o in outputs):
+            continue  # a graph output stays computed, as the model declares it
+        results = _shape_of_static(rw, node)
+        if results is None:
+            inputs = [rw.const(i) if i else None for i in node.input]
+            if any(i and v is None for i, v in zip(node.input, inputs, strict=True)):
+                continue
+            if evaluator is None:
+                from onnx.reference import ReferenceEvaluator
+
+                evaluator = ReferenceEvaluator
+            results = _evaluate(evaluator, rw, node, inputs)
+            if results is None:
+                continue
+        for name, value in zip(node.output, results, strict=False):
+            if name:
+                rw.add_constant(name, value)
+        rw.remove(node)
+        folded += 1
+    return folded
+
+
+def _shape_of_static(rw: Rewriter, node: NodeProto) -> list[np.ndarray] | None:
+    """Shape and Size of a value whose shape is static, computed from the shape alone."""
+    if node.op_type not in ("Shape", "Size") or not node.input:
+        return None
+    shape = rw.shape(node.input[0])
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return None
+    if node.op_type == "Size":
+        return [np.array(math.prod(shape), dtype=np.int64)]
+    rank = len(shape)
+    start, end = _attr(node, "start", 0), _attr(node, "end", rank)
+    start = min(max(start + rank if start < 0 else start, 0), rank)
+    end = min(max(end + rank if end < 0 else end, 0), rank)
+    return [np.array(shape[start:end], dtype=np.int64)]
+
+
+def _evaluate(evaluator: Any, rw: Rewriter, node: NodeProto,
+              inputs: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+    """The node's outputs by onnx's reference evaluator, or ``None`` when folding it would be
+    unsafe (a type the result cannot hold, too big, or the evaluator fails)."""
+    if any(v is not None and v.dtype.kind not in FOLDABLE_KINDS for v in inputs):
+        return None
+    wanted = [rw.dtype(o) for o in node.output if o]
+    if any(d is None or d.kind not in FOLDABLE_KINDS for d in wanted):
+        return None
+    names = [f"in{i}" if name else "" for i, name in enumerate(node.input)]
+    probe = _copy(node)
+    del probe.input[:]
+    probe.input.extend(names)
+    outs = [f"out{i}" for i in range(len(node.output))]
+    del probe.output[:]
+    probe.output.extend(outs)
+    graph = helper.make_graph(
+        [probe], "fold",
+        [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+         for n, v in zip(names, inputs, strict=True) if n],
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outs])
+    opset = rw.model.opset_imports.get(DEFAULT_DOMAIN, onnx.defs.onnx_opset_version())
+    probe_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    try:
+        results = evaluator(probe_model).run(
+            None, {n: v for n, v in zip(names, inputs, strict=True) if n})
+    except Exception:  # the evaluator cannot run it here: leave the node to the providers
+        return None
+    out = []
+    for name, value, want in zip(node.output, results, wanted * len(results), strict=False):
+        if not name:
+            continue
+        value = np.asarray(value)
+        if value.dtype != want or value.size > FOLD_MAX_ELEMENTS:
+            return None
+        out.append(value)
+    return out
+
+
+# -- Conv + BatchNormalization ------------------------------------------------------------------
+
+
+def conv_bn_folding(rw: Rewriter) -> int:
+    folded = 0
+    for bn in rw.live():
+        if not _is(bn, "BatchNormalization") or not _inference_bn(rw, bn):
+            continue
+        conv = rw.producer.get(bn.input[0])
+        if not _is(conv, "Conv") or rw.only_consumer(conv.output[0]) is not bn:
+            continue
+        w = rw.const(conv.input[1])
+        b = rw.const(conv.input[2]) if len(conv.input) > 2 and conv.input[2] else None
+        stats = [rw.const(name) for name in bn.input[1:5]]
+        if w is None or w.dtype not in (np.float32, np.float64) or any(s is None for s in stats):
+            continue
+        if len(conv.input) > 2 and conv.input[2] and b is None:
+            continue
+        scale, bias, mean, var = (s.astype(np.float64).reshape(-1) for s in stats)
+        m = w.shape[0]
+        if any(s.size != m for s in (scale, bias, mean, var)):
+            continue
+        factor = scale / np.sqrt(var + float(_attr(bn, "epsilon", 1e-5)))
+        w_new = (w.astype(np.float64) * factor.reshape((m,) + (1,) * (w.ndim - 1))).astype(w.dtype)
+        b_old = np.zeros(m) if b is None else b.astype(np.float64).reshape(-1)
+        b_new = ((b_old - mean) * factor + bias).astype(w.dtype)
+        w_name = rw.fresh(f"{conv.name}::bn_folded_W")
+        b_name = rw.fresh(f"{conv.name}::bn_folded_B")
+        rw.add_constant(w_name, w_new)
+        rw.add_constant(b_name, b_new)
+        fused = _copy(conv)
+        del fused.input[:]
+        fused.input.extend([conv.input[0], w_name, b_name])
+        del fused.output[:]
+        fused.output.append(bn.output[0])
+        rw.replace(conv, fused)
+        rw.remove(bn)
+        folded += 1
+    return folded
+
+
+def _inference_bn(rw: Rewriter, bn: NodeProto) -> bool:
+    version = rw.opset(bn)
+    if version is None or version < 7 or len(bn.input) < 5:
+        return False
+    if any(o for o in bn.output[1:]):
+        return False  # training outputs
+    if version >= 14 and _attr(bn, "training_mode", 0):
+        return False
+    return not (version < 9 and _attr(bn, "spatial", 1) != 1)
+
+
+# -- GELU -------------------------------------------------------------------------------------
+
+
+SQRT2 = math.sqrt(2.0)
+
+
+def gelu_fusion(rw: Rewriter) -> int:
+    """``0.5 * x * (1 + erf(x / sqrt(2)))`` in its exported orders -> ``com.microsoft::Gelu``."""
+    fused = 0
+    for erf in rw.live():
+        if not _is(erf, "Erf"):
+            continue
+        match = _match_gelu(rw, erf)
+        if match is None:
+            continue
+        x, nodes, out = match
+        name = rw.fresh(f"{nodes[-1].name}::Gelu")
+        gelu = helper.make_node("Gelu", [x], [out], name=name, domain=MS_DOMAIN)
+        rw.unfused[name] = [_copy(n) for n in nodes]
+        rw.replace(nodes[-1], gelu)
+        for n in nodes[:-1]:
+            rw.remove(n)
+        rw.index()
+        fused += 1
+    return fused
+
+
+def _other(node: NodeProto, name: str) -> str | None:
+    """The other input of a binary node that reads ``name`` once."""
+    if len(node.input) != 2 or list(node.input).count(name) != 1:
+        return None
+    return node.input[1] if node.input[0] == name else node.input[0]
+
+
+def _match_gelu(rw: Rewriter, erf: NodeProto) -> tuple[str, list[NodeProto], str] | None:
+    scaled = rw.producer.get(erf.input[0])
+    if scaled is None or rw.only_consumer(scaled.output[0]) is not erf:
+        return None
+    if _is(scaled, "Div") and _close(_scalar(rw, scaled.input[1]), SQRT2):
+        x = scaled.input[0]
+    elif _is(scaled, "Mul"):
+        x = next((a for a in scaled.input
+                  if _close(_scalar(rw, _other(scaled, a) or ""), 1 / SQRT2)), None)
+        if x is None:
+            return None
+    else:
+        return None
+    plus = rw.only_consumer(erf.output[0])
+    if not _is(plus, "Add") or not _close(_scalar(rw, _other(plus, erf.output[0]) or ""), 1.0):
+        return None
+    mul = rw.only_consumer(plus.output[0])
+    if not _is(mul, "Mul"):
+        return None
+    partner = _other(mul, plus.output[0])
+    if partner == x:  # (x * (1 + erf)) * 0.5
+        half = rw.only_consumer(mul.output[0])
+        if not _is(half, "Mul") or not _close(_scalar(rw, _other(half, mul.output[0]) or ""),
+                                              0.5):
+            return None
+        return x, [scaled, erf, plus, mul, half], half.output[0]
+    half = rw.producer.get(partner or "")
+    if (_is(half, "Mul") and rw.only_consumer(half.output[0]) is mul and x in half.input
+            and _close(_scalar(rw, _other(half, x) or ""), 0.5)):  # (0.5 * x) * (1 + erf)
+        return x, [half, scaled, erf, plus, mul], mul.output[0]
+    return None
+
+
+def _close(value: float | None, target: float) -> bool:
+    return value is not None and abs(value - target) <= 1e-6 * abs(target)
+
+
+# -- MatMul + Add -------------------------------------------------------------------------------
+
+
+def matmul_add_fusion(rw: Rewriter) -> int:
+    fused = 0
+    for mm in rw.live():
+        if not _is(mm, "MatMul") or len(mm.input) != 2:
+            continue
+        a_shape = rw.shape(mm.input[0])
+        b = rw.const(mm.input[1])
+        if a_shape is None or len(a_shape) != 2 or b is None or b.ndim != 2:
+            continue
+        if b.dtype not in (np.float32, np.float64) or rw.dtype(mm.input[0]) != b.dtype:
+            continue
+        add = rw.only_consumer(mm.output[0])
+        if not _is(add, "Add"):
+            continue
+        bias_name = _other(add, mm.output[0])
+        bias = rw.const(bias_name or "")
+        n = b.shape[1]
+        if bias is None or bias.dtype != b.dtype or bias.shape not in ((n,), (1, n)):
+            continue
+        name = rw.fresh(f"{add.name}::Gemm")
+        gemm = helper.make_node("Gemm", [mm.input[0], mm.input[1], bias_name], [add.output[0]],
+                                name=name)
+        rw.unfused[name] = [_copy(mm), _copy(add)]
+        rw.replace(add, gemm)
+        rw.remove(mm)
+        rw.index()
+        fused += 1
+    return fused
+
+
+PASSES: dict[str, Callable[[Rewriter], int]] = {
+    "constant_folding": constant_folding,
+    "conv_bn_folding": conv_bn_folding,
+    "gelu_fusion": gelu_fusion,
+    "matmul_add_fusion": matmul_add_fusion,
+}
+DEFAULT_PASSES = tuple(PASSES)
+
+
+def resolve_passes(passes: Iterable[str] | None = None,
+                   disable: Iterable[str] = ()) -> list[str]:
+    """The passes to run, in their fixed order: ``passes`` (default all) less ``disable``."""
+    chosen = list(DEFAULT_PASSES if passes is None else passes)
+    off = set(disable)
+    unknown = [p for p in (*chosen, *off) if p not in PASSES]
+    if unknown:
+        raise HostError(f"unknown graph optimization(s) {', '.join(unknown)}; "
+                        f"known: {', '.join(PASSES)}")
+    return [p for p in PASSES if p in chosen and p not in off]
+
+
+def optimize(model: Model, passes: Iterable[str] | None = None,
+             disable: Iterable[str] = ()) -> Model:
+    """``model`` rewritten by ``passes`` (default all but ``disable``), as a new model; the
+    model itself when no pass changed anything. The new model's ``optimizations`` maps each
+    pass that changed the graph to its rewrite count."""
+    names = resolve_passes(passes, disable)
+    if not names or not model.graph.nodes:
+        return model
+    rw = Rewriter(model)
+    applied = {}
+    for name in names:
+        count = PASSES[name](rw)
+        rw.index()
+        if count:
+            applied[name] = count
+    if not applied:
+        return model
+    return _rebuild(model, rw, applied)
+
+
+def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int]) -> Model:
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model.proto)
+    graph = proto.graph
+    live = rw.live()
+    del graph.node[:]
+    graph.node.extend(live)
+    read = {i for n in live for i in n.input} | {o.name for o in graph.output}
+    for nodes in rw.unfused.values():
+        read |= {i for n in nodes for i in n.input}
+    was_initializer = {t.name for t in graph.initializer}
+    kept = [t for t in graph.initializer if t.name in read]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    graph.initializer.extend(t for name, t in rw.initializers.items() if name in read)
+    inputs = [vi for vi in graph.input if vi.name in read or vi.name not in was_initializer]
+    del graph.input[:]
+    graph.input.extend(inputs)
+    produced = {o for n in live for o in n.output}
+    value_info = [vi for vi in graph.value_info if vi.name in produced]
+    del graph.value_info[:]
+    graph.value_info.extend(value_info)
+    if any(_domain(n) == MS_DOMAIN for n in live) and not any(
+            normalize_domain(o.domain) == MS_DOMAIN for o in proto.opset_import):
+        proto.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    out = Model(proto, path=model.path, base_dir=model.base_dir)
+    out.warnings = [*model.warnings, *out.warnings]
+    out.optimizations = applied
+    out.unfused = rw.unfused
+    out.original = model
+    return out
+
+
+__all__ = ["DEFAULT_PASSES", "PASSES", "optimize", "resolve_passes"]

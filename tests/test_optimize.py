@@ -1,0 +1,167 @@
+"""Graph optimizations before placement: each pass rewrites what it should, the rewritten model
+computes what the model as written computes, and a fused node nobody claims is placed as the
+nodes it replaced."""
+
+import math
+
+import numpy as np
+import onnxruntime
+import pytest
+import scipy.special
+from hostkit import InlineProvider, make_model
+from onnx import TensorProto, helper, numpy_helper
+
+from ep_host import InferenceSession
+from ep_host.cli import main
+from ep_host.errors import HostError
+from ep_host.graph import load_model
+from ep_host.optimize import PASSES, optimize
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(0)
+
+
+def const(name, array):
+    return numpy_helper.from_array(np.asarray(array, np.float32), name)
+
+
+def conv_bn_model(extra_reader=False):
+    w = RNG.standard_normal((4, 3, 3, 3)) * 0.3
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "s", "bb", "m", "v"], ["n"], name="bn",
+                              epsilon=1e-3),
+             helper.make_node("Relu", ["n"], ["y"], name="relu")]
+    outputs = [("y", F, [1, 4, 8, 8])]
+    if extra_reader:
+        nodes.append(helper.make_node("Neg", ["c"], ["z"], name="neg"))
+        outputs.append(("z", F, [1, 4, 8, 8]))
+    inits = [const("w", w), const("b", RNG.standard_normal(4)),
+             const("s", RNG.uniform(0.5, 1.5, 4)), const("bb", RNG.standard_normal(4)),
+             const("m", RNG.standard_normal(4)), const("v", RNG.uniform(0.5, 2, 4))]
+    return make_model(nodes, [("x", F, [1, 3, 8, 8])], outputs, initializers=inits)
+
+
+def gelu_nodes(x, out, order):
+    c = {"sqrt2": "c_sqrt2", "one": "c_one", "half": "c_half", "inv": "c_inv"}
+    if order == "half_first":  # (0.5 * x) * (1 + erf(x / sqrt2))
+        return [helper.make_node("Mul", [x, c["half"]], ["h"], name="half"),
+                helper.make_node("Div", [x, c["sqrt2"]], ["d"], name="div"),
+                helper.make_node("Erf", ["d"], ["e"], name="erf"),
+                helper.make_node("Add", ["e", c["one"]], ["p"], name="plus"),
+                helper.make_node("Mul", ["h", "p"], [out], name="mul")]
+    # (x * (1 + erf(x * 1/sqrt2))) * 0.5
+    return [helper.make_node("Mul", [c["inv"], x], ["d"], name="scale"),
+            helper.make_node("Erf", ["d"], ["e"], name="erf"),
+            helper.make_node("Add", [c["one"], "e"], ["p"], name="plus"),
+            helper.make_node("Mul", [x, "p"], ["q"], name="mul"),
+            helper.make_node("Mul", ["q", c["half"]], [out], name="half")]
+
+
+def gelu_model(order):
+    inits = [const("c_sqrt2", math.sqrt(2)), const("c_one", 1.0), const("c_half", 0.5),
+             const("c_inv", 1 / math.sqrt(2))]
+    return make_model(gelu_nodes("x", "y", order), [("x", F, [2, 16])], [("y", F, [2, 16])],
+                      initializers=inits)
+
+
+def run_both(model, feeds, **kwargs):
+    data = model.SerializeToString()
+    optimized = InferenceSession(data, ["cpu"], **kwargs)
+    written = InferenceSession(data, ["cpu"], optimizations=())
+    return optimized, optimized.run(None, feeds), written.run(None, feeds)
+
+
+def test_conv_bn_folding_removes_the_batch_norm_and_keeps_the_result():
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    model = conv_bn_model()
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations == {"conv_bn_folding": 1}
+    assert [n.op_type for n in session.placement.table.nodes] == ["Conv", "Relu"]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    ort = onnxruntime.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got[0], ort.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_conv_whose_output_is_read_elsewhere_is_not_folded():
+    model = optimize(load_model(conv_bn_model(extra_reader=True)))
+    assert "conv_bn_folding" not in model.optimizations
+
+
+def test_constant_folding_folds_shape_arithmetic_of_a_static_tensor():
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "i"], ["g"], name="gather", axis=0),
+             helper.make_node("Unsqueeze", ["g", "axes"], ["u"], name="unsq"),
+             helper.make_node("Concat", ["u", "rest"], ["t"], name="concat", axis=0),
+             helper.make_node("Reshape", ["x", "t"], ["y"], name="reshape")]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "i"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             numpy_helper.from_array(np.array([-1], np.int64), "rest")]
+    model = make_model(nodes, [("x", F, [2, 3, 4])], [("y", F, [2, 12])], initializers=inits)
+    x = RNG.standard_normal((2, 3, 4)).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations == {"constant_folding": 4}
+    assert [n.op_type for n in session.placement.table.nodes] == ["Reshape"]
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("order", ["half_first", "half_last"])
+def test_gelu_fusion_makes_one_node_that_computes_the_same(order):
+    x = (RNG.standard_normal((2, 16)) * 3).astype(np.float32)
+    session, got, want = run_both(gelu_model(order), {"x": x})
+    assert session.model.optimizations == {"gelu_fusion": 1}
+    assert [n.qualified_op for n in session.placement.table.nodes] == ["com.microsoft::Gelu"]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+
+
+def test_a_fused_node_nobody_claims_runs_as_the_nodes_it_replaced(host):
+    class Elementwise(InlineProvider):
+        FUNCS = {"Div": np.divide, "Mul": np.multiply, "Add": np.add,
+                 "Erf": lambda v: scipy.special.erf(v).astype(v.dtype)}
+
+    host.register(Elementwise("plain", ops=("Div", "Mul", "Add", "Erf")), name="plain")
+    x = RNG.standard_normal((2, 16)).astype(np.float32)
+    session = InferenceSession(gelu_model("half_first").SerializeToString(), ["plain"],
+                               host=host)
+    table = session.placement.table
+    (fused,) = table.expanded
+    assert not table.answers[fused]["plain"].is_supported
+    assert sorted(n.op_type for n in table.nodes) == ["Add", "Div", "Erf", "Mul", "Mul"]
+    want = 0.5 * x * (1 + scipy.special.erf(x / math.sqrt(2)))
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-6, atol=1e-6)
+
+
+def test_matmul_add_becomes_gemm_for_two_d_inputs_only():
+    def model(shape):
+        nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+                 helper.make_node("Add", ["m", "b"], ["y"], name="add")]
+        inits = [const("w", RNG.standard_normal((8, 5))), const("b", RNG.standard_normal(5))]
+        return make_model(nodes, [("x", F, shape)], [("y", F, [*shape[:-1], 5])],
+                          initializers=inits)
+
+    x = RNG.standard_normal((3, 8)).astype(np.float32)
+    session, got, want = run_both(model([3, 8]), {"x": x})
+    assert session.model.optimizations == {"matmul_add_fusion": 1}
+    assert [n.op_type for n in session.placement.table.nodes] == ["Gemm"]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    assert optimize(load_model(model([2, 3, 8]))).optimizations == {}
+
+
+def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
+    model = load_model(conv_bn_model())
+    assert optimize(model, disable=["conv_bn_folding"]) is model
+    assert optimize(model, passes=[]) is model
+    with pytest.raises(HostError, match="unknown graph optimization.*known: constant_folding"):
+        optimize(model, passes=["fold_everything"])
+    assert set(PASSES) == {"constant_folding", "conv_bn_folding", "gelu_fusion",
+                           "matmul_add_fusion"}
+
+
+def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(conv_bn_model().SerializeToString())
+    assert main(["explain", str(path), "--providers", "cpu"]) == 0
+    assert "graph optimizations: conv_bn_folding (1 rewrite)" in capsys.readouterr().out
+    assert main(["explain", str(path), "--providers", "cpu", "--no-optimize"]) == 0
+    out = capsys.readouterr().out
+    assert "graph optimizations" not in out and "BatchNormalization" in out
