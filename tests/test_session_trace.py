@@ -98,3 +98,27 @@ def test_tracer_timestamps_are_monotonic_within_a_run(tensors):
     time.sleep(0.001)
     nodes = [e for e in tracer.events if e["cat"] == "node"]
     assert nodes[0]["ts"] + nodes[0]["dur"] <= nodes[1]["ts"] + 1e-6
+
+
+def test_a_traced_bert_base_run_is_valid_trace_json_and_its_spans_cover_the_wall_time(
+        tmp_path):
+    from ep_host.testing import models
+
+    model = models.bert_encoder()  # 12 layers, hidden 768, seq 128
+    feeds = models.bert_inputs(model)
+    path = tmp_path / "bert.json"
+    session = InferenceSession(model.SerializeToString(), ["cpu"], trace=path)
+    session.run(None, feeds)  # warm-up
+    start = time.perf_counter()
+    session.run(None, feeds)
+    wall_us = (time.perf_counter() - start) * 1e6
+    session.end_profiling()
+    data = json.loads(path.read_text())
+    _check_trace_events(data)
+    runs = [e for e in data["traceEvents"] if e["cat"] == "session"]
+    last = runs[-1]
+    inside = [e for e in data["traceEvents"] if e["cat"] in ("node", "copy")
+              and last["ts"] <= e["ts"] <= last["ts"] + last["dur"]]
+    assert len(inside) == len(session.placement.nodes)
+    spans = sum(e["dur"] for e in inside)
+    assert 0.9 * wall_us <= spans <= wall_us
