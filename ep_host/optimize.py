@@ -12,6 +12,9 @@ provider claims it, the capability walk places those nodes instead, as it does a
   is folded into the Conv's weights and bias.
 - ``gelu_fusion``: the exact GELU written out as Div/Mul, Erf, Add, Mul, Mul becomes one
   ``com.microsoft::Gelu``.
+- ``layer_norm_fusion``: LayerNormalization written out (ReduceMean, Sub, Pow or Mul,
+  ReduceMean, Add, Sqrt, Div, Mul by a constant scale, optionally Add of a constant bias) over
+  the last axis becomes one LayerNormalization (models of ai.onnx opset 17 on).
 - ``matmul_add_fusion``: MatMul of a 2-D input by a constant 2-D matrix, then Add of a constant
   bias, becomes one Gemm.
 """
@@ -364,6 +367,98 @@ def _close(value: float | None, target: float) -> bool:
     return value is not None and abs(value - target) <= 1e-6 * abs(target)
 
 
+# -- LayerNormalization -----------------------------------------------------------------------
+
+
+def layer_norm_fusion(rw: Rewriter) -> int:
+    if rw.model.opset_imports.get(DEFAULT_DOMAIN, 0) < 17:
+        return 0  # ai.onnx LayerNormalization exists from opset 17
+    fused = 0
+    for mean in rw.live():
+        if not _is(mean, "ReduceMean"):
+            continue
+        match = _match_layer_norm(rw, mean)
+        if match is None:
+            continue
+        x, scale, bias, epsilon, nodes, out = match
+        name = rw.fresh(f"{nodes[-1].name}::LayerNormalization")
+        inputs = [x, scale] + ([bias] if bias else [])
+        ln = helper.make_node("LayerNormalization", inputs, [out], name=name, axis=-1,
+                              epsilon=epsilon)
+        rw.unfused[name] = [_copy(n) for n in nodes]
+        rw.replace(nodes[-1], ln)
+        for n in nodes[:-1]:
+            rw.remove(n)
+        rw.index()
+        fused += 1
+    return fused
+
+
+def _last_axis_mean(rw: Rewriter, node: NodeProto, x: str) -> bool:
+    """``node`` is ReduceMean of ``x`` over its last axis, keeping dims."""
+    if not _is(node, "ReduceMean") or node.input[0] != x or not _attr(node, "keepdims", 1):
+        return False
+    axes = _attr(node, "axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        value = rw.const(node.input[1])
+        axes = None if value is None else [int(a) for a in value.reshape(-1)]
+    shape = rw.shape(x)
+    if axes is None or len(axes) != 1 or shape is None:
+        return False
+    return axes[0] in (-1, len(shape) - 1)
+
+
+def _match_layer_norm(rw: Rewriter, mean: NodeProto) -> tuple[Any, ...] | None:
+    x = mean.input[0]
+    if not _last_axis_mean(rw, mean, x) or rw.dtype(x) not in (np.float32, np.float64):
+        return None
+    sub = rw.only_consumer(mean.output[0])
+    if not _is(sub, "Sub") or list(sub.input) != [x, mean.output[0]]:
+        return None
+    users = list({id(u): u for u in rw.consumers.get(sub.output[0], [])}.values())
+    if len(users) != 2 or sub.output[0] in rw.outputs:
+        return None
+    div = next((u for u in users if _is(u, "Div")), None)
+    square = next((u for u in users if u is not div), None)
+    if square is None or div is None or list(div.input)[0] != sub.output[0]:
+        return None
+    if _is(square, "Pow"):
+        if not _close(_scalar(rw, square.input[1]), 2.0):
+            return None
+    elif not _is(square, "Mul") or list(square.input) != [sub.output[0], sub.output[0]]:
+        return None
+    var = rw.only_consumer(square.output[0])
+    if var is None or not _last_axis_mean(rw, var, square.output[0]):
+        return None
+    add_eps = rw.only_consumer(var.output[0])
+    if not _is(add_eps, "Add"):
+        return None
+    epsilon = _scalar(rw, _other(add_eps, var.output[0]) or "")
+    sqrt = rw.only_consumer(add_eps.output[0])
+    if epsilon is None or not _is(sqrt, "Sqrt") or rw.only_consumer(sqrt.output[0]) is not div:
+        return None
+    if list(div.input) != [sub.output[0], sqrt.output[0]]:
+        return None
+    mul = rw.only_consumer(div.output[0])
+    hidden = rw.shape(x)[-1]
+    if not _is(mul, "Mul"):
+        return None
+    scale = _other(mul, div.output[0])
+    gamma = rw.const(scale or "")
+    if gamma is None or gamma.shape != (hidden,) or gamma.dtype != rw.dtype(x):
+        return None
+    nodes = [mean, sub, square, var, add_eps, sqrt, div, mul]
+    bias, out = "", mul.output[0]
+    plus = rw.only_consumer(mul.output[0])
+    if _is(plus, "Add"):
+        candidate = _other(plus, mul.output[0])
+        beta = rw.const(candidate or "")
+        if beta is not None and beta.shape == (hidden,) and beta.dtype == gamma.dtype:
+            bias, out = candidate, plus.output[0]
+            nodes.append(plus)
+    return x, scale, bias, epsilon, nodes, out
+
+
 # -- MatMul + Add -------------------------------------------------------------------------------
 
 
@@ -401,6 +496,7 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "constant_folding": constant_folding,
     "conv_bn_folding": conv_bn_folding,
     "gelu_fusion": gelu_fusion,
+    "layer_norm_fusion": layer_norm_fusion,
     "matmul_add_fusion": matmul_add_fusion,
 }
 DEFAULT_PASSES = tuple(PASSES)

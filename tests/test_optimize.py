@@ -154,7 +154,7 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
     with pytest.raises(HostError, match="unknown graph optimization.*known: constant_folding"):
         optimize(model, passes=["fold_everything"])
     assert set(PASSES) == {"constant_folding", "conv_bn_folding", "gelu_fusion",
-                           "matmul_add_fusion"}
+                           "layer_norm_fusion", "matmul_add_fusion"}
 
 
 def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):
@@ -165,3 +165,30 @@ def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):
     assert main(["explain", str(path), "--providers", "cpu", "--no-optimize"]) == 0
     out = capsys.readouterr().out
     assert "graph optimizations" not in out and "BatchNormalization" in out
+
+
+@pytest.mark.parametrize("opset,square", [(17, "Pow"), (18, "Mul")])
+def test_layer_norm_written_out_becomes_one_layer_normalization(opset, square):
+    def mean(inp, out, name):
+        if opset >= 18:
+            return helper.make_node("ReduceMean", [inp, "axes"], [out], name=name)
+        return helper.make_node("ReduceMean", [inp], [out], name=name, axes=[-1])
+
+    sq = (helper.make_node("Pow", ["d", "two"], ["p"], name="pow") if square == "Pow"
+          else helper.make_node("Mul", ["d", "d"], ["p"], name="sq"))
+    nodes = [mean("x", "m", "mean"), helper.make_node("Sub", ["x", "m"], ["d"], name="sub"), sq,
+             mean("p", "v", "var"), helper.make_node("Add", ["v", "eps"], ["ve"], name="add_eps"),
+             helper.make_node("Sqrt", ["ve"], ["s"], name="sqrt"),
+             helper.make_node("Div", ["d", "s"], ["n"], name="div"),
+             helper.make_node("Mul", ["n", "g"], ["gn"], name="scale"),
+             helper.make_node("Add", ["gn", "b"], ["y"], name="shift")]
+    inits = [const("two", 2.0), const("eps", 1e-5), const("g", RNG.uniform(0.5, 1.5, 16)),
+             const("b", RNG.standard_normal(16)),
+             numpy_helper.from_array(np.array([-1], np.int64), "axes")]
+    model = make_model(nodes, [("x", F, [2, 5, 16])], [("y", F, [2, 5, 16])],
+                       initializers=inits, opset=opset)
+    x = (RNG.standard_normal((2, 5, 16)) * 2 + 1).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations == {"layer_norm_fusion": 1}
+    assert [n.op_type for n in session.placement.table.nodes] == ["LayerNormalization"]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
