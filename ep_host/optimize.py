@@ -75,6 +75,13 @@ class Rewriter:
     def live(self) -> list[NodeProto]:
         return [n for n in self.nodes if n is not None]
 
+    def is_const(self, name: str) -> bool:
+        """Whether ``name`` is a constant, without reading its data."""
+        if name in self.constants:
+            return True
+        view = self.values.get(name)
+        return view is not None and view.is_constant
+
     def const(self, name: str) -> np.ndarray | None:
         if name in self.constants:
             return self.constants[name]
@@ -171,9 +178,9 @@ def constant_folding(rw: Rewriter) -> int:
             continue  # a graph output stays computed, as the model declares it
         results = _shape_of_static(rw, node)
         if results is None:
-            inputs = [rw.const(i) if i else None for i in node.input]
-            if any(i and v is None for i, v in zip(node.input, inputs, strict=True)):
+            if not all(rw.is_const(i) for i in node.input if i):
                 continue
+            inputs = [rw.const(i) if i else None for i in node.input]
             if evaluator is None:
                 from onnx.reference import ReferenceEvaluator
 
@@ -468,13 +475,13 @@ def matmul_add_fusion(rw: Rewriter) -> int:
         if not _is(mm, "MatMul") or len(mm.input) != 2:
             continue
         a_shape = rw.shape(mm.input[0])
+        add = rw.only_consumer(mm.output[0])
+        if a_shape is None or len(a_shape) != 2 or not _is(add, "Add"):
+            continue
         b = rw.const(mm.input[1])
-        if a_shape is None or len(a_shape) != 2 or b is None or b.ndim != 2:
+        if b is None or b.ndim != 2:
             continue
         if b.dtype not in (np.float32, np.float64) or rw.dtype(mm.input[0]) != b.dtype:
-            continue
-        add = rw.only_consumer(mm.output[0])
-        if not _is(add, "Add"):
             continue
         bias_name = _other(add, mm.output[0])
         bias = rw.const(bias_name or "")

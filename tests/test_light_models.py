@@ -18,12 +18,14 @@ from ep_host.testing.models import (
 @pytest.mark.parametrize("name", LIGHT_MODELS)
 def test_every_node_is_placed_and_the_shipped_output_is_reproduced(name):
     path = light_model_path(name)
-    session = InferenceSession(path, ["cpu"])
+    written = InferenceSession(path, ["cpu"], optimizations=())
     model = onnx.load(path)
-    assert len(session.placement.nodes) == len(model.graph.node)
-    assert {n.provider for n in session.placement.nodes} == {"cpu"}
-    (out,) = session.run(None, dummy_inputs(model))
-    np.testing.assert_allclose(out, light_expected_output(name), rtol=1e-3, atol=1e-7)
+    assert len(written.placement.nodes) == len(model.graph.node)
+    optimized = InferenceSession(path, ["cpu"])
+    for session in (written, optimized):
+        assert {n.provider for n in session.placement.nodes} == {"cpu"}
+        (out,) = session.run(None, dummy_inputs(model))
+        np.testing.assert_allclose(out, light_expected_output(name), rtol=1e-3, atol=1e-7)
 
 
 @pytest.mark.parametrize("name", LIGHT_MODELS)
