@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", metavar="DIR", help="save each output as DIR/NAME.npy")
     p.add_argument("--trace", metavar="FILE",
                    help="write Chrome trace events (open in Perfetto) for the run(s) to FILE")
+    p.add_argument("--trace-bodies", action="store_true",
+                   help="full trace verbosity: also a span per node run inside control-flow "
+                   "bodies (every Loop iteration, If branch, Scan step)")
     p.add_argument("--repeat", type=int, default=1, metavar="N",
                    help="run N times after one warm-up run and print latency statistics")
     p.add_argument("--per-op", action="store_true",
@@ -426,7 +429,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ep_host.tracing import Tracer
 
     model, host = _load(args)  # the session places the model itself, once
-    tracer = Tracer() if (args.trace or args.per_op) else None
+    tracer = (Tracer(Tracer.FULL if args.trace_bodies else 1)
+              if (args.trace or args.per_op) else None)
     with _status(f"placing {len(model.graph.nodes)} nodes and creating kernels"):
         session = InferenceSession(model, args.providers, host=host, strategy=args.strategy,
                                    pins=_pins(args), exclude=args.exclude, trace=tracer,

@@ -131,8 +131,12 @@ class ExecutionPlan:
     """
 
     def __init__(self, runtime: _Runtime, graph: GraphView, placement: Placement,
-                 outer: Iterable[str] = ()):
+                 outer: Iterable[str] = (), body: bool = False):
         self.runtime = runtime
+        tracer = runtime.tracer
+        # a body's nodes are traced only at full verbosity
+        self.tracer = tracer if tracer is not None and (
+            not body or tracer.verbosity >= Tracer.FULL) else None
         self.graph = graph
         self.placement = placement
         self.label = runtime.model.label
@@ -285,8 +289,7 @@ class ExecutionPlan:
             names: Sequence[str] | None = None, cancel: Any = None) -> list[Any]:
         """Run with inputs by name (already checked) and outer values; returns the outputs.
         ``cancel``: a :class:`RunOptions` whose ``terminate`` is checked before every step."""
-        if (cancel is None and self.runtime.tracer is None
-                and self.runtime.max_tensor_bytes is None):
+        if cancel is None and self.tracer is None and self.runtime.max_tensor_bytes is None:
             return self._run_compiled(feeds, scope, names)
         values: list[Any] = [None] * self.n_slots
         for s, v in self.initial.items():
@@ -296,7 +299,7 @@ class ExecutionPlan:
         if self.outer_slots:
             for name, s in self.outer_slots.items():
                 values[s] = scope[name]
-        tracer = self.runtime.tracer
+        tracer = self.tracer
         if tracer is None:
             for step in self.steps:
                 if cancel is not None and cancel.terminate:
@@ -527,7 +530,8 @@ class _Runtime:
 
     def compile(self, graph: GraphView) -> CompiledGraph:
         """Place and compile a body graph; its outer-scope names become scope inputs."""
-        plan = ExecutionPlan(self, graph, self.place(graph), outer=graph_captures(graph))
+        plan = ExecutionPlan(self, graph, self.place(graph), outer=graph_captures(graph),
+                             body=True)
         return CompiledGraph(plan)
 
     def create_kernel(self, node: NodeView, provider: str, placement: Placement) -> Kernel:

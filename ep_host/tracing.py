@@ -61,9 +61,17 @@ def record_kernel_variant(
 
 
 class Tracer:
-    """Collects spans and writes them as Chrome trace events (open in Perfetto)."""
+    """Collects spans and writes them as Chrome trace events (open in Perfetto).
 
-    def __init__(self) -> None:
+    ``verbosity``: 1 (default) records a span per run, per node of the model's graph and per
+    device copy; ``FULL`` (2) also records the nodes that control-flow kernels run inside their
+    bodies (each Loop iteration's, each If branch's), which can be many.
+    """
+
+    FULL = 2
+
+    def __init__(self, verbosity: int = 1) -> None:
+        self.verbosity = verbosity
         self._events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._t0 = time.perf_counter()

@@ -122,3 +122,33 @@ def test_a_traced_bert_base_run_is_valid_trace_json_and_its_spans_cover_the_wall
     assert len(inside) == len(session.placement.nodes)
     spans = sum(e["dur"] for e in inside)
     assert 0.9 * wall_us <= spans <= wall_us
+
+
+def _if_model():
+    from onnx import TensorProto, helper
+
+    def branch(op, name):
+        return helper.make_graph(
+            [helper.make_node(op, ["x"], [f"{name}_y"], name=f"{name}_node")], name, [],
+            [helper.make_tensor_value_info(f"{name}_y", TensorProto.FLOAT, [2])])
+
+    node = helper.make_node("If", ["c"], ["y"], name="if", then_branch=branch("Neg", "then"),
+                            else_branch=branch("Relu", "else"))
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+                      helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_body_nodes_are_traced_only_at_full_verbosity():
+    feeds = {"c": np.array(True), "x": np.array([1.0, -2.0], np.float32)}
+    names = {}
+    for verbosity in (1, Tracer.FULL):
+        tracer = Tracer(verbosity)
+        session = InferenceSession(_if_model().SerializeToString(), ["cpu"], trace=tracer)
+        (y,) = session.run(None, feeds)
+        np.testing.assert_array_equal(y, [-1.0, 2.0])
+        names[verbosity] = [e["name"] for e in tracer.events if e["cat"] == "node"]
+    assert names[1] == ["if"]
+    assert sorted(names[Tracer.FULL]) == ["if", "then_node"]
