@@ -123,6 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", metavar="DIR", help="save each output as DIR/NAME.npy")
     p.add_argument("--trace", metavar="FILE",
                    help="write Chrome trace events (open in Perfetto) for the run(s) to FILE")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="record each cuda partition as a CUDA graph once and replay it "
+                   "(provider option enable_cuda_graph); prints which partitions were recorded")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="BLAS threads during runs (0: numpy's default; default: 1 on machines "
+                   "with at most 4 CPUs)")
     p.add_argument("--trace-bodies", action="store_true",
                    help="full trace verbosity: also a span per node run inside control-flow "
                    "bodies (every Loop iteration, If branch, Scan step)")
@@ -434,7 +440,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _status(f"placing {len(model.graph.nodes)} nodes and creating kernels"):
         session = InferenceSession(model, args.providers, host=host, strategy=args.strategy,
                                    pins=_pins(args), exclude=args.exclude, trace=tracer,
-                                   optimizations=())  # _load optimized it already
+                                   optimizations=(),  # _load optimized it already
+                                   intra_op_num_threads=args.threads,
+                                   provider_options={"cuda": {"enable_cuda_graph": True}}
+                                   if args.cuda_graph else None)
+    for graph in session.device_graphs:
+        state = "recorded" if graph.captured else f"not recorded: {graph.reason}"
+        print(f"ep-host: device graph on {graph.provider} ({len(graph.nodes)} nodes): {state}",
+              file=sys.stderr)
     feeds: dict[str, Any] = {}
     for item in args.input:
         name, sep, path = item.partition("=")

@@ -25,6 +25,8 @@ from ep_host.errors import (
     RunCancelledError,
 )
 from ep_host.graph import GraphView, Model, NodeView, ValueView, _captured, load_model
+from ep_host.device_graphs import OPTION as GRAPH_OPTION
+from ep_host.device_graphs import CapturedPartition, PartitionCapture, PartitionNode, why_not
 from ep_host.kernel import Kernel
 from ep_host.optimize import optimize
 from ep_host.placement import Placement, choose
@@ -140,6 +142,8 @@ class ExecutionPlan:
         self.graph = graph
         self.placement = placement
         self.label = runtime.model.label
+        self.body = body
+        self.device_graphs: list[PartitionCapture] = []
         self._build(sorted(set(outer)))
 
     def _build(self, outer: list[str]) -> None:
@@ -224,6 +228,8 @@ class ExecutionPlan:
             self.output_slots[v.name] = fetch(v, HOST)
         keep = (set(initial) | set(self.output_slots.values()) | set(self.input_slots.values())
                 | set(self.outer_slots.values()))
+        if not self.body:
+            steps = self._record_partitions(steps, keep, initial, slots)
         _release_points(steps, keep)
         self.steps = steps
         self.n_slots = len(slots)
@@ -234,6 +240,65 @@ class ExecutionPlan:
             self._check_count)
         self._output_index = {n: i for i, n in enumerate(self.output_names)}
         self._index = {id(step): i for i, step in enumerate(steps)}
+
+    def _record_partitions(self, steps: list[_Step], keep: set[int], initial: dict[int, Any],
+                           slots: dict[tuple[str, str], int]) -> list[_Step]:
+        """Runs of consecutive steps on one device whose provider asks for device graphs
+        (``enable_cuda_graph``) become one step that records them once and replays them; each
+        run's outcome (recorded, or why not) goes to ``device_graphs``."""
+        runtime = self.runtime
+
+        def wants(step: _Step) -> bool:
+            if step.node is None or step.copy is not None:
+                return False
+            options = runtime.options.get(step.provider, {})
+            return bool(options.get(GRAPH_OPTION)) and not runtime.device(step.provider).is_host
+
+        where = {s: device for (_, device), s in slots.items()}
+        names = {s: name for (name, _), s in slots.items()}
+        out: list[_Step] = []
+        i = 0
+        while i < len(steps):
+            if not wants(steps[i]):
+                out.append(steps[i])
+                i += 1
+                continue
+            j = i
+            while j < len(steps) and wants(steps[j]) and steps[j].provider == steps[i].provider:
+                j += 1
+            out.extend(self._partition(steps[i:j], steps[j:], keep, initial, where, names))
+            i = j
+        return out
+
+    def _partition(self, part: list[_Step], later: list[_Step], keep: set[int],
+                   initial: dict[int, Any], where: dict[int, str],
+                   names: dict[int, str]) -> list[_Step]:
+        """``part`` as one recording step, or unchanged (with the reason) when it cannot be."""
+        provider = part[0].provider
+        device = self.runtime.device(provider)
+        report = PartitionCapture(provider, device.name, [s.node.name for s in part])
+        self.device_graphs.append(report)
+        produced = {s for step in part for s in step.outputs if s >= 0}
+        reads = [s for step in part for s in step.inputs if s >= 0 and s not in produced]
+        inputs = list(dict.fromkeys(s for s in reads if s not in initial))
+        reason = why_not(part, device)
+        if not reason:
+            host_read = [s for s in inputs if where[s] == HOST.name]
+            if host_read:
+                reason = f"reads host value {names[host_read[0]]!r} at run time"
+        if reason:
+            report.reason = reason
+            return part
+        needed = {s for step in later for s in (*step.inputs, *(o for _, o in step.scope))}
+        outputs = [s for step in part for s in step.outputs
+                   if s >= 0 and (s in needed or s in keep)]
+        constants = {s: initial[s] for s in reads if s in initial}
+        kernel = CapturedPartition(part, device, inputs, constants, outputs)
+        views = [self.graph.values.get(names[s]) for s in outputs]
+        node = PartitionNode(f"device graph {len(self.device_graphs)} on {provider}", part,
+                             views)
+        report.captured = True
+        return [_Step(node, kernel, tuple(inputs), tuple(outputs), provider)]
 
     def _create_kernel(self, node: NodeView, provider: str) -> tuple[Kernel, str]:
         """The kernel for ``node`` from ``provider``; when that fails, from the next provider
@@ -634,6 +699,12 @@ class InferenceSession:
     @property
     def _steps(self) -> list[_Step]:
         return self._plan.steps
+
+    @property
+    def device_graphs(self) -> list[PartitionCapture]:
+        """Each device partition whose provider asked for device graphs
+        (``provider_options={"cuda": {"enable_cuda_graph": True}}``): recorded, or why not."""
+        return list(self._plan.device_graphs)
 
     def end_profiling(self) -> str | None:
         """Write the trace (Chrome trace-event JSON, opens in Perfetto) to the ``trace`` path
