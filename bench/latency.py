@@ -38,12 +38,6 @@ def add_chain(n: int = 10_000) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def gpt2_decoder(layers: int = 12, hidden: int = 768, heads: int = 12, seq: int = 128
-                 ) -> onnx.ModelProto:
-    """GPT-2-sized: the BERT-style blocks with a causal additive mask fed as the mask input."""
-    return models.bert_encoder(layers=layers, hidden=hidden, heads=heads, seq=seq, seed=2)
-
-
 def model_set(names: list[str] | None) -> dict[str, tuple[onnx.ModelProto, dict]]:
     out: dict[str, tuple[onnx.ModelProto, dict]] = {}
     for name in models.LIGHT_MODELS:
@@ -55,15 +49,8 @@ def model_set(names: list[str] | None) -> dict[str, tuple[onnx.ModelProto, dict]
         m = models.bert_encoder()
         out["bert"] = (m, models.bert_inputs(m))
     if not names or "gpt2" in names:
-        m = gpt2_decoder()
-        feeds = models.bert_inputs(m)
-        seq = feeds["attention_mask"].shape[-1]
-        causal = np.triu(np.full((seq, seq), -10000.0, np.float32), 1)
-        # the mask input broadcasts [1,1,1,S]; a causal [1,1,S,S] needs its own model input shape
-        m.graph.input[1].CopyFrom(helper.make_tensor_value_info(
-            "attention_mask", TensorProto.FLOAT, [1, 1, seq, seq]))
-        feeds["attention_mask"] = causal.reshape(1, 1, seq, seq)
-        out["gpt2"] = (m, feeds)
+        m = models.gpt2_decoder()
+        out["gpt2"] = (m, models.gpt2_inputs(m))
     if not names or "add_chain" in names:
         out["add_chain"] = (add_chain(), {"v0": np.zeros(1, np.float32)})
     return out

@@ -53,3 +53,13 @@ def test_the_examples_transformer_block_matches_onnxruntime():
         for a, b in zip(ours, theirs, strict=True):
             assert a.shape == b.shape
             np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_gpt2_like_decoder_matches_onnxruntime():
+    from ep_host.testing.models import gpt2_decoder, gpt2_inputs
+
+    model = gpt2_decoder()
+    data, feeds = model.SerializeToString(), gpt2_inputs(model)
+    (ours,) = InferenceSession(data, ["cpu"]).run(None, feeds)
+    (theirs,) = _onnxruntime(data, feeds)
+    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)

@@ -221,3 +221,61 @@ def bert_inputs(model: onnx.ModelProto, seed: int = 1) -> dict[str, np.ndarray]:
     mask[..., dims[1] - dims[1] // 8:] = -10000.0  # the last eighth is padding
     return {"hidden_states": rng.standard_normal(dims).astype(np.float32),
             "attention_mask": mask}
+
+
+def gpt2_decoder(
+    layers: int = 12, hidden: int = 768, heads: int = 12, seq: int = 128, batch: int = 1,
+    seed: int = 2,
+) -> onnx.ModelProto:
+    """A GPT-2-like decoder (opset 17): pre-LayerNorm blocks, causal self-attention (the mask
+    is a constant), the tanh-approximated GELU, a final LayerNorm; no embedding or LM head.
+    Input ``hidden_states`` float32 [batch, seq, hidden]; output ``last_hidden``."""
+    head_dim = hidden // heads
+    b = _Builder(np.random.default_rng(seed))
+    x = "hidden_states"
+    inv_sqrt = b.const(np.array(math.sqrt(head_dim), np.float32))
+    merged = b.const(np.array([batch, seq, hidden], np.int64))
+    causal = b.const(np.triu(np.full((1, 1, seq, seq), -10000.0, np.float32), 1), "causal")
+    for layer in range(layers):
+        p = f"l{layer}"
+        h = b.layer_norm(x, hidden, f"{p}_ln1")
+        q = b.split_heads(b.linear(h, hidden, hidden, f"{p}_q"), heads, head_dim)
+        k = b.split_heads(b.linear(h, hidden, hidden, f"{p}_k"), heads, head_dim)
+        v = b.split_heads(b.linear(h, hidden, hidden, f"{p}_v"), heads, head_dim)
+        kt = b.op("Transpose", [k], perm=[0, 1, 3, 2])
+        scores = b.op("Add", [b.op("Div", [b.op("MatMul", [q, kt]), inv_sqrt]), causal])
+        probs = b.op("Softmax", [scores], axis=-1)
+        context = b.op("Transpose", [b.op("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+        context = b.op("Reshape", [context, merged])
+        x = b.op("Add", [x, b.linear(context, hidden, hidden, f"{p}_o")])
+        h = b.layer_norm(x, hidden, f"{p}_ln2")
+        ff = b.linear(_tanh_gelu(b, b.linear(h, hidden, 4 * hidden, f"{p}_fc")), 4 * hidden,
+                      hidden, f"{p}_proj")
+        x = b.op("Add", [x, ff])
+    x = b.layer_norm(x, hidden, "ln_f")
+    b.nodes.append(helper.make_node("Identity", [x], ["last_hidden"], name="output"))
+    graph = helper.make_graph(
+        b.nodes, "gpt2_decoder",
+        [helper.make_tensor_value_info("hidden_states", TensorProto.FLOAT, [batch, seq, hidden])],
+        [helper.make_tensor_value_info("last_hidden", TensorProto.FLOAT, [batch, seq, hidden])],
+        initializer=b.inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _tanh_gelu(b: _Builder, x: str) -> str:
+    """GPT-2's GELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))."""
+    cube = b.op("Mul", [b.op("Mul", [x, x]), x])
+    inner = b.op("Add", [x, b.op("Mul", [cube, b.const(np.array(0.044715, np.float32))])])
+    t = b.op("Tanh", [b.op("Mul", [inner, b.const(np.array(math.sqrt(2 / math.pi),
+                                                             np.float32))])])
+    one_plus = b.op("Add", [t, b.const(np.array(1.0, np.float32))])
+    return b.op("Mul", [b.op("Mul", [x, b.const(np.array(0.5, np.float32))]), one_plus])
+
+
+def gpt2_inputs(model: onnx.ModelProto, seed: int = 1) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    return {"hidden_states": rng.standard_normal(dims).astype(np.float32)}
