@@ -254,9 +254,9 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
 
     with _status(f"loading {args.model}"):
         model = load_model(args.model)
-    if not args.no_optimize:
+    if not getattr(args, "no_optimize", False):
         with _status("optimizing the graph"):
-            model = optimize(model, disable=args.disable_optimization)
+            model = optimize(model, disable=getattr(args, "disable_optimization", ()))
     for warning in model.warnings:
         print(f"ep-host: warning: {warning}", file=sys.stderr)
     return model, Host.discover(provider_names(args.providers))

@@ -30,7 +30,7 @@ import onnx
 from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
 
 from ep_host.errors import HostError
-from ep_host.graph import DEFAULT_DOMAIN, Model, normalize_domain
+from ep_host.graph import DEFAULT_DOMAIN, Model, _node_reads, normalize_domain
 
 MS_DOMAIN = "com.microsoft"
 FOLD_MAX_ELEMENTS = 1 << 24  # a constant result bigger than this (64 MB of float32) stays a node
@@ -68,9 +68,8 @@ class Rewriter:
             for name in n.output:
                 if name:
                     self.producer[name] = n
-            for name in n.input:
-                if name:
-                    self.consumers.setdefault(name, []).append(n)
+            for name in _node_reads(n):  # inputs and the outer names its bodies read
+                self.consumers.setdefault(name, []).append(n)
 
     def live(self) -> list[NodeProto]:
         return [n for n in self.nodes if n is not None]
@@ -548,9 +547,9 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int]) -> Model:
     live = rw.live()
     del graph.node[:]
     graph.node.extend(live)
-    read = {i for n in live for i in n.input} | {o.name for o in graph.output}
+    read = {i for n in live for i in _node_reads(n)} | {o.name for o in graph.output}
     for nodes in rw.unfused.values():
-        read |= {i for n in nodes for i in n.input}
+        read |= {i for n in nodes for i in _node_reads(n)}
     was_initializer = {t.name for t in graph.initializer}
     kept = [t for t in graph.initializer if t.name in read]
     del graph.initializer[:]
