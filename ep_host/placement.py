@@ -259,7 +259,8 @@ def _pick(
 
 def implied_transfers(placement: Placement) -> list[Transfer]:
     """The device copies a placement implies: each tensor is charged once per destination
-    device; graph inputs start on the host, graph outputs end there, host inputs are priced."""
+    device; graph inputs start on the host, graph outputs end there, host inputs are priced.
+    Constants cost nothing per run: a session uploads each to its devices once, at creation."""
     devices = placement.devices
     table = placement.table
     where = {n.name: n.provider for n in placement.nodes}
@@ -270,7 +271,7 @@ def implied_transfers(placement: Placement) -> list[Transfer]:
     out: list[Transfer] = []
 
     def need(value: Any, dest: Device) -> None:
-        if value is None:
+        if value is None or value.is_constant:
             return
         src = home.get(value.name, HOST)
         if src.name == dest.name or (value.name, dest.name) in moved:
@@ -349,7 +350,7 @@ class _Problem:
         e_in: list[int] = []
         for n, node in enumerate(table.nodes):
             for i, v in enumerate(node.inputs):
-                if v is not None:
+                if v is not None and not v.is_constant:  # constants: uploaded once, not per run
                     k = vid.get(v.name)
                     if k is None:
                         k = vid[v.name] = len(prod)

@@ -24,6 +24,11 @@ class Device:
 
     ``to_host`` and ``from_host`` convert one array; the host's own device returns its input.
     ``link_gbps`` and ``link_latency_us`` price a copy between this device and the host.
+
+    For device graphs (CUDA graphs), a device may also give ``synchronize()``, which waits until
+    the device's queued work is done, and ``capture(fn)``, which records ``fn()`` (a function
+    that runs a partition on fixed buffers) once and returns a function that replays it. Both
+    are ``None`` when the device has no such thing.
     """
 
     name: str = "cpu"
@@ -32,6 +37,8 @@ class Device:
     link_latency_us: float = 0.0
     to_host: Any = None
     from_host: Any = None
+    synchronize: Any = None
+    capture: Any = None
 
     @property
     def is_host(self) -> bool:

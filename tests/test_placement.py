@@ -97,3 +97,23 @@ def test_json_has_the_versioned_schema_and_every_answer(host):
 def test_unknown_strategy_is_an_error(host):
     with pytest.raises(PlacementError, match="greedy"):
         _place(host, [InlineProvider("a")], strategy="random")
+
+
+@pytest.mark.parametrize("strategy", ["greedy", "optimal"])
+def test_constants_are_not_priced_as_per_run_copies(host, strategy):
+    import numpy as np
+    from hostkit import make_model
+    from onnx import TensorProto, helper, numpy_helper
+
+    model = make_model([helper.make_node("Add", ["x", "w"], ["y"], name="add")],
+                       [("x", TensorProto.FLOAT, [1000])], [("y", TensorProto.FLOAT, [1000])],
+                       initializers=[numpy_helper.from_array(np.ones(1000, np.float32), "w")])
+    for p in (InlineProvider("dev", ops=("Add",), cost_us=0.1, device=SIM),
+              InlineProvider("cpu", cost_us=50.0)):
+        host.register(p, name=p.name)
+    table = walk(host, load_model(model), ["dev", "cpu"])
+    placement = choose(table, {"dev": SIM, "cpu": host.records["cpu"].info.device},
+                       strategy=strategy, model="m")
+    # the session uploads "w" to the device once, at creation; each run moves only x and y
+    assert placement.by_node["add"].provider == "dev"
+    assert {t.tensor for t in placement.transfers} == {"x", "y"}

@@ -1,11 +1,18 @@
-"""The CUDA EP's hooks. Until its kernels land, it reports whether CUDA is usable here and, when
-it is not, why, in words a user can act on; every node is then declined with that reason."""
+"""The CUDA EP's hooks. :class:`CudaProvider` is the provider, built with an array namespace, a
+device and the device's figures; the module-level hooks (the entry point) delegate to one built
+lazily with CuPy, or, where CuPy or a device is missing, say why and decline every node.
+"""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cache
+from typing import Any
 
 from ep_host import (
+    CaptureSupport,
+    Cost,
+    Decline,
     Device,
     Kernel,
     KernelMatch,
@@ -13,11 +20,20 @@ from ep_host import (
     ProviderContext,
     ProviderInfo,
     ReasonCode,
+    deny,
     hookimpl,
+    require,
 )
+from ep_host_cpu.registry import KernelSpec, check_node
+
 from ep_host_cuda import __version__
+from ep_host_cuda.device import cuda_device, simulated_device
+from ep_host_cuda.figures import UNMEASURED_LINK, DeviceFigures, device_figures
+from ep_host_cuda.kernels import DEVICE_TYPES, EXTRA_CHECKS, Family, capture_support, lookup
+from ep_host_cuda.xp import cupy_namespace, host_namespace
 
 INSTALL_HINT = "pip install 'ep-host-cuda[cuda12]' (or [cuda13] for CUDA 13 drivers)"
+NAME = "CUDA EP"
 
 
 @cache
@@ -43,16 +59,190 @@ def cuda_status() -> tuple[bool, str]:
     return True, ""
 
 
+# -- the cost model ---------------------------------------------------------------------------
+
+
+def _traffic_bytes(node: NodeView) -> int:
+    return sum(v.nbytes for v in (*node.inputs, *node.outputs) if v is not None)
+
+
+def _output_elements(node: NodeView) -> int:
+    total = 0
+    for v in node.outputs:
+        if v is not None and v.shape is not None:
+            n = 1
+            for d in v.shape:
+                n *= d if isinstance(d, int) and d >= 0 else 1
+            total += n
+    return total
+
+
+def estimate(spec: KernelSpec, family: Family, node: NodeView, figures: DeviceFigures) -> Cost:
+    """A roofline at the device's figures: the kernel's flops at the GEMM peak, its bytes at the
+    memory bandwidth, plus one launch per device call the kernel makes."""
+    flops = spec.flops(node) if spec.flops is not None else _output_elements(node)
+    nbytes = spec.bytes(node) if spec.bytes is not None else _traffic_bytes(node)
+    return Cost.roofline(flops=flops, bytes_moved=nbytes, peak_gflops=figures.gemm_gflops,
+                         bandwidth_gbps=figures.bandwidth_gbps,
+                         launch_us=family.launches * figures.launch_us)
+
+
+# -- the provider -----------------------------------------------------------------------------
+
+
+class CudaKernel(Kernel):
+    """A shared or GPU-specific kernel run on the provider's stream, with its capture answer."""
+
+    def __init__(self, inner: Kernel, capture: CaptureSupport, stream: Any = None):
+        self.inner = inner
+        self.capture = capture
+        self.stream = stream
+        self.thread_safe = inner.thread_safe
+
+    def prepare(self, constants: Any) -> None:
+        self.inner.prepare(constants)
+
+    def run(self, *inputs: Any, **kwargs: Any) -> Any:
+        if self.stream is None:
+            return self.inner.run(*inputs, **kwargs)
+        with self.stream:
+            return self.inner.run(*inputs, **kwargs)
+
+    def capture_support(self) -> CaptureSupport:
+        return self.capture
+
+    def __repr__(self) -> str:
+        return f"CudaKernel({self.inner!r})"
+
+
+def _device_types(spec: KernelSpec, node: NodeView) -> None:
+    """Every tensor that lives on the device must be one CuPy stores."""
+    host = set(spec.host_inputs)
+    values = [(f"input {v.name!r}", v) for i, v in enumerate(node.inputs)
+              if v is not None and i not in host]
+    values += [(f"output {v.name!r}", v) for v in node.outputs if v is not None]
+    for what, value in values:
+        if value.kind in ("sequence", "optional", "map"):
+            deny("{}: {} takes tensors, got a {} for {}; sequences run on cpu", node.op_type,
+                 NAME, value.kind, what, code="dtype")
+        dt = value.dtype
+        require(dt is None or dt.name in DEVICE_TYPES, "{}: {} keeps {} tensors on the device, "
+                "got {} for {}; CuPy has no {} arrays, so this node runs on cpu", node.op_type,
+                NAME, "/".join(sorted(DEVICE_TYPES)), None if dt is None else dt.name, what,
+                None if dt is None else dt.name, code="dtype")
+
+
+def _compute_types(spec: KernelSpec, family: Family, node: NodeView) -> None:
+    first = node.inputs[0] if node.inputs else None
+    if first is None or first.dtype is None or 0 in spec.host_inputs:
+        return
+    allowed = family.dtypes if spec.dtypes is None else family.dtypes & spec.dtypes
+    name = first.dtype.name
+    if name not in allowed:
+        hint = f"; {family.hint}" if family.hint else ""
+        deny("{}: {} takes {} input, got {}{}", node.op_type, NAME, "/".join(sorted(allowed)),
+             name, hint, code="dtype")
+
+
+class CudaProvider:
+    """The CUDA EP over an array namespace ``xp`` (CuPy, or numpy for tests), a ``device`` and
+    its ``figures``. Kernels run on ``stream`` when one is given (CuPy: one non-default stream
+    per provider, shared by its copies)."""
+
+    def __init__(self, xp: Any, device: Device, figures: DeviceFigures, *, name: str = "cuda",
+                 stream: Any = None, description: str = "CuPy kernels on an NVIDIA GPU"):
+        self.xp = xp
+        self.device = device
+        self.figures = figures
+        self.name = name
+        self.stream = stream
+        self.description = description
+
+    def claim(self, node: NodeView) -> tuple[KernelSpec, Family]:
+        """The spec and family that compute ``node``; raises Decline with the reason if none."""
+        spec, family = lookup(node, NAME)
+        _device_types(spec, node)
+        _compute_types(spec, family, node)
+        narrowed = (spec if spec.dtypes is None
+                    else replace(spec, dtypes=spec.dtypes & family.dtypes))
+        try:
+            check_node(narrowed, node, NAME)
+            extra = EXTRA_CHECKS.get((node.domain, node.op_type))
+            if extra is not None:
+                extra(node)
+        except Decline as exc:  # the shared checks name the CPU EP; they decide for us too
+            raise Decline(exc.reason.replace("CPU EP", NAME), code=exc.code) from None
+        return spec, family
+
+    def cost(self, node: NodeView) -> Cost:
+        spec, family = self.claim(node)
+        return estimate(spec, family, node, self.figures)
+
+    @hookimpl
+    def ep_host_provider_info(self) -> ProviderInfo:
+        return ProviderInfo(name=self.name, device=self.device, version=__version__,
+                            description=self.description)
+
+    @hookimpl
+    def ep_host_supports_op(self, node: NodeView, context: ProviderContext) -> KernelMatch:
+        spec, family = self.claim(node)
+        return KernelMatch.supported(estimate(spec, family, node, self.figures),
+                                     host_inputs=spec.host_inputs)
+
+    @hookimpl
+    def ep_host_create_kernel(self, node: NodeView, context: ProviderContext) -> Kernel:
+        spec, family = self.claim(node)
+        return CudaKernel(spec.make(self.xp, node, context), capture_support(spec, family, node),
+                          self.stream)
+
+
+def simulated(figures: DeviceFigures, *, name: str = "cuda", device: str = "sim:0"
+              ) -> CudaProvider:
+    """The CUDA EP on numpy (CuPy's names only) and a host-memory device with ``figures``: the
+    same claims, kernels and costs as on a GPU, computed on the host. For tests."""
+    return CudaProvider(host_namespace(), simulated_device(figures, device), figures, name=name,
+                        description="the CUDA EP's kernels on numpy, in host memory (simulated)")
+
+
+# -- the entry point: module-level hooks over a default provider --------------------------------
+
+
+@cache
+def default_provider() -> CudaProvider | None:
+    """The provider on CuPy's current device, or ``None`` where CUDA is not usable."""
+    usable, _ = cuda_status()
+    if not usable:
+        return None
+    import cupy
+
+    figures = device_figures(cupy)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    index = cupy.cuda.runtime.getDevice()
+    return CudaProvider(cupy_namespace(cupy), cuda_device(cupy, stream, figures, index), figures,
+                        stream=stream)
+
+
 @cache
 def provider_info() -> ProviderInfo:
     usable, reason = cuda_status()
-    device = Device(name="cuda:0", kind="cuda", link_gbps=12.0, link_latency_us=10.0)
-    return ProviderInfo(
-        name="cuda", device=device, version=__version__, available=False,
-        reason=reason if not usable else
-        "the CUDA EP's kernels are not implemented yet in this version; use the cpu provider",
-        description="CuPy kernels on an NVIDIA GPU",
-    )
+    if usable:
+        try:
+            provider = default_provider()
+        except Exception as exc:  # measuring the device, making its stream
+            provider, reason = None, (f"a CUDA device is visible but setting it up failed "
+                                      f"({type(exc).__name__}: {exc}); check the driver with "
+                                      "nvidia-smi")
+        if provider is not None:
+            return provider.ep_host_provider_info()
+    device = Device(name="cuda:0", kind="cuda", **UNMEASURED_LINK)
+    return ProviderInfo(name="cuda", device=device, version=__version__, available=False,
+                        reason=reason or "CUDA is not usable here",
+                        description="CuPy kernels on an NVIDIA GPU")
+
+
+def _unavailable(node: NodeView) -> KernelMatch:
+    return KernelMatch.unsupported(f"{node.op_type}: CUDA EP unavailable: {provider_info().reason}",
+                                   ReasonCode.DEVICE)
 
 
 @hookimpl
@@ -62,11 +252,15 @@ def ep_host_provider_info() -> ProviderInfo:
 
 @hookimpl
 def ep_host_supports_op(node: NodeView, context: ProviderContext) -> KernelMatch:
-    info = provider_info()
-    return KernelMatch.unsupported(f"{node.op_type}: CUDA EP unavailable: {info.reason}",
-                                   ReasonCode.DEVICE)
+    provider = default_provider() if provider_info().available else None
+    if provider is None:
+        return _unavailable(node)
+    return provider.ep_host_supports_op(node, context)
 
 
 @hookimpl
 def ep_host_create_kernel(node: NodeView, context: ProviderContext) -> Kernel:
-    raise RuntimeError(f"CUDA EP unavailable: {provider_info().reason}")
+    provider = default_provider() if provider_info().available else None
+    if provider is None:
+        raise RuntimeError(f"CUDA EP unavailable: {provider_info().reason}")
+    return provider.ep_host_create_kernel(node, context)

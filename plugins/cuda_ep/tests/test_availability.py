@@ -1,4 +1,5 @@
-"""The CUDA EP says why it cannot run, in words a user can act on, and declines every node."""
+"""Where CUDA is not usable, the CUDA EP says why, in words a user can act on, and declines every
+node; where it is, the provider is available."""
 
 import sys
 from types import SimpleNamespace
@@ -12,13 +13,16 @@ from ep_host.discovery import Host
 from ep_host.graph import load_model
 
 
+CACHED = (provider.cuda_status, provider.provider_info, provider.default_provider)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_status():
-    provider.cuda_status.cache_clear()
-    provider.provider_info.cache_clear()
+    for cached in CACHED:
+        cached.cache_clear()
     yield
-    provider.cuda_status.cache_clear()
-    provider.provider_info.cache_clear()
+    for cached in CACHED:
+        cached.cache_clear()
 
 
 def _fake_cupy(monkeypatch, get_count):
@@ -80,3 +84,26 @@ def test_the_device_is_a_cuda_device():
     info = provider.ep_host_provider_info()
     assert info.device.kind == "cuda" and not info.device.is_host
     assert info.device.copy_cost_us(12_000) > 0
+
+
+def test_a_usable_device_makes_the_provider_available(monkeypatch):
+    """cuda_status usable -> provider_info comes from the default provider (built here from a
+    stand-in, since building the real one needs CuPy and a GPU)."""
+    from ep_host_cuda.figures import DeviceFigures
+
+    stand_in = provider.simulated(DeviceFigures(1e4, 1e3, 5.0, 10.0, 8.0))
+    monkeypatch.setattr(provider, "cuda_status", lambda: (True, ""))
+    monkeypatch.setattr(provider, "default_provider", lambda: stand_in)
+    info = provider.provider_info()
+    assert info.available and info.name == "cuda" and info.device is stand_in.device
+
+
+def test_a_device_that_fails_to_set_up_is_unavailable_with_the_error(monkeypatch):
+    def broken():
+        raise RuntimeError("cudaErrorLaunchFailure: unspecified launch failure")
+
+    monkeypatch.setattr(provider, "cuda_status", lambda: (True, ""))
+    monkeypatch.setattr(provider, "default_provider", broken)
+    info = provider.provider_info()
+    assert not info.available and "setting it up failed" in info.reason
+    assert "unspecified launch failure" in info.reason
