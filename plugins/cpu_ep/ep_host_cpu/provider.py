@@ -15,6 +15,7 @@ from ep_host import (
 )
 from ep_host.calibration import Factors, family_factors, family_of
 from ep_host_cpu import __version__
+from ep_host_cpu.allocator import keep_freed_memory
 from ep_host_cpu.kernels import REGISTRY
 from ep_host_cpu.profile import MachineProfile, machine_profile
 from ep_host_cpu.registry import KernelSpec, check_node
@@ -140,4 +141,5 @@ def ep_host_supports_op(node: NodeView, context: ProviderContext) -> KernelMatch
 def ep_host_create_kernel(node: NodeView, context: ProviderContext) -> Kernel:
     spec = REGISTRY.lookup(node, NAME)
     check_node(spec, node, NAME)
+    keep_freed_memory()  # once per process, when kernels are first made, not at import
     return spec.make(numpy_xp, node, context)

@@ -84,7 +84,11 @@ def _sigmoid(xp, z):
 
 
 def _gelu(xp, w):
-    return 0.5 * w * (1.0 + xp.erf(w * SQRT_HALF))
+    t = xp.erf(w * SQRT_HALF)  # the one temporary; w may be the caller's input
+    t += 1.0
+    t *= w
+    t *= 0.5
+    return t
 
 
 def _with_bias(xp, x, bias):

@@ -41,6 +41,32 @@ def _unary(xp, fn, x):
     return fn(upcast(xp, x)).astype(x.dtype, copy=False)
 
 
+def fits(out, shape, dtype):
+    """Whether a donated buffer ``out`` can hold a result of ``shape`` and ``dtype``."""
+    return (out is not None and shape is not None and out.dtype == dtype
+            and tuple(out.shape) == tuple(shape))
+
+
+def broadcast_shape(a, b):
+    """The shape numpy broadcasting gives ``a`` and ``b`` (``None`` if they do not broadcast);
+    CuPy's namespace may lack ``broadcast_shapes``."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b, strict=True):
+        if x != y and 1 not in (x, y):
+            return None
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def _unary_ufunc(xp, fn, x, out):
+    """``fn`` (a ufunc) of ``x``; into ``out`` when it fits and no widening is needed."""
+    if x.dtype.itemsize >= 4 and fits(out, x.shape, x.dtype):
+        return fn(x, out=out)
+    return _unary(xp, fn, x)
+
+
 def legacy_rhs(a, b, broadcast, axis):
     """``b`` shaped to broadcast onto ``a`` as opset 1..6 binary ops define it.
 
@@ -90,11 +116,14 @@ def mul(xp, a, b):
     return xp.multiply(a, b)
 
 
-@kernel("Div", 14, dtypes=NUMERIC_BF16)
-@kernel("Div", 13, dtypes=ARITH | BF16)
-@kernel("Div", 7, dtypes=ARITH)
-def div(xp, a, b):
+@kernel("Div", 14, dtypes=NUMERIC_BF16, inplace=(0, 1))
+@kernel("Div", 13, dtypes=ARITH | BF16, inplace=(0, 1))
+@kernel("Div", 7, dtypes=ARITH, inplace=(0, 1))
+def div(xp, a, b, *, out=None):
     if is_float(a.dtype):
+        if (out is not None and a.dtype == b.dtype
+                and fits(out, broadcast_shape(a.shape, b.shape), a.dtype)):
+            return xp.true_divide(a, b, out=out)
         return xp.true_divide(a, b)
     q = xp.floor_divide(a, b)
     if a.dtype.kind == "u":
@@ -206,16 +235,16 @@ def pow_legacy(xp, x, y, *, broadcast, axis=None):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Sqrt", 13, dtypes=FLOATS_BF16)
-@kernel("Sqrt", 1, 6, dtypes=FLOATS)
-def sqrt(xp, x):
-    return _unary(xp, xp.sqrt, x)
+@kernel("Sqrt", 13, dtypes=FLOATS_BF16, inplace=(0,))
+@kernel("Sqrt", 1, 6, dtypes=FLOATS, inplace=(0,))
+def sqrt(xp, x, *, out=None):
+    return _unary_ufunc(xp, xp.sqrt, x, out)
 
 
-@kernel("Exp", 13, dtypes=FLOATS_BF16)
-@kernel("Exp", 1, 6, dtypes=FLOATS)
-def exp(xp, x):
-    return _unary(xp, xp.exp, x)
+@kernel("Exp", 13, dtypes=FLOATS_BF16, inplace=(0,))
+@kernel("Exp", 1, 6, dtypes=FLOATS, inplace=(0,))
+def exp(xp, x, *, out=None):
+    return _unary_ufunc(xp, xp.exp, x, out)
 
 
 @kernel("Log", 13, dtypes=FLOATS_BF16)
@@ -224,10 +253,10 @@ def log(xp, x):
     return _unary(xp, xp.log, x)
 
 
-@kernel("Tanh", 13, dtypes=FLOATS_BF16)
-@kernel("Tanh", 1, 6, dtypes=FLOATS)
-def tanh(xp, x):
-    return _unary(xp, xp.tanh, x)
+@kernel("Tanh", 13, dtypes=FLOATS_BF16, inplace=(0,))
+@kernel("Tanh", 1, 6, dtypes=FLOATS, inplace=(0,))
+def tanh(xp, x, *, out=None):
+    return _unary_ufunc(xp, xp.tanh, x, out)
 
 
 @kernel("Erf", 13, dtypes=FLOATS_BF16)
@@ -362,32 +391,54 @@ def atanh(xp, x):
 # ---------------------------------------------------------------------------------------------
 
 
-def _sigmoid(xp, y):
-    e = xp.exp(-xp.abs(y))  # never overflows
-    return xp.where(y >= 0, 1 / (1 + e), e / (1 + e))
+def _sigmoid(xp, y, out=None):
+    """1 / (1 + e) where y >= 0, else e / (1 + e), with e = exp(-|y|) (never overflows); two
+    temporaries and a mask. ``out`` (which may be ``y`` itself) receives the result."""
+    positive = y >= 0  # before ``out`` may overwrite y
+    e = xp.abs(y, out=out) if out is not None else xp.abs(y)
+    xp.negative(e, out=e)
+    xp.exp(e, out=e)
+    d = e + 1
+    xp.divide(e, d, out=e)
+    xp.reciprocal(d, out=d)
+    xp.copyto(e, d, where=positive)
+    return e
 
 
 def _softplus(xp, y):
     return xp.logaddexp(xp.zeros((), dtype=y.dtype), y)  # ln(1 + e^y) without overflow
 
 
-@kernel("Sigmoid", 13, dtypes=FLOATS_BF16)
-@kernel("Sigmoid", 1, 6, dtypes=FLOATS)
-def sigmoid(xp, x):
+@kernel("Sigmoid", 13, dtypes=FLOATS_BF16, inplace=(0,))
+@kernel("Sigmoid", 1, 6, dtypes=FLOATS, inplace=(0,))
+def sigmoid(xp, x, *, out=None):
+    if x.dtype.itemsize >= 4 and fits(out, x.shape, x.dtype):
+        return _sigmoid(xp, x, out)
     return _unary(xp, lambda y: _sigmoid(xp, y), x)
 
 
-@kernel("Relu", 14, dtypes=SIGNED_NUMBERS | BF16)
-@kernel("Relu", 13, dtypes=FLOATS_BF16)
-@kernel("Relu", 1, 6, dtypes=FLOATS)
-def relu(xp, x):
-    return xp.maximum(x, xp.zeros((), dtype=x.dtype))
+@kernel("Relu", 14, dtypes=SIGNED_NUMBERS | BF16, inplace=(0,))
+@kernel("Relu", 13, dtypes=FLOATS_BF16, inplace=(0,))
+@kernel("Relu", 1, 6, dtypes=FLOATS, inplace=(0,))
+def relu(xp, x, *, out=None):
+    zero = xp.zeros((), dtype=x.dtype)
+    return xp.maximum(x, zero, out=out) if fits(out, x.shape, x.dtype) else xp.maximum(x, zero)
 
 
-@kernel("LeakyRelu", 16, dtypes=FLOATS_BF16)
-@kernel("LeakyRelu", 1, 6, dtypes=FLOATS)
-def leaky_relu(xp, x, *, alpha):
-    return _unary(xp, lambda y: xp.where(y < 0, y * alpha, y), x)
+@kernel("LeakyRelu", 16, dtypes=FLOATS_BF16, inplace=(0,))
+@kernel("LeakyRelu", 1, 6, dtypes=FLOATS, inplace=(0,))
+def leaky_relu(xp, x, *, alpha, out=None):
+    if x.dtype.itemsize < 4:
+        return _unary(xp, lambda y: xp.where(y < 0, y * alpha, y), x)
+    negative = x < 0  # before ``out`` (which may be x) is written
+    scaled = xp.multiply(x, alpha)
+    if fits(out, x.shape, x.dtype):
+        if out is not x:
+            xp.copyto(out, x)
+        xp.copyto(out, scaled, where=negative)
+        return out
+    xp.copyto(scaled, x, where=~negative)
+    return scaled
 
 
 @kernel("Elu", 22, dtypes=FLOATS_BF16)
@@ -445,10 +496,20 @@ def mish(xp, x):
 
 
 def _gelu(xp, y, approximate):
+    """0.5 y (1 + erf(y / sqrt 2)), or with tanh; in place on its own one temporary."""
     if approximate == "tanh":
-        inner = math.sqrt(2 / math.pi) * (y + 0.044715 * y * y * y)
-        return 0.5 * y * (1 + xp.tanh(inner))
-    return 0.5 * y * (1 + xp.erf(y / math.sqrt(2)))
+        t = xp.multiply(y, y)
+        t *= 0.044715
+        t += 1
+        t *= y
+        t *= math.sqrt(2 / math.pi)
+        xp.tanh(t, out=t)
+    else:
+        t = xp.erf(y * (1 / math.sqrt(2)))
+    t += 1
+    t *= y
+    t *= 0.5
+    return t
 
 
 def check_gelu(node):
@@ -522,15 +583,19 @@ def _clip_bound(xp, value, dtype):
     return xp.asarray(value, dtype=dtype)
 
 
-@kernel("Clip", 13, dtypes=NUMERIC_BF16)
-@kernel("Clip", 12, dtypes=NUMERIC)
-@kernel("Clip", 11, dtypes=FLOATS)
-def clip(xp, x, lo=None, hi=None):
+@kernel("Clip", 13, dtypes=NUMERIC_BF16, inplace=(0,))
+@kernel("Clip", 12, dtypes=NUMERIC, inplace=(0,))
+@kernel("Clip", 11, dtypes=FLOATS, inplace=(0,))
+def clip(xp, x, lo=None, hi=None, *, out=None):
     """Min(hi, Max(x, lo)): all values become ``hi`` where ``lo > hi``; NaN stays NaN."""
+    if out is not None and not (fits(out, x.shape, x.dtype) and all(
+            v is None or (v.dtype == x.dtype and v.size == 1 and v.ndim <= x.ndim)
+            for v in (lo, hi))):
+        out = None
     if lo is not None:
-        x = xp.maximum(x, lo)
+        x = xp.maximum(x, lo) if out is None else xp.maximum(x, lo, out=out)
     if hi is not None:
-        x = xp.minimum(x, hi)
+        x = xp.minimum(x, hi) if out is None else xp.minimum(x, hi, out=out)
     return x
 
 

@@ -44,11 +44,31 @@ def _check_matmul(node):
                     "scalar for {!r}", value.name, code="shape")
 
 
-@kernel("MatMul", 1, dtypes=FLOATS, check=_check_matmul, flops=_matmul_flops)
-@kernel("MatMul", 9, dtypes=FLOATS | MATMUL_INTS, check=_check_matmul, flops=_matmul_flops)
+def _prepare_matmul(xp, constants, **_):
+    b = constants.get(1)
+    if b is None or b.ndim != 2:
+        return {}
+    return {"packed_b": xp.ascontiguousarray(upcast(xp, b))}
+
+
+@kernel("MatMul", 1, dtypes=FLOATS, check=_check_matmul, flops=_matmul_flops,
+        prepare=_prepare_matmul)
+@kernel("MatMul", 9, dtypes=FLOATS | MATMUL_INTS, check=_check_matmul, flops=_matmul_flops,
+        prepare=_prepare_matmul)
 @kernel("MatMul", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_matmul,
-        flops=_matmul_flops)
-def matmul(xp, a, b):
+        flops=_matmul_flops, prepare=_prepare_matmul)
+def matmul(xp, a, b, *, packed_b=None):
+    """``packed_b``: a constant 2-D B, widened and made contiguous once; an (..., K) A then
+    runs as one (rows, K) x (K, N) GEMM."""
+    if packed_b is not None and a.ndim >= 2:
+        k, n = packed_b.shape
+        if a.shape[-1] != k:
+            raise ValueError(f"MatMul: A's last dimension {a.shape[-1]} must equal B's first {k}")
+        rows = 1
+        for d in a.shape[:-1]:
+            rows *= d
+        y = xp.matmul(upcast(xp, a).reshape(rows, k), packed_b)
+        return y.reshape(tuple(a.shape[:-1]) + (n,)).astype(a.dtype, copy=False)
     return xp.matmul(upcast(xp, a), upcast(xp, b)).astype(a.dtype, copy=False)
 
 
@@ -85,35 +105,65 @@ def _check_gemm(node):
                 code="attribute")
 
 
-def _gemm(xp, a, b, c, alpha, beta, trans_a, trans_b):
+def _prepare_gemm(xp, constants, *, beta, transB, **_):
+    """A constant B as the (K, N) operand and a constant C times beta, both widened once. B
+    stays in its stored layout (for transB a transposed view, which BLAS reads without a copy):
+    a transposed copy changed OpenBLAS's summation order, and with it the last bit of some
+    outputs, for a (1, 4096) x (4096, 1000) product."""
+    extra = {}
+    b = constants.get(1)
+    if b is not None and b.ndim == 2:
+        b = upcast(xp, b)
+        extra["packed_b"] = b.T if transB else b
+    c = constants.get(2)
+    if c is not None:
+        c = upcast(xp, c)
+        if c.dtype.kind in "iu":
+            beta = int(beta)
+        extra["packed_c"] = c * beta if beta != 1 else c
+    return extra
+
+
+def _gemm(xp, a, b, c, alpha, beta, trans_a, trans_b, packed_b=None, packed_c=None):
     dtype = a.dtype
-    a, b = upcast(xp, a), upcast(xp, b)
-    c = None if c is None else upcast(xp, c)
+    a = upcast(xp, a)
+    if packed_b is None:
+        b = upcast(xp, b)
+        packed_b = b.T if trans_b else b
     if dtype.kind in "iu":
         alpha, beta = int(alpha), int(beta)
-    y = xp.matmul(a.T if trans_a else a, b.T if trans_b else b)
+    y = xp.matmul(a.T if trans_a else a, packed_b)
     if alpha != 1:
         y *= alpha
-    if c is not None:
+    if packed_c is not None:
+        y += packed_c
+    elif c is not None:
+        c = upcast(xp, c)
         y += c * beta if beta != 1 else c
     return y.astype(dtype, copy=False)
 
 
-@kernel("Gemm", 1, 6, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops)
-def gemm_1(xp, a, b, c, *, alpha, beta, broadcast, transA, transB):
+@kernel("Gemm", 1, 6, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops,
+        prepare=_prepare_gemm)
+def gemm_1(xp, a, b, c, *, alpha, beta, broadcast, transA, transB, packed_b=None,
+           packed_c=None):
     if not broadcast:
         m = a.shape[1] if transA else a.shape[0]
         n = b.shape[0] if transB else b.shape[1]
         if tuple(c.shape) != (m, n):
             raise ValueError(f"Gemm with broadcast=0 needs C of shape ({m}, {n}), got {c.shape}")
-    return _gemm(xp, a, b, c, alpha, beta, transA, transB)
+    return _gemm(xp, a, b, c, alpha, beta, transA, transB, packed_b, packed_c)
 
 
-@kernel("Gemm", 7, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops)
-@kernel("Gemm", 9, 11, dtypes=FLOATS | MATMUL_INTS, check=_check_gemm, flops=_gemm_flops)
-@kernel("Gemm", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_gemm, flops=_gemm_flops)
-def gemm(xp, a, b, c=None, *, alpha, beta, transA, transB):
-    return _gemm(xp, a, b, c, alpha, beta, transA, transB)
+@kernel("Gemm", 7, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops, prepare=_prepare_gemm)
+@kernel("Gemm", 9, 11, dtypes=FLOATS | MATMUL_INTS, check=_check_gemm, flops=_gemm_flops,
+        prepare=_prepare_gemm)
+@kernel("Gemm", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_gemm, flops=_gemm_flops,
+        prepare=_prepare_gemm)
+def gemm(xp, a, b, c=None, *, alpha, beta, transA, transB, packed_b=None, packed_c=None):
+    """``packed_b``/``packed_c``: a constant B as the (K, N) operand and a constant C times
+    beta, prepared once."""
+    return _gemm(xp, a, b, c, alpha, beta, transA, transB, packed_b, packed_c)
 
 
 # ---------------------------------------------------------------------------------------------

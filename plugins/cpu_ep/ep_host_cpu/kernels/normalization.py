@@ -84,30 +84,60 @@ def _check_batch_norm(node):
                     value.dtype.name, value.name, code="dtype")
 
 
-def _batch_norm(xp, x, scale, b, mean, var, epsilon):
-    dtype = x.dtype
-    work = xp.result_type(x, scale, b, mean, var, xp.float32)
+def _bn_affine(xp, x_dtype, scale, b, mean, var, epsilon):
+    """Inference BatchNormalization as ``x * factor + shift``, in the compute type."""
+    work = xp.result_type(x_dtype, scale, b, mean, var, xp.float32)
     factor = scale.astype(work) / xp.sqrt(var.astype(work) + epsilon)
     shift = b.astype(work) - mean.astype(work) * factor
+    return factor, shift
+
+
+def _prepare_batch_norm(xp, constants, *, epsilon, **_):
+    if not all(i in constants for i in (1, 2, 3, 4)):
+        return {}
+    scale, b, mean, var = (constants[i] for i in (1, 2, 3, 4))
+    # x's type is unknown here; float32 statistics serve float32 and half inputs alike
+    if scale.dtype != xp.float32 or any(v.dtype != scale.dtype for v in (b, mean, var)):
+        return {}
+    return {"affine": _bn_affine(xp, xp.float32, scale, b, mean, var, epsilon)}
+
+
+def _batch_norm(xp, x, scale, b, mean, var, epsilon, affine=None, out=None):
+    dtype = x.dtype
+    if affine is None or x.dtype == xp.float64:
+        affine = _bn_affine(xp, dtype, scale, b, mean, var, epsilon)
+    factor, shift = affine
     if factor.ndim == 1:  # per channel
         shape = (-1,) + (1,) * max(x.ndim - 2, 0)
         factor, shift = factor.reshape(shape), shift.reshape(shape)
-    return (x.astype(work) * factor + shift).astype(dtype, copy=False)
+    if dtype != factor.dtype:  # half types widen into the one temporary
+        y = x.astype(factor.dtype)
+        y *= factor
+    elif out is not None and out.shape == x.shape and out.dtype == dtype:
+        y = xp.multiply(x, factor, out=out)
+    else:
+        y = xp.multiply(x, factor)
+    y += shift
+    return y.astype(dtype, copy=False)
 
 
-@kernel("BatchNormalization", 1, 6, dtypes=FLOATS, check=_check_batch_norm)
-def batch_norm_6(xp, x, scale, b, mean, var, *, epsilon, is_test, spatial):
-    return _batch_norm(xp, x, scale, b, mean, var, epsilon)
+@kernel("BatchNormalization", 1, 6, dtypes=FLOATS, check=_check_batch_norm,
+        prepare=_prepare_batch_norm, inplace=(0,))
+def batch_norm_6(xp, x, scale, b, mean, var, *, epsilon, is_test, spatial, affine=None,
+                 out=None):
+    return _batch_norm(xp, x, scale, b, mean, var, epsilon, affine, out)
 
 
-@kernel("BatchNormalization", 7, dtypes=FLOATS, check=_check_batch_norm)
-def batch_norm_7(xp, x, scale, b, mean, var, *, epsilon, spatial):
-    return _batch_norm(xp, x, scale, b, mean, var, epsilon)
+@kernel("BatchNormalization", 7, dtypes=FLOATS, check=_check_batch_norm,
+        prepare=_prepare_batch_norm, inplace=(0,))
+def batch_norm_7(xp, x, scale, b, mean, var, *, epsilon, spatial, affine=None, out=None):
+    return _batch_norm(xp, x, scale, b, mean, var, epsilon, affine, out)
 
 
-@kernel("BatchNormalization", 9, dtypes=FLOATS, check=_check_batch_norm)
-def batch_norm_9(xp, x, scale, b, mean, var, *, epsilon):
-    return _batch_norm(xp, x, scale, b, mean, var, epsilon)
+@kernel("BatchNormalization", 9, dtypes=FLOATS, check=_check_batch_norm,
+        prepare=_prepare_batch_norm, inplace=(0,))
+def batch_norm_9(xp, x, scale, b, mean, var, *, epsilon, affine=None, out=None):
+    return _batch_norm(xp, x, scale, b, mean, var, epsilon, affine, out)
 
 
 def _outputs_wanted(node):
@@ -115,10 +145,11 @@ def _outputs_wanted(node):
 
 
 @kernel("BatchNormalization", 14, 15, dtypes=FLOATS_BF16, check=_check_batch_norm,
-        bind=_outputs_wanted)
-def batch_norm(xp, x, scale, b, mean, var, *, epsilon, momentum, training_mode, wanted=(True,)):
+        bind=_outputs_wanted, prepare=_prepare_batch_norm, inplace=(0,))
+def batch_norm(xp, x, scale, b, mean, var, *, epsilon, momentum, training_mode, wanted=(True,),
+               affine=None, out=None):
     if not training_mode:
-        return _batch_norm(xp, x, scale, b, mean, var, epsilon)
+        return _batch_norm(xp, x, scale, b, mean, var, epsilon, affine, out)
     work = _work(xp, x)  # the statistics in float (the spec's words for float16 input)
     xw = x.astype(work)
     axes = (0,) + tuple(range(2, x.ndim))
@@ -154,11 +185,17 @@ def _check_layer_norm(node):
 @kernel("LayerNormalization", 17, dtypes=FLOATS_BF16, check=_check_layer_norm)
 def layer_norm(xp, x, scale, b=None, *, axis, epsilon, stash_type):
     axes = tuple(range(axis % x.ndim, x.ndim))
-    stashed = x.astype(xp.float32)
+    stashed = x.astype(xp.float32, copy=False)  # read only
     mean = stashed.mean(axis=axes, keepdims=True)
     d = stashed - mean
-    inv_std = 1 / xp.sqrt((d * d).mean(axis=axes, keepdims=True) + xp.float32(epsilon))
-    y = (d * inv_std).astype(x.dtype) * scale
+    square = xp.multiply(d, d)
+    inv_std = 1 / xp.sqrt(square.mean(axis=axes, keepdims=True) + xp.float32(epsilon))
+    d *= inv_std
+    if x.dtype == xp.float32:
+        y = d
+    else:  # the spec rounds the normalized values to X's type, then scales
+        y = d.astype(x.dtype)
+    y *= scale
     if b is not None:
         y += b
     return y, mean, inv_std
@@ -311,9 +348,12 @@ def _softmax(xp, x, axis, log):
     """Each step in X's own type, as the schema's function body (ReduceMax, Sub, Exp, ReduceSum,
     Div or Log and Sub) computes it; half types are not widened."""
     shifted = x - x.max(axis=axis, keepdims=True)
-    e = xp.exp(shifted)
-    total = e.sum(axis=axis, keepdims=True)
-    return shifted - xp.log(total) if log else e / total
+    if log:
+        shifted -= xp.log(xp.exp(shifted).sum(axis=axis, keepdims=True))
+        return shifted
+    e = xp.exp(shifted, out=shifted)
+    e /= e.sum(axis=axis, keepdims=True)
+    return e
 
 
 def _softmax_2d(xp, x, axis, log):
