@@ -10,6 +10,9 @@ provider claims it, the capability walk places those nodes instead, as it does a
   specification's own implementation).
 - ``conv_bn_folding``: an inference-mode BatchNormalization after a Conv with constant weights
   is folded into the Conv's weights and bias.
+- ``channel_affine_folding``: a Mul or Add by a per-channel constant after a Conv or an
+  inference-mode BatchNormalization (a Caffe-style Scale layer) is folded into its weights and
+  bias.
 - ``gelu_fusion``: the exact GELU written out as Div/Mul, Erf, Add, Mul, Mul becomes one
   ``com.microsoft::Gelu``.
 - ``layer_norm_fusion``: LayerNormalization written out (ReduceMean, Sub, Pow or Mul,
@@ -302,6 +305,99 @@ def _inference_bn(rw: Rewriter, bn: NodeProto) -> bool:
     return not (version < 9 and _attr(bn, "spatial", 1) != 1)
 
 
+# -- per-channel Mul/Add into Conv or BatchNormalization ---------------------------------------
+
+
+def channel_affine_folding(rw: Rewriter) -> int:
+    folded = 0
+    for node in rw.live():
+        if not (_is(node, "Mul") or _is(node, "Add")) or len(node.input) != 2:
+            continue
+        for x in node.input:
+            producer = rw.producer.get(x)
+            other = _other(node, x)
+            if (producer is None or other is None or rw.only_consumer(x) is not node
+                    or not rw.is_const(other)):
+                continue
+            if _is(producer, "Conv"):
+                done = _fold_into_conv(rw, producer, node, x, other)
+            elif _is(producer, "BatchNormalization") and _inference_bn(rw, producer):
+                done = _fold_into_bn(rw, producer, node, x, other)
+            else:
+                continue
+            if done:
+                folded += 1
+                rw.index()
+                break
+    return folded
+
+
+def _per_channel(rw: Rewriter, x: str, name: str) -> np.ndarray | None:
+    """The constant ``name`` as one value per channel of ``x`` (N, C, ...), when it broadcasts
+    only along the channel axis; else ``None``."""
+    shape, dtype = rw.shape(x), rw.dtype(x)
+    value = rw.const(name)
+    if (shape is None or len(shape) < 2 or not isinstance(shape[1], int) or value is None
+            or value.dtype != dtype or dtype not in (np.float32, np.float64)
+            or value.ndim > len(shape)):
+        return None
+    full = (1,) * (len(shape) - value.ndim) + value.shape
+    if any(d != 1 for i, d in enumerate(full) if i != 1) or full[1] not in (1, shape[1]):
+        return None
+    return np.broadcast_to(value.reshape(-1), (shape[1],)).astype(np.float64)
+
+
+def _fold_into_conv(rw: Rewriter, conv: NodeProto, op: NodeProto, x: str, other: str) -> bool:
+    vec = _per_channel(rw, x, other)
+    w = rw.const(conv.input[1])
+    has_bias = len(conv.input) > 2 and bool(conv.input[2])
+    b = rw.const(conv.input[2]) if has_bias else None
+    if vec is None or w is None or (has_bias and b is None) or w.shape[0] != vec.size:
+        return False
+    bias = np.zeros(w.shape[0]) if b is None else b.astype(np.float64).reshape(-1)
+    if op.op_type == "Mul":
+        w_new = w.astype(np.float64) * vec.reshape((-1,) + (1,) * (w.ndim - 1))
+        w_name = rw.fresh(f"{conv.name}::scaled_W")
+        rw.add_constant(w_name, w_new.astype(w.dtype))
+        bias = bias * vec
+    else:
+        w_name = conv.input[1]
+        bias = bias + vec
+    b_name = rw.fresh(f"{conv.name}::shifted_B")
+    rw.add_constant(b_name, bias.astype(w.dtype))
+    fused = _copy(conv)
+    del fused.input[:]
+    fused.input.extend([conv.input[0], w_name, b_name])
+    del fused.output[:]
+    fused.output.append(op.output[0])
+    rw.replace(conv, fused)
+    rw.remove(op)
+    return True
+
+
+def _fold_into_bn(rw: Rewriter, bn: NodeProto, op: NodeProto, x: str, other: str) -> bool:
+    vec = _per_channel(rw, x, other)
+    scale, bias = rw.const(bn.input[1]), rw.const(bn.input[2])
+    if vec is None or scale is None or bias is None or scale.size != vec.size:
+        return False
+    s64, b64 = scale.astype(np.float64).reshape(-1), bias.astype(np.float64).reshape(-1)
+    if op.op_type == "Mul":
+        s64, b64 = s64 * vec, b64 * vec
+    else:
+        b64 = b64 + vec
+    s_name = rw.fresh(f"{bn.name}::scale")
+    b_name = rw.fresh(f"{bn.name}::bias")
+    rw.add_constant(s_name, s64.astype(scale.dtype).reshape(scale.shape))
+    rw.add_constant(b_name, b64.astype(bias.dtype).reshape(bias.shape))
+    fused = _copy(bn)
+    fused.input[1], fused.input[2] = s_name, b_name
+    del fused.output[:]
+    fused.output.append(op.output[0])
+    rw.replace(bn, fused)
+    rw.remove(op)
+    return True
+
+
 # -- GELU -------------------------------------------------------------------------------------
 
 
@@ -501,6 +597,7 @@ def matmul_add_fusion(rw: Rewriter) -> int:
 PASSES: dict[str, Callable[[Rewriter], int]] = {
     "constant_folding": constant_folding,
     "conv_bn_folding": conv_bn_folding,
+    "channel_affine_folding": channel_affine_folding,
     "gelu_fusion": gelu_fusion,
     "layer_norm_fusion": layer_norm_fusion,
     "matmul_add_fusion": matmul_add_fusion,

@@ -153,8 +153,8 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
     assert optimize(model, passes=[]) is model
     with pytest.raises(HostError, match="unknown graph optimization.*known: constant_folding"):
         optimize(model, passes=["fold_everything"])
-    assert set(PASSES) == {"constant_folding", "conv_bn_folding", "gelu_fusion",
-                           "layer_norm_fusion", "matmul_add_fusion"}
+    assert set(PASSES) == {"constant_folding", "conv_bn_folding", "channel_affine_folding",
+                           "gelu_fusion", "layer_norm_fusion", "matmul_add_fusion"}
 
 
 def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):
@@ -192,3 +192,36 @@ def test_layer_norm_written_out_becomes_one_layer_normalization(opset, square):
     assert session.model.optimizations == {"layer_norm_fusion": 1}
     assert [n.op_type for n in session.placement.table.nodes] == ["LayerNormalization"]
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("producer", ["Conv", "BatchNormalization"])
+def test_a_per_channel_scale_and_shift_fold_into_the_conv_or_batch_norm(producer):
+    if producer == "Conv":
+        first = helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1])
+        inits = [const("w", RNG.standard_normal((4, 3, 3, 3)) * 0.3)]
+    else:
+        first = helper.make_node("BatchNormalization", ["x", "s", "bb", "m", "v"], ["c"],
+                                 name="bn")
+        inits = [const(n, RNG.uniform(0.5, 1.5, 3)) for n in ("s", "bb", "m", "v")]
+    channels = 4 if producer == "Conv" else 3
+    nodes = [first, helper.make_node("Mul", ["c", "scale"], ["d"], name="mul"),
+             helper.make_node("Add", ["shift", "d"], ["y"], name="add")]
+    inits += [const("scale", RNG.uniform(0.5, 2, (channels, 1, 1))),
+              const("shift", RNG.standard_normal((1, channels, 1, 1)))]
+    model = make_model(nodes, [("x", F, [1, 3, 8, 8])], [("y", F, [1, channels, 8, 8])],
+                       initializers=inits)
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations == {"channel_affine_folding": 2}
+    assert [n.op_type for n in session.placement.table.nodes] == [producer]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_constant_that_varies_over_space_is_not_folded():
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+             helper.make_node("Mul", ["c", "scale"], ["y"], name="mul")]
+    inits = [const("w", RNG.standard_normal((4, 3, 1, 1))),
+             const("scale", RNG.standard_normal((4, 8, 8)))]
+    model = make_model(nodes, [("x", F, [1, 3, 8, 8])], [("y", F, [1, 4, 8, 8])],
+                       initializers=inits)
+    assert optimize(load_model(model)).optimizations == {}
