@@ -49,7 +49,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="place the model as written, without graph optimizations")
     p.add_argument("--disable-optimization", action="append", default=[], metavar="PASS",
                    help="skip one graph optimization (repeatable): constant_folding, "
-                   "conv_bn_folding, channel_affine_folding, gelu_fusion, layer_norm_fusion, "
+                   "conv_bn_folding, channel_affine_folding, conv_activation_fusion, gelu_fusion, "
+                   "layer_norm_fusion, "
                    "matmul_add_fusion")
 
 

@@ -13,6 +13,8 @@ provider claims it, the capability walk places those nodes instead, as it does a
 - ``channel_affine_folding``: a Mul or Add by a per-channel constant after a Conv or an
   inference-mode BatchNormalization (a Caffe-style Scale layer) is folded into its weights and
   bias.
+- ``conv_activation_fusion``: a Conv whose output only a Relu reads becomes one
+  ``com.microsoft::FusedConv`` that applies the Relu to its own output in place.
 - ``gelu_fusion``: the exact GELU written out as Div/Mul, Erf, Add, Mul, Mul becomes one
   ``com.microsoft::Gelu``.
 - ``layer_norm_fusion``: LayerNormalization written out (ReduceMean, Sub, Pow or Mul,
@@ -398,6 +400,31 @@ def _fold_into_bn(rw: Rewriter, bn: NodeProto, op: NodeProto, x: str, other: str
     return True
 
 
+# -- Conv + Relu ---------------------------------------------------------------------------------
+
+
+def conv_activation_fusion(rw: Rewriter) -> int:
+    fused = 0
+    for conv in rw.live():
+        if not _is(conv, "Conv") or rw.dtype(conv.output[0]) not in (np.float32, np.float64):
+            continue
+        relu = rw.only_consumer(conv.output[0])
+        if not _is(relu, "Relu"):
+            continue
+        name = rw.fresh(f"{conv.name}::FusedConv")
+        node = helper.make_node("FusedConv", list(conv.input), [relu.output[0]], name=name,
+                                domain=MS_DOMAIN, activation="Relu")
+        node.attribute.extend(_copy(conv).attribute)
+        if _attr(conv, "group") is None:  # no ONNX schema fills FusedConv's defaults
+            node.attribute.append(helper.make_attribute("group", 1))
+        rw.unfused[name] = [_copy(conv), _copy(relu)]
+        rw.replace(relu, node)
+        rw.remove(conv)
+        rw.index()
+        fused += 1
+    return fused
+
+
 # -- GELU -------------------------------------------------------------------------------------
 
 
@@ -598,6 +625,7 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "constant_folding": constant_folding,
     "conv_bn_folding": conv_bn_folding,
     "channel_affine_folding": channel_affine_folding,
+    "conv_activation_fusion": conv_activation_fusion,
     "gelu_fusion": gelu_fusion,
     "layer_norm_fusion": layer_norm_fusion,
     "matmul_add_fusion": matmul_add_fusion,
@@ -655,8 +683,15 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int]) -> Model:
     inputs = [vi for vi in graph.input if vi.name in read or vi.name not in was_initializer]
     del graph.input[:]
     graph.input.extend(inputs)
-    produced = {o for n in live for o in n.output}
+    produced = {o for n in live for o in n.output if o}
     value_info = [vi for vi in graph.value_info if vi.name in produced]
+    # the types loading inferred, for every value that survives: onnx cannot infer through the
+    # com.microsoft ops fusions make, and would lose every shape after them
+    declared = {vi.name for vi in value_info} | {o.name for o in graph.output}
+    for name in sorted(produced - declared):
+        view = model.graph.values.get(name)
+        if view is not None and view.kind == "tensor" and view.dtype is not None:
+            value_info.append(helper.make_tensor_value_info(name, view.dtype.code, view.shape))
     del graph.value_info[:]
     graph.value_info.extend(value_info)
     if any(_domain(n) == MS_DOMAIN for n in live) and not any(

@@ -75,8 +75,8 @@ def test_conv_bn_folding_removes_the_batch_norm_and_keeps_the_result():
     x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
     model = conv_bn_model()
     session, got, want = run_both(model, {"x": x})
-    assert session.model.optimizations == {"conv_bn_folding": 1}
-    assert [n.op_type for n in session.placement.table.nodes] == ["Conv", "Relu"]
+    assert session.model.optimizations == {"conv_bn_folding": 1, "conv_activation_fusion": 1}
+    assert [n.op_type for n in session.placement.table.nodes] == ["FusedConv"]
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
     ort = onnxruntime.InferenceSession(model.SerializeToString(),
                                        providers=["CPUExecutionProvider"])
@@ -154,14 +154,16 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
     with pytest.raises(HostError, match="unknown graph optimization.*known: constant_folding"):
         optimize(model, passes=["fold_everything"])
     assert set(PASSES) == {"constant_folding", "conv_bn_folding", "channel_affine_folding",
-                           "gelu_fusion", "layer_norm_fusion", "matmul_add_fusion"}
+                           "conv_activation_fusion", "gelu_fusion", "layer_norm_fusion",
+                           "matmul_add_fusion"}
 
 
 def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):
     path = tmp_path / "m.onnx"
     path.write_bytes(conv_bn_model().SerializeToString())
     assert main(["explain", str(path), "--providers", "cpu"]) == 0
-    assert "graph optimizations: conv_bn_folding (1 rewrite)" in capsys.readouterr().out
+    assert ("graph optimizations: conv_bn_folding (1 rewrite), conv_activation_fusion (1 rewrite)"
+            in capsys.readouterr().out)
     assert main(["explain", str(path), "--providers", "cpu", "--no-optimize"]) == 0
     out = capsys.readouterr().out
     assert "graph optimizations" not in out and "BatchNormalization" in out
@@ -225,3 +227,16 @@ def test_a_constant_that_varies_over_space_is_not_folded():
     model = make_model(nodes, [("x", F, [1, 3, 8, 8])], [("y", F, [1, 4, 8, 8])],
                        initializers=inits)
     assert optimize(load_model(model)).optimizations == {}
+
+
+def test_conv_then_relu_becomes_one_fused_conv(tmp_path):
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    inits = [const("w", RNG.standard_normal((4, 3, 3, 3))), const("b", RNG.standard_normal(4))]
+    model = make_model(nodes, [("x", F, [1, 3, 8, 8])], [("y", F, [1, 4, 8, 8])],
+                       initializers=inits)
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations == {"conv_activation_fusion": 1}
+    assert [n.qualified_op for n in session.placement.table.nodes] == ["com.microsoft::FusedConv"]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)

@@ -92,6 +92,7 @@ FAMILIES: dict[tuple[str, str], Family] = {
     (MS, "GroupQueryAttention"): Family(
         frozenset({"float16", "float32"}), launches=16,
         no_capture="reads seqlens_k and total_sequence_length on the host at run time"),
+    (MS, "FusedConv"): Family(FLOATS, launches=5),
     (MS, "Gelu"): Family(frozenset({"float16", "float32"}), launches=3),
     (MS, "FastGelu"): Family(frozenset({"float16", "float32"}), launches=3),
     (MS, "BiasGelu"): Family(frozenset({"float16", "float32"}), launches=3),

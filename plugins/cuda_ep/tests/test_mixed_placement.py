@@ -44,7 +44,7 @@ def test_the_example_cnn_moves_to_the_device_only_when_launches_are_cheap():
     expected, got, session = both(model.SerializeToString(), feeds, cheap)
     for e, g in zip(expected, got, strict=True):
         np.testing.assert_allclose(g, e, atol=1e-4)
-    assert any(n.op_type == "Conv" for n in on(session, "cuda"))
+    assert any(n.op_type in ("Conv", "FusedConv") for n in on(session, "cuda"))
     transfers = session.placement.transfers
     assert any(t.destination == "sim:0" for t in transfers)
     assert any(t.source == "sim:0" and t.destination == "cpu" for t in transfers)
@@ -56,7 +56,7 @@ def test_squeezenet_with_random_weights_matches_the_cpu_run():
     expected, got, session = both(model.SerializeToString(), feeds)
     for e, g in zip(expected, got, strict=True):
         np.testing.assert_allclose(g, e, atol=1e-4, rtol=1e-4)
-    convs = [n for n in session.placement.nodes if n.op_type == "Conv"]
+    convs = [n for n in session.placement.nodes if n.op_type in ("Conv", "FusedConv")]
     assert sum(n.provider == "cuda" for n in convs) > len(convs) // 2
     assert session.placement.transfers
 

@@ -727,3 +727,65 @@ def group_query_attention(xp, query, key=None, value=None, past_key=None, past_v
     out = _merge_heads(xp.matmul(probs, values)).astype(query.dtype)
     dtype = query.dtype
     return (out, present_k.astype(dtype), present_v.astype(dtype))[:n_outputs]
+
+
+# -- FusedConv: Conv with its activation applied in place -------------------------------------
+
+FUSED_ACTIVATIONS = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip")
+
+
+def _check_fused_conv(node):
+    from ep_host_cpu.kernels.conv import _check_conv
+
+    _check_conv(node)
+    attrs = node.attributes
+    activation = attrs.get("activation")
+    require(activation in FUSED_ACTIVATIONS, "FusedConv: CPU EP applies activation {}, got {!r}",
+            "/".join(FUSED_ACTIVATIONS), activation, code="attribute")
+    params = list(attrs.get("activation_params") or ())
+    wanted = {"LeakyRelu": (0, 1), "Clip": (2,)}.get(activation, (0,))
+    require(len(params) in wanted, "FusedConv: activation {} takes {} activation_params, got {}",
+            activation, " or ".join(map(str, wanted)), len(params), code="attribute")
+    z = node.inputs[3] if len(node.inputs) > 3 else None
+    require(z is None, "FusedConv: CPU EP does not add a fourth (Z) input, got {!r}",
+            None if z is None else z.name, code="attribute")
+
+
+def _fused_conv_flops(node):
+    from ep_host_cpu.kernels.conv import _conv_flops
+
+    return _conv_flops(node)
+
+
+def _prepare_fused_conv(xp, constants, *, group=1, **_):
+    from ep_host_cpu.kernels.conv import _prepare_conv
+
+    return _prepare_conv(xp, constants, group=group)
+
+
+@kernel("FusedConv", 1, domain=MS, dtypes=HALF_FLOATS | {"float64"}, check=_check_fused_conv,
+        flops=_fused_conv_flops, prepare=_prepare_fused_conv)
+def fused_conv(xp, x, w, b=None, z=None, *, activation, activation_params=None,
+               auto_pad="NOTSET", group=1, dilations=None, kernel_shape=None, pads=None,
+               strides=None, packed=None, packed_bias=None):
+    from ep_host_cpu.kernels.conv import conv
+
+    y = conv(xp, x, w, b, auto_pad=auto_pad, group=group, dilations=dilations,
+             kernel_shape=kernel_shape, pads=pads, strides=strides, packed=packed,
+             packed_bias=packed_bias)  # a fresh array: the activation runs in place
+    params = list(activation_params or ())
+    if activation == "Relu":
+        xp.maximum(y, 0, out=y)
+    elif activation == "LeakyRelu":
+        alpha = params[0] if params else 0.01
+        xp.multiply(y, xp.where(y < 0, y.dtype.type(alpha), y.dtype.type(1)), out=y)
+    elif activation == "Sigmoid":
+        xp.negative(y, out=y)
+        xp.exp(y, out=y)
+        y += 1
+        xp.reciprocal(y, out=y)
+    elif activation == "Tanh":
+        xp.tanh(y, out=y)
+    else:  # Clip
+        xp.clip(y, y.dtype.type(params[0]), y.dtype.type(params[1]), out=y)
+    return y
