@@ -250,9 +250,8 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     """The model (its warnings printed) and a host with the requested providers loaded."""
     from ep_host.discovery import Host
     from ep_host.graph import load_model
-    from ep_host.session import provider_names
-
     from ep_host.optimize import optimize
+    from ep_host.session import provider_names
 
     with _status(f"loading {args.model}"):
         model = load_model(args.model)

@@ -285,15 +285,22 @@ def conv_bn_folding(rw: Rewriter) -> int:
         b_name = rw.fresh(f"{conv.name}::bn_folded_B")
         rw.add_constant(w_name, w_new)
         rw.add_constant(b_name, b_new)
-        fused = _copy(conv)
-        del fused.input[:]
-        fused.input.extend([conv.input[0], w_name, b_name])
-        del fused.output[:]
-        fused.output.append(bn.output[0])
-        rw.replace(conv, fused)
-        rw.remove(bn)
+        _replace_conv(rw, conv, bn, w_name, b_name)
         folded += 1
     return folded
+
+
+def _replace_conv(rw: Rewriter, conv: NodeProto, after: NodeProto, w_name: str,
+                  b_name: str) -> None:
+    """``conv`` with weights ``w_name`` and bias ``b_name`` writes what ``after`` wrote;
+    ``after`` goes."""
+    fused = _copy(conv)
+    del fused.input[:]
+    fused.input.extend([conv.input[0], w_name, b_name])
+    del fused.output[:]
+    fused.output.append(after.output[0])
+    rw.replace(conv, fused)
+    rw.remove(after)
 
 
 def _inference_bn(rw: Rewriter, bn: NodeProto) -> bool:
@@ -367,13 +374,7 @@ def _fold_into_conv(rw: Rewriter, conv: NodeProto, op: NodeProto, x: str, other:
         bias = bias + vec
     b_name = rw.fresh(f"{conv.name}::shifted_B")
     rw.add_constant(b_name, bias.astype(w.dtype))
-    fused = _copy(conv)
-    del fused.input[:]
-    fused.input.extend([conv.input[0], w_name, b_name])
-    del fused.output[:]
-    fused.output.append(op.output[0])
-    rw.replace(conv, fused)
-    rw.remove(op)
+    _replace_conv(rw, conv, op, w_name, b_name)
     return True
 
 

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 
 from ep_host import capability
+from ep_host.device_graphs import OPTION as GRAPH_OPTION
+from ep_host.device_graphs import CapturedPartition, PartitionCapture, PartitionNode, why_not
 from ep_host.discovery import Host, describe_exception
 from ep_host.errors import (
     HostError,
@@ -25,8 +27,6 @@ from ep_host.errors import (
     RunCancelledError,
 )
 from ep_host.graph import GraphView, Model, NodeView, ValueView, _captured, load_model
-from ep_host.device_graphs import OPTION as GRAPH_OPTION
-from ep_host.device_graphs import CapturedPartition, PartitionCapture, PartitionNode, why_not
 from ep_host.kernel import Kernel
 from ep_host.optimize import optimize
 from ep_host.placement import Placement, choose

@@ -12,7 +12,6 @@ Exit status 1 when any model's outputs differ by more than the tolerance.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import statistics
 import sys

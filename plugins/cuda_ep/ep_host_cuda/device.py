@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 
 from ep_host import Device
-
 from ep_host_cuda.figures import DeviceFigures
 
 

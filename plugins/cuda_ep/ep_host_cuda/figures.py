@@ -98,13 +98,13 @@ def measure(cupy: ModuleType) -> DeviceFigures:
     b = cupy.random.random((n, n), dtype=cupy.float32)
     a @ b  # cuBLAS handle and workspace
     gemm_s = _device_seconds(cupy, lambda: a @ b, 5)
-    del a, b
+    a = b = None  # free the device memory before the next measurement
     src = cupy.ones(64 * 1024 * 1024, dtype=cupy.float32)
     dst = cupy.empty_like(src)
     cupy.copyto(dst, src)
     copy_s = _device_seconds(cupy, lambda: cupy.copyto(dst, src), 5)
     moved = 2 * src.nbytes
-    del src, dst
+    src = dst = None
     x = cupy.ones(1, dtype=cupy.float32)
     cupy.add(x, x)
     reps = 2000

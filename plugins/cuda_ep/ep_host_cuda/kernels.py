@@ -16,10 +16,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ep_host import CaptureSupport, NodeView, deny, require
 from ep_host_cpu.kernels import REGISTRY
 from ep_host_cpu.registry import KernelSpec, Registry
 
+from ep_host import CaptureSupport, NodeView, deny, require
 from ep_host_cuda.xp import is_cupy
 
 FLOATS = frozenset({"float16", "float32", "float64"})

@@ -9,6 +9,8 @@ from dataclasses import replace
 from functools import cache
 from typing import Any
 
+from ep_host_cpu.registry import KernelSpec, check_node
+
 from ep_host import (
     CaptureSupport,
     Cost,
@@ -24,8 +26,6 @@ from ep_host import (
     hookimpl,
     require,
 )
-from ep_host_cpu.registry import KernelSpec, check_node
-
 from ep_host_cuda import __version__
 from ep_host_cuda.device import cuda_device, simulated_device
 from ep_host_cuda.figures import UNMEASURED_LINK, DeviceFigures, device_figures

@@ -19,8 +19,9 @@ CUPY_NAMES = frozenset("""
     abs absolute add all any arange arccos arccosh arcsin arcsinh arctan arctan2 arctanh argmax
     argmin argsort around array asarray ascontiguousarray atleast_1d bitwise_and bitwise_not
     bitwise_or bitwise_xor bool_ broadcast_arrays broadcast_to can_cast cbrt ceil clip
-    concatenate copy copysign copyto cos cosh count_nonzero cumprod cumsum diagonal divide dot dtype e
-    einsum empty empty_like equal exp exp2 expand_dims expm1 eye finfo fix flip float16 float32
+    concatenate copy copysign copyto cos cosh count_nonzero cumprod cumsum diagonal divide dot
+    dtype e einsum empty empty_like equal exp exp2 expand_dims expm1 eye finfo fix flip float16
+    float32
     float64 floor floor_divide fmax fmin fmod frexp full full_like greater greater_equal hypot
     identity iinfo inf int8 int16 int32 int64 invert isclose isfinite isinf isnan ldexp
     left_shift less less_equal linspace log log10 log1p log2 logaddexp logical_and logical_not

@@ -12,7 +12,6 @@ from ep_host import capability
 from ep_host.discovery import Host
 from ep_host.graph import load_model
 
-
 CACHED = (provider.cuda_status, provider.provider_info, provider.default_provider)
 
 

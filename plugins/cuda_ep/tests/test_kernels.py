@@ -165,10 +165,9 @@ def test_depthwise_conv_is_the_gpu_specific_kernel_and_agrees_with_the_reference
 
 
 def test_shape_arrays_are_made_once_per_shape():
+    from cudakit import first_node
     from ep_host_cuda.kernels import CUDA_KERNELS
     from ep_host_cuda.xp import host_namespace
-
-    from cudakit import first_node
 
     model = node_model("Shape", {"x": f32(2, 3)}, attrs={"start": 0})
     node = first_node(model)

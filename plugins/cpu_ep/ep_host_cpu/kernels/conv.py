@@ -499,8 +499,8 @@ def _separable(xp, combine, padded, kernel_shape, out, strides, dilations):
     for i, (k, o, s, d) in enumerate(zip(kernel_shape, out, strides, dilations, strict=True)):
         lead = (slice(None),) * (y.ndim - n_spatial + i)
 
-        def tap(j, lead=lead, o=o, s=s, d=d):
-            return y[lead + (slice(j * d, j * d + (o - 1) * s + 1, s),)]
+        def tap(j, src=y, lead=lead, o=o, s=s, d=d):
+            return src[lead + (slice(j * d, j * d + (o - 1) * s + 1, s),)]
 
         if k == 1:
             y = tap(0)
