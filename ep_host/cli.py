@@ -300,6 +300,19 @@ def _status(message: str) -> Any:
     return Console(file=sys.stderr).status(message)
 
 
+def _resolve_node(prepared: _Prepared, name: str) -> str:
+    """A node name of the model as written, as the optimized model calls it (said on stderr)."""
+    from ep_host.errors import HostError
+    from ep_host.optimize import resolve_node
+
+    target, note = resolve_node(prepared.model, name)
+    if target is None:
+        raise HostError(f"{prepared.model.label}: {note}")
+    if note:
+        print(f"ep-host: {note}", file=sys.stderr)
+    return target
+
+
 def _unplaceable(prepared: _Prepared) -> list[str]:
     return [n.name for n in prepared.table.nodes if not prepared.table.claimants(n.name)]
 
@@ -309,6 +322,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     prepared = _prepare(args)
     table = prepared.table
+    if args.node and args.node not in table.answers:
+        args.node = _resolve_node(prepared, args.node)
     if args.node and args.node not in table.answers:
         from ep_host.errors import HostError
 
@@ -324,7 +339,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
         data["optimizations"] = dict(prepared.model.optimizations)
         write_json(data, "-")
     else:
-        render_explain(Output(), table, prepared.placement, prepared.model.optimizations,
+        filtered = args.node or args.op or args.provider
+        render_explain(Output(), table, prepared.placement,
+                       None if filtered else prepared.model.optimizations,
                        node=args.node, op=args.op, provider=args.provider)
     if prepared.error is not None:
         print(f"ep-host: error: {prepared.error}", file=sys.stderr)
@@ -357,6 +374,8 @@ def cmd_why(args: argparse.Namespace) -> int:
     prepared = _prepare(args)
     if prepared.error is not None:
         raise prepared.error
+    if args.node not in prepared.table.answers:
+        args.node = _resolve_node(prepared, args.node)
     verdicts = why(prepared.placement, args.node, args.provider)
     if args.json:
         print(json.dumps(why_dict(prepared.placement, args.node, verdicts), indent=2))

@@ -735,6 +735,7 @@ class Model:
         # node's original nodes (placed instead when no provider claims the fused node)
         self.optimizations: dict[str, int] = {}
         self.unfused: dict[str, list[NodeProto]] = {}
+        self.merged: dict[str, str | None] = {}  # a node rewritten away -> who does its work
         self.original: Model | None = None
         self.opset_imports = {normalize_domain(o.domain): o.version for o in proto.opset_import}
         newest = onnx.defs.onnx_opset_version()

@@ -60,6 +60,7 @@ class Rewriter:
         self.initializers: dict[str, TensorProto] = {}  # new ones, by name
         self.constants: dict[str, np.ndarray] = {}  # values of the new ones
         self.unfused: dict[str, list[NodeProto]] = {}
+        self.merged: dict[str, str | None] = {}  # a removed node -> the node that does its work
         self.outputs = {v.name for v in model.graph.outputs}
         self.names = {n.name for n in self.nodes if n is not None}
         self.index()
@@ -124,14 +125,19 @@ class Rewriter:
         self.names.add(name)
         return name
 
-    def remove(self, node: NodeProto) -> None:
+    def remove(self, node: NodeProto, into: str | None = None) -> None:
+        """Drop ``node``; its work is now done by node ``into`` (``None``: a constant)."""
         self.nodes[self.position.pop(id(node))] = None
+        if node.name:
+            self.merged[node.name] = into
 
     def replace(self, old: NodeProto, new: NodeProto) -> None:
         i = self.position.pop(id(old))
         self.nodes[i] = new
         self.position[id(new)] = i
         self.views[id(new)] = self.views.get(id(old))
+        if old.name and old.name != new.name:
+            self.merged[old.name] = new.name
 
     def opset(self, node: NodeProto) -> int | None:
         view = self.views.get(id(node))
@@ -300,7 +306,7 @@ def _replace_conv(rw: Rewriter, conv: NodeProto, after: NodeProto, w_name: str,
     del fused.output[:]
     fused.output.append(after.output[0])
     rw.replace(conv, fused)
-    rw.remove(after)
+    rw.remove(after, into=fused.name)
 
 
 def _inference_bn(rw: Rewriter, bn: NodeProto) -> bool:
@@ -397,7 +403,7 @@ def _fold_into_bn(rw: Rewriter, bn: NodeProto, op: NodeProto, x: str, other: str
     del fused.output[:]
     fused.output.append(op.output[0])
     rw.replace(bn, fused)
-    rw.remove(op)
+    rw.remove(op, into=fused.name)
     return True
 
 
@@ -420,7 +426,7 @@ def conv_activation_fusion(rw: Rewriter) -> int:
             node.attribute.append(helper.make_attribute("group", 1))
         rw.unfused[name] = [_copy(conv), _copy(relu)]
         rw.replace(relu, node)
-        rw.remove(conv)
+        rw.remove(conv, into=name)
         rw.index()
         fused += 1
     return fused
@@ -447,7 +453,7 @@ def gelu_fusion(rw: Rewriter) -> int:
         rw.unfused[name] = [_copy(n) for n in nodes]
         rw.replace(nodes[-1], gelu)
         for n in nodes[:-1]:
-            rw.remove(n)
+            rw.remove(n, into=name)
         rw.index()
         fused += 1
     return fused
@@ -518,7 +524,7 @@ def layer_norm_fusion(rw: Rewriter) -> int:
         rw.unfused[name] = [_copy(n) for n in nodes]
         rw.replace(nodes[-1], ln)
         for n in nodes[:-1]:
-            rw.remove(n)
+            rw.remove(n, into=name)
         rw.index()
         fused += 1
     return fused
@@ -616,7 +622,7 @@ def matmul_add_fusion(rw: Rewriter) -> int:
                                 name=name)
         rw.unfused[name] = [_copy(mm), _copy(add)]
         rw.replace(add, gemm)
-        rw.remove(mm)
+        rw.remove(mm, into=name)
         rw.index()
         fused += 1
     return fused
@@ -702,8 +708,29 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int]) -> Model:
     out.warnings = [*model.warnings, *out.warnings]
     out.optimizations = applied
     out.unfused = rw.unfused
+    out.merged = {**model.merged, **rw.merged}
     out.original = model
     return out
 
 
-__all__ = ["DEFAULT_PASSES", "PASSES", "optimize", "resolve_passes"]
+def resolve_node(model: Model, name: str) -> tuple[str | None, str]:
+    """The node of ``model`` doing the work of node ``name`` of the model as written, and a
+    note saying what became of it (``""`` when the node is there as written); ``None`` when it
+    was folded into a constant."""
+    seen = [name]
+    target: str | None = name
+    while target is not None and target in model.merged:
+        target = model.merged[target]
+        if target in seen:
+            break
+        seen.append(target)
+    if target == name:
+        return name, ""
+    if target is None:
+        return None, (f"node {name!r} was folded into a constant by the graph optimizations "
+                      "(--no-optimize shows the model as written)")
+    return target, (f"node {name!r} is part of {target!r} after the graph optimizations "
+                    "(--no-optimize shows the model as written)")
+
+
+__all__ = ["DEFAULT_PASSES", "PASSES", "optimize", "resolve_node", "resolve_passes"]

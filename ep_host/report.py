@@ -100,7 +100,9 @@ def explain_rows(
     for n in table.all_nodes or table.nodes:
         if node and n.name != node:
             continue
-        if op and op not in (n.op_type, n.qualified_op):
+        if op and op not in (n.op_type, n.qualified_op) and not any(
+                op in (o.op_type, f"{o.domain}::{o.op_type}")
+                for o in n.graph.model.unfused.get(n.name, ())):  # a fused node made from op
             continue
         for i, p in enumerate(providers):
             answer = table.answers[n.name][p]

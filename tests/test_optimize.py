@@ -240,3 +240,24 @@ def test_conv_then_relu_becomes_one_fused_conv(tmp_path):
     assert session.model.optimizations == {"conv_activation_fusion": 1}
     assert [n.qualified_op for n in session.placement.table.nodes] == ["com.microsoft::FusedConv"]
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+
+
+def test_why_and_explain_find_a_node_by_its_name_in_the_model_as_written(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(conv_bn_model().SerializeToString())
+    assert main(["why", str(path), "bn", "--providers", "cpu"]) == 0
+    captured = capsys.readouterr()
+    assert "node 'bn' is part of 'conv::FusedConv' after the graph optimizations" in captured.err
+    assert "conv::FusedConv (com.microsoft::FusedConv) runs on cpu" in captured.out
+    assert main(["explain", str(path), "--providers", "cpu", "--op", "Conv"]) == 0
+    assert "conv::FusedConv" in capsys.readouterr().out  # a node made from a Conv
+
+
+def test_a_node_folded_into_a_constant_is_named_as_such(tmp_path, capsys):
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape")]
+    model = make_model(nodes, [("x", F, [2, 3])], [("y", F, [2, 3])])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert main(["why", str(path), "shape", "--providers", "cpu"]) == 1
+    assert "node 'shape' was folded into a constant" in capsys.readouterr().err

@@ -89,7 +89,7 @@ def test_unknown_node_or_provider_is_an_error():
 def test_cli_why_json_on_the_example_cnn():
     result = subprocess.run(
         [sys.executable, "-m", "ep_host", "why", os.path.join(ROOT, "examples", "cnn.onnx"),
-         "conv1/Relu", "--providers", "cpu,example", "--json"],
+         "conv1/Relu", "--providers", "cpu,example", "--json", "--no-optimize"],
         capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
@@ -100,7 +100,7 @@ def test_cli_why_json_on_the_example_cnn():
         verdicts["example"]["cost_us"] - verdicts["cpu"]["cost_us"])  # same device: no copies
     conv = subprocess.run(
         [sys.executable, "-m", "ep_host", "why", os.path.join(ROOT, "examples", "cnn.onnx"),
-         "conv1/Conv", "--providers", "cpu,example", "--provider", "example"],
+         "conv1/Conv", "--providers", "cpu,example", "--provider", "example", "--no-optimize"],
         capture_output=True, text=True, timeout=300)
     assert conv.returncode == 0, conv.stderr
     assert "example: declined [op]: Conv: the example EP runs only" in conv.stdout
