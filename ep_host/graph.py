@@ -1004,20 +1004,23 @@ def expand_function(node: NodeView) -> GraphView | None:
         del copy.attribute[:]
         copy.attribute.extend(kept)
         nodes.append(copy)
-    opsets = dict(node.graph.opset_imports)
-    opsets.update({normalize_domain(o.domain): o.version for o in fn.opset_import})
-    graph = onnx.helper.make_graph(nodes, f"{node.name} ({node.qualified_op} expanded)", [], [])
-    node.graph.model.add_types(_infer_body_types(node, graph, opsets))
-    return GraphView(graph, node.graph.model, parent=node.graph, opset_imports=opsets)
+    opsets = {normalize_domain(o.domain): o.version for o in fn.opset_import}
+    return _nested_body(node, nodes, f"{node.name} ({node.qualified_op} expanded)", opsets)
 
 
 def _unfused_body(node: NodeView) -> GraphView:
     """A fused node's original nodes (``ep_host.optimize``), as a body nested in its graph."""
-    nodes = node.graph.model.unfused[node.name]
-    graph = onnx.helper.make_graph(nodes, f"{node.name} (unfused)", [], [])
-    opsets = dict(node.graph.opset_imports)
-    node.graph.model.add_types(_infer_body_types(node, graph, opsets))
-    return GraphView(graph, node.graph.model, parent=node.graph, opset_imports=opsets)
+    return _nested_body(node, node.graph.model.unfused[node.name], f"{node.name} (unfused)")
+
+
+def _nested_body(node: NodeView, nodes: Iterable[NodeProto], title: str,
+                 opsets: Mapping[str, int] | None = None) -> GraphView:
+    """``nodes`` in place of ``node``: a graph nested in the node's graph, its internal types
+    inferred; ``opsets`` adds to (or overrides) the graph's own imports."""
+    imports = {**node.graph.opset_imports, **(opsets or {})}
+    graph = onnx.helper.make_graph(list(nodes), title, [], [])
+    node.graph.model.add_types(_infer_body_types(node, graph, imports))
+    return GraphView(graph, node.graph.model, parent=node.graph, opset_imports=imports)
 
 
 def _infer_body_types(node: NodeView, graph: GraphProto, opsets: Mapping[str, int]

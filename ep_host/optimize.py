@@ -27,7 +27,7 @@ provider claims it, the capability walk places those nodes instead, as it does a
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -69,16 +69,31 @@ class Rewriter:
         self.producer: dict[str, NodeProto] = {}
         self.consumers: dict[str, list[NodeProto]] = {}
         for n in self.nodes:
-            if n is None:
-                continue
-            for name in n.output:
-                if name:
-                    self.producer[name] = n
-            for name in _node_reads(n):  # inputs and the outer names its bodies read
-                self.consumers.setdefault(name, []).append(n)
+            if n is not None:
+                self._link(n)
 
-    def live(self) -> list[NodeProto]:
-        return [n for n in self.nodes if n is not None]
+    def _link(self, n: NodeProto) -> None:
+        for name in n.output:
+            if name:
+                self.producer[name] = n
+        for name in _node_reads(n):  # inputs and the outer names its bodies read
+            self.consumers.setdefault(name, []).append(n)
+
+    def _unlink(self, n: NodeProto) -> None:
+        for name in n.output:
+            if self.producer.get(name) is n:
+                del self.producer[name]
+        for name in set(_node_reads(n)):
+            users = self.consumers.get(name)
+            if users is not None:
+                users[:] = [u for u in users if u is not n]
+
+    def live(self) -> Iterator[NodeProto]:
+        """The nodes in graph order, as they are when the walk reaches each: a node an earlier
+        rewrite removed is skipped, one it added is not visited."""
+        for n in list(self.nodes):
+            if n is not None and id(n) in self.position:
+                yield n
 
     def is_const(self, name: str) -> bool:
         """Whether ``name`` is a constant, without reading its data."""
@@ -128,13 +143,16 @@ class Rewriter:
     def remove(self, node: NodeProto, into: str | None = None) -> None:
         """Drop ``node``; its work is now done by node ``into`` (``None``: a constant)."""
         self.nodes[self.position.pop(id(node))] = None
+        self._unlink(node)
         if node.name:
             self.merged[node.name] = into
 
     def replace(self, old: NodeProto, new: NodeProto) -> None:
         i = self.position.pop(id(old))
+        self._unlink(old)
         self.nodes[i] = new
         self.position[id(new)] = i
+        self._link(new)
         self.views[id(new)] = self.views.get(id(old))
         if old.name and old.name != new.name:
             self.merged[old.name] = new.name
@@ -142,6 +160,15 @@ class Rewriter:
     def opset(self, node: NodeProto) -> int | None:
         view = self.views.get(id(node))
         return None if view is None else view.since_version
+
+
+def _fuse(rw: Rewriter, nodes: Sequence[NodeProto], fused: NodeProto) -> None:
+    """``fused`` does the work of ``nodes`` (the last writes its output): it takes the last's
+    place, the others go, and the originals are kept to place instead if nobody claims it."""
+    rw.unfused[fused.name] = [_copy(n) for n in nodes]
+    rw.replace(nodes[-1], fused)
+    for n in nodes[:-1]:
+        rw.remove(n, into=fused.name)
 
 
 def _copy(node: NodeProto) -> NodeProto:
@@ -342,7 +369,6 @@ def channel_affine_folding(rw: Rewriter) -> int:
                 continue
             if done:
                 folded += 1
-                rw.index()
                 break
     return folded
 
@@ -422,12 +448,7 @@ def conv_activation_fusion(rw: Rewriter) -> int:
         node = helper.make_node("FusedConv", list(conv.input), [relu.output[0]], name=name,
                                 domain=MS_DOMAIN, activation="Relu")
         node.attribute.extend(_copy(conv).attribute)
-        if _attr(conv, "group") is None:  # no ONNX schema fills FusedConv's defaults
-            node.attribute.append(helper.make_attribute("group", 1))
-        rw.unfused[name] = [_copy(conv), _copy(relu)]
-        rw.replace(relu, node)
-        rw.remove(conv, into=name)
-        rw.index()
+        _fuse(rw, [conv, relu], node)
         fused += 1
     return fused
 
@@ -449,12 +470,7 @@ def gelu_fusion(rw: Rewriter) -> int:
             continue
         x, nodes, out = match
         name = rw.fresh(f"{nodes[-1].name}::Gelu")
-        gelu = helper.make_node("Gelu", [x], [out], name=name, domain=MS_DOMAIN)
-        rw.unfused[name] = [_copy(n) for n in nodes]
-        rw.replace(nodes[-1], gelu)
-        for n in nodes[:-1]:
-            rw.remove(n, into=name)
-        rw.index()
+        _fuse(rw, nodes, helper.make_node("Gelu", [x], [out], name=name, domain=MS_DOMAIN))
         fused += 1
     return fused
 
@@ -519,13 +535,8 @@ def layer_norm_fusion(rw: Rewriter) -> int:
         x, scale, bias, epsilon, nodes, out = match
         name = rw.fresh(f"{nodes[-1].name}::LayerNormalization")
         inputs = [x, scale] + ([bias] if bias else [])
-        ln = helper.make_node("LayerNormalization", inputs, [out], name=name, axis=-1,
-                              epsilon=epsilon)
-        rw.unfused[name] = [_copy(n) for n in nodes]
-        rw.replace(nodes[-1], ln)
-        for n in nodes[:-1]:
-            rw.remove(n, into=name)
-        rw.index()
+        _fuse(rw, nodes, helper.make_node("LayerNormalization", inputs, [out], name=name,
+                                          axis=-1, epsilon=epsilon))
         fused += 1
     return fused
 
@@ -618,12 +629,8 @@ def matmul_add_fusion(rw: Rewriter) -> int:
         if bias is None or bias.dtype != b.dtype or bias.shape not in ((n,), (1, n)):
             continue
         name = rw.fresh(f"{add.name}::Gemm")
-        gemm = helper.make_node("Gemm", [mm.input[0], mm.input[1], bias_name], [add.output[0]],
-                                name=name)
-        rw.unfused[name] = [_copy(mm), _copy(add)]
-        rw.replace(add, gemm)
-        rw.remove(mm, into=name)
-        rw.index()
+        _fuse(rw, [mm, add], helper.make_node("Gemm", [mm.input[0], mm.input[1], bias_name],
+                                              [add.output[0]], name=name))
         fused += 1
     return fused
 
@@ -664,7 +671,6 @@ def optimize(model: Model, passes: Iterable[str] | None = None,
     applied = {}
     for name in names:
         count = PASSES[name](rw)
-        rw.index()
         if count:
             applied[name] = count
     if not applied:
@@ -672,20 +678,36 @@ def optimize(model: Model, passes: Iterable[str] | None = None,
     return _rebuild(model, rw, applied)
 
 
+def _copy_fields(src: Any, dst: Any, skip: frozenset[str]) -> None:
+    """Copy every set field of protobuf message ``src`` into ``dst`` but those in ``skip``."""
+    for field, value in src.ListFields():
+        if field.name in skip:
+            continue
+        repeated = (field.is_repeated if hasattr(field, "is_repeated")  # protobuf 5 and on
+                    else field.label == field.LABEL_REPEATED)
+        if repeated:
+            getattr(dst, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
+
+
 def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int]) -> Model:
+    # the model's fields but its graph, and the graph's but its nodes and initializers: the
+    # weights are copied once, only those still read
     proto = onnx.ModelProto()
-    proto.CopyFrom(model.proto)
+    _copy_fields(model.proto, proto, frozenset({"graph"}))
+    source = model.proto.graph
     graph = proto.graph
-    live = rw.live()
-    del graph.node[:]
+    _copy_fields(source, graph, frozenset({"node", "initializer"}))
+    live = list(rw.live())
     graph.node.extend(live)
     read = {i for n in live for i in _node_reads(n)} | {o.name for o in graph.output}
     for nodes in rw.unfused.values():
         read |= {i for n in nodes for i in _node_reads(n)}
-    was_initializer = {t.name for t in graph.initializer}
-    kept = [t for t in graph.initializer if t.name in read]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
+    was_initializer = {t.name for t in source.initializer}
+    graph.initializer.extend(t for t in source.initializer if t.name in read)
     graph.initializer.extend(t for name, t in rw.initializers.items() if name in read)
     inputs = [vi for vi in graph.input if vi.name in read or vi.name not in was_initializer]
     del graph.input[:]

@@ -52,7 +52,6 @@ class CompiledRun:
     def __init__(self, steps: Sequence[Any], inputs: Sequence[int], constants: dict[int, Any],
                  output_slots: Sequence[int], keep: set[int], check: Callable[..., Any],
                  check_count: Callable[..., Any]):
-        self.steps = steps
         self.check_lines: set[int] = set()  # lines whose failure is the host's own error
         names: dict[str, Any] = {
             "nd": np.ndarray, "rc": sys.getrefcount, "chk": check, "chkn": check_count,

@@ -237,9 +237,8 @@ class ExecutionPlan:
         self.compiled = CompiledRun(
             steps, [*self.input_slots.values(), *self.outer_slots.values()], initial,
             [self.output_slots[n] for n in self.output_names], keep, self._check_one,
-            self._check_count)
+            lambda i, outs: self._check_count(self.steps[i], outs))
         self._output_index = {n: i for i, n in enumerate(self.output_names)}
-        self._index = {id(step): i for i, step in enumerate(steps)}
 
     def _record_partitions(self, steps: list[_Step], keep: set[int], initial: dict[int, Any],
                            slots: dict[tuple[str, str], int]) -> list[_Step]:
@@ -426,9 +425,8 @@ class ExecutionPlan:
         self._check_output(step, j, out)
         return out
 
-    def _check_count(self, i: int, outs: Any) -> Any:
+    def _check_count(self, step: _Step, outs: Any) -> Any:
         """A kernel's ``run`` must return a sequence with an entry per wanted output."""
-        step = self.steps[i]
         expected = len(step.outputs)
         if not isinstance(outs, Sequence) or len(outs) < sum(1 for s in step.outputs if s >= 0):
             got = len(outs) if isinstance(outs, Sequence) else type(outs).__name__
@@ -485,7 +483,7 @@ class ExecutionPlan:
                 f"{self.label}: node {node.name!r} ({node.qualified_op}) failed on "
                 f"provider {step.provider!r}: {describe_exception(exc)}"
             ) from exc
-        self._check_count(self._index[id(step)], outs)
+        self._check_count(step, outs)
         for i, out in enumerate(outs[:len(step.expect)]):
             self._check_output(step, i, out)
         return outs

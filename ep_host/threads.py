@@ -87,7 +87,3 @@ class BlasThreads:
     def __exit__(self, *exc: Any) -> None:
         if self.threads:
             POOLS.exit(self.threads)
-
-    def current(self) -> list[int]:
-        """The thread counts of the BLAS libraries now (for tests and reports)."""
-        return [lib.get_num_threads() for lib in POOLS._find()]

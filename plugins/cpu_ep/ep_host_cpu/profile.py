@@ -43,7 +43,8 @@ def _machine_key() -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def _best(fn, repeat: int) -> float:
+def best_seconds(fn, repeat: int) -> float:
+    """The fastest of ``repeat`` calls of ``fn``, in seconds."""
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -59,11 +60,11 @@ def measure() -> MachineProfile:
     a = rng.random((n, n), dtype=np.float32)
     b = rng.random((n, n), dtype=np.float32)
     a @ b
-    gemm_s = _best(lambda: a @ b, 7)
+    gemm_s = best_seconds(lambda: a @ b, 7)
     src = np.ones(4 * 1024 * 1024, dtype=np.float32)  # 16 MiB, past the caches
     dst = np.empty_like(src)
     np.copyto(dst, src)
-    copy_s = _best(lambda: np.copyto(dst, src), 5)
+    copy_s = best_seconds(lambda: np.copyto(dst, src), 5)
     x = np.ones(1, np.float32)
     reps = 2000
 
@@ -71,7 +72,7 @@ def measure() -> MachineProfile:
         for _ in range(reps):
             np.add(x, x)
 
-    dispatch_s = _best(adds, 3) / reps
+    dispatch_s = best_seconds(adds, 3) / reps
     return MachineProfile(
         peak_gflops=2 * n**3 / gemm_s / 1e9,
         bandwidth_gbps=2 * src.nbytes / copy_s / 1e9,

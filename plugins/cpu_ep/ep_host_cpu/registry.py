@@ -97,16 +97,14 @@ class RegistryKernel(FunctionKernel):
         generic = xp.generic if hasattr(xp, "generic") else ()
         if self.spec.direct is not None and not kwargs:
             call = getattr(xp, self.spec.direct)
-        elif kwargs:
+        elif self.spec.inplace:  # the host may hand over a dead input as out=
             def call(*inputs: Any, out: Any = None) -> Any:
                 if out is not None:
                     return fn(xp, *inputs, out=out, **kwargs)
                 return fn(xp, *inputs, **kwargs)
         else:
-            def call(*inputs: Any, out: Any = None) -> Any:
-                if out is not None:
-                    return fn(xp, *inputs, out=out)
-                return fn(xp, *inputs)
+            def call(*inputs: Any) -> Any:
+                return fn(xp, *inputs, **kwargs)
 
         def run(*inputs: Any) -> Any:
             # A tuple is several outputs; anything else (an array, a list = a sequence, None =

@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from ep_host_cpu.profile import best_seconds
 
 FIGURES_VERSION = 1
 
@@ -79,15 +80,6 @@ def _device_seconds(cupy: ModuleType, fn: Any, repeat: int) -> float:
     return best
 
 
-def _host_seconds(fn: Any, repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def measure(cupy: ModuleType) -> DeviceFigures:
     """Time a 4096^3 float32 GEMM, a 256 MiB device copy, 2000 one-element adds and 64 MiB
     copies each way between host and device."""
@@ -114,7 +106,7 @@ def measure(cupy: ModuleType) -> DeviceFigures:
             cupy.add(x, x)
         cupy.cuda.get_current_stream().synchronize()
 
-    launch_s = _host_seconds(adds, 3) / reps
+    launch_s = best_seconds(adds, 3) / reps
     host = np.ones(16 * 1024 * 1024, dtype=np.float32)
     dev = cupy.asarray(host)
     stream = cupy.cuda.get_current_stream()
@@ -123,10 +115,10 @@ def measure(cupy: ModuleType) -> DeviceFigures:
         cupy.asarray(host)
         stream.synchronize()
 
-    h2d_s = _host_seconds(upload, 3)
-    d2h_s = _host_seconds(lambda: cupy.asnumpy(dev), 3)
+    h2d_s = best_seconds(upload, 3)
+    d2h_s = best_seconds(lambda: cupy.asnumpy(dev), 3)
     tiny = np.ones(1, dtype=np.float32)
-    latency_s = _host_seconds(lambda: cupy.asnumpy(cupy.asarray(tiny)), 50) / 2
+    latency_s = best_seconds(lambda: cupy.asnumpy(cupy.asarray(tiny)), 50) / 2
     return DeviceFigures(
         gemm_gflops=2 * n**3 / gemm_s / 1e9,
         bandwidth_gbps=moved / copy_s / 1e9,

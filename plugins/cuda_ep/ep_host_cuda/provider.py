@@ -9,6 +9,7 @@ from dataclasses import replace
 from functools import cache
 from typing import Any
 
+from ep_host_cpu.provider import work
 from ep_host_cpu.registry import KernelSpec, check_node
 
 from ep_host import (
@@ -62,26 +63,10 @@ def cuda_status() -> tuple[bool, str]:
 # -- the cost model ---------------------------------------------------------------------------
 
 
-def _traffic_bytes(node: NodeView) -> int:
-    return sum(v.nbytes for v in (*node.inputs, *node.outputs) if v is not None)
-
-
-def _output_elements(node: NodeView) -> int:
-    total = 0
-    for v in node.outputs:
-        if v is not None and v.shape is not None:
-            n = 1
-            for d in v.shape:
-                n *= d if isinstance(d, int) and d >= 0 else 1
-            total += n
-    return total
-
-
 def estimate(spec: KernelSpec, family: Family, node: NodeView, figures: DeviceFigures) -> Cost:
     """A roofline at the device's figures: the kernel's flops at the GEMM peak, its bytes at the
     memory bandwidth, plus one launch per device call the kernel makes."""
-    flops = spec.flops(node) if spec.flops is not None else _output_elements(node)
-    nbytes = spec.bytes(node) if spec.bytes is not None else _traffic_bytes(node)
+    flops, nbytes = work(spec, node)  # the same work the CPU EP prices
     return Cost.roofline(flops=flops, bytes_moved=nbytes, peak_gflops=figures.gemm_gflops,
                          bandwidth_gbps=figures.bandwidth_gbps,
                          launch_us=family.launches * figures.launch_us)

@@ -161,7 +161,7 @@ def _check_conv(node):
     n_spatial = rank - 2 if rank is not None else None if w_shape is None else len(w_shape) - 2
     kernel_shape = attrs.get("kernel_shape")
     _check_window_attributes(node, n_spatial, kernel_shape)
-    group = attrs["group"]
+    group = attrs.get("group", 1)  # the schema default; FusedConv has no ONNX schema to fill it
     require(group >= 1, "{}: group must be >= 1, got {}", op, group, code="attribute")
     if w_shape is not None:
         spatial = tuple(w_shape[2:])
