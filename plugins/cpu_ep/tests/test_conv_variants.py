@@ -1,6 +1,6 @@
-"""Conv's variants (1x1, depthwise, shifted, im2col): each is chosen by the geometry, recorded on
-the trace span, and equals a direct convolution; prepared (constant) weights give the same
-answer as weights fed at run time."""
+"""Conv's variants (1x1, depthwise, shifted, winograd, im2col): each is chosen by the
+geometry, recorded on the trace span, and equals a direct convolution; prepared (constant)
+weights give the same answer as weights fed at run time."""
 
 from __future__ import annotations
 
@@ -64,7 +64,14 @@ CASES = [
     ((1, 3, 16, 16), (96, 3, 3, 3), 1, (1, 1), (1, 1), (1, 1, 1, 1), "im2col"),  # 96 > 64 out
     ((2, 4, 9, 8), (6, 2, 3, 2), 2, (2, 1), (1, 2), (1, 0, 2, 1), "im2col"),
     ((1, 3, 17, 17), (8, 3, 7, 7), 1, (2, 2), (1, 1), (3, 3, 3, 3), "im2col"),
+    ((1, 64, 8, 8), (64, 64, 3, 3), 1, (1, 1), (1, 1), (1, 1, 1, 1), "winograd"),
+    ((2, 64, 9, 7), (72, 64, 3, 3), 1, (1, 1), (1, 1), (2, 0, 1, 3), "winograd"),  # odd out
+    ((1, 66, 11, 10), (64, 66, 3, 3), 1, (1, 1), (1, 1), (0, 0, 0, 0), "winograd"),
+    ((1, 64, 10, 9), (64, 64, 3, 3), 1, (1, 1), (1, 1), (0, 1, 2, 0), "winograd"),
+    ((1, 32, 16, 16), (64, 32, 3, 3), 1, (1, 1), (1, 1), (1, 1, 1, 1), "shifted"),  # C < 64
+    ((1, 64, 5, 5), (64, 64, 3, 3), 1, (1, 1), (1, 1), (1, 1, 1, 1), "im2col"),  # 9 tiles
 ]
+WINOGRAD = [c for c in CASES if c[-1] == "winograd"]
 
 
 def run_conv(x, w, b, group, strides, dilations, pads, prepared):
@@ -112,7 +119,7 @@ def test_without_bias(rng, x_shape, w_shape, group, strides, dilations, pads, va
         assert y.flags.c_contiguous
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[3], CASES[8], CASES[14]])
+@pytest.mark.parametrize("case", [CASES[0], CASES[3], CASES[8], CASES[14], WINOGRAD[1]])
 def test_float16_computes_in_float32_and_rounds_once(rng, case):
     x_shape, w_shape, group, strides, dilations, pads, _ = case
     x = rng.standard_normal(x_shape).astype(np.float16)
@@ -126,7 +133,7 @@ def test_float16_computes_in_float32_and_rounds_once(rng, case):
                                    atol=2e-3)
 
 
-@pytest.mark.parametrize("case", [CASES[1], CASES[4], CASES[9], CASES[15]])
+@pytest.mark.parametrize("case", [CASES[1], CASES[4], CASES[9], CASES[15], WINOGRAD[1]])
 def test_constant_weights_in_a_session_match_onnxruntime(rng, case):
     x_shape, w_shape, group, strides, dilations, pads, _ = case
     w = rng.standard_normal(w_shape, dtype=np.float32)
