@@ -200,7 +200,7 @@ class ConvWeights:
     M/group, C/group) for the shifted-view GEMMs, and for depthwise the per-tap weights spread
     over an output's elements (:meth:`spread`, kept per output shape)."""
 
-    __slots__ = ("gemm", "taps", "_spread", "_winograd")
+    __slots__ = ("gemm", "taps", "_spread", "_winograd", "_per_channel", "plans")
 
     def __init__(self, xp, w, group):
         w = w.astype(_conv_work_type(xp, w.dtype))
@@ -211,6 +211,16 @@ class ConvWeights:
             w.reshape(group, m // group, cg, taps).transpose(3, 0, 1, 2))
         self._spread = {}
         self._winograd = None
+        self._per_channel = None
+        self.plans = {}
+
+    def per_channel(self, xp):
+        """Depthwise weights with one filter per channel as (1, C, 1, taps), kept."""
+        if self._per_channel is None:
+            taps, c = self.taps.shape[:2]
+            self._per_channel = xp.ascontiguousarray(self.taps.reshape(taps, c).T.reshape(
+                1, c, 1, taps))
+        return self._per_channel
 
     def winograd(self, xp):
         """The weights in Winograd F(2x2, 3x3) form, (16, C, M): ``G g G^T`` per output and
@@ -357,46 +367,58 @@ def _conv_variant(c, m, group, kernel, out, strides, dilations, begin, end):
                                                                                    kernel)
 
 
-def _flat_padded(xp, x, begin, end, kernel, out, dilations):
-    """``x`` zero-padded with its spatial axes flattened into one, for stride-1 windows read as
-    shifted views: the padded buffer (n, c, flat + tail), the padded spatial shape, each tap's
-    offset (in the weight's tap order) and the length of a view (the output's first axis times
-    the padded size of the others)."""
-    n, c = x.shape[:2]
-    full = tuple(s + b + e for s, b, e in zip(x.shape[2:], begin, end, strict=True))
-    steps = [math.prod(full[i + 1:]) for i in range(len(full))]
-    offsets = [sum(k * d * st for k, d, st in zip(tap, dilations, steps, strict=True))
-               for tap in itertools.product(*(range(k) for k in kernel))]
-    length = out[0] * steps[0]
-    size = math.prod(full)
-    buf = xp.zeros((n, c, max(size, offsets[-1] + length)), dtype=x.dtype)
-    inner = buf[:, :, :size].reshape((n, c) + full)
-    inner[(Ellipsis,) + tuple(slice(b, b + s) for b, s in zip(begin, x.shape[2:],
-                                                              strict=True))] = x
-    return buf, full, offsets, length
+class FlatGeometry:
+    """A stride-1 Conv's input zero-padded with its spatial axes flattened into one, so that each
+    kernel tap reads a shifted view: the buffer's shape (n, c, flat + tail), where the input goes
+    in it, each tap's offset (in the weight's tap order), the length of a view (the output's
+    first axis times the padded size of the others), and how to cut the outputs computed on the
+    padded row grid to the output's shape."""
+
+    __slots__ = ("shape", "inner", "place", "offsets", "length", "steps", "grid", "crop")
+
+    def __init__(self, x_shape, begin, end, kernel, out, dilations):
+        n, c = x_shape[:2]
+        full = tuple(s + b + e for s, b, e in zip(x_shape[2:], begin, end, strict=True))
+        self.steps = tuple(math.prod(full[i + 1:]) for i in range(len(full)))
+        self.offsets = tuple(
+            sum(k * d * st for k, d, st in zip(tap, dilations, self.steps, strict=True))
+            for tap in itertools.product(*(range(k) for k in kernel)))
+        self.length = out[0] * self.steps[0]
+        size = math.prod(full)
+        self.shape = (n, c, max(size, self.offsets[-1] + self.length))
+        self.inner = (slice(None), slice(None), slice(0, size)), (n, c) + full
+        self.place = (Ellipsis,) + tuple(slice(b, b + s) for b, s in zip(begin, x_shape[2:],
+                                                                          strict=True))
+        self.grid = (out[0],) + full[1:]
+        self.crop = (Ellipsis,) + tuple(slice(0, o) for o in out[1:])
+
+    def fill(self, xp, x):
+        """The padded buffer holding ``x``."""
+        buf = xp.zeros(self.shape, dtype=x.dtype)
+        index, shape = self.inner
+        buf[index].reshape(shape)[self.place] = x
+        return buf
+
+    def cut(self, y, lead):
+        """Outputs ``y`` computed on the padded row grid, cut to the output's spatial shape."""
+        return y.reshape(lead + self.grid)[self.crop]
 
 
-def _crop(y, lead, out, full):
-    """Outputs computed on the padded row grid, cut to the output's spatial shape."""
-    grid = y.reshape(lead + (out[0],) + tuple(full[1:]))
-    return grid[(Ellipsis,) + tuple(slice(0, o) for o in out[1:])]
-
-
-def _conv_shifted(xp, x, weights, group, kernel, out, dilations, begin, end):
+def _conv_shifted(xp, x, weights, group, flat):
     n = x.shape[0]
     _, g, mg, cg = weights.shape
-    buf, full, offsets, length = _flat_padded(xp, x, begin, end, kernel, out, dilations)
-    src = buf.reshape(n, group, cg, -1)
+    offsets, length = flat.offsets, flat.length
+    src = flat.fill(xp, x).reshape(n, group, cg, -1)
     y = xp.matmul(weights[0], src[..., offsets[0]:offsets[0] + length])
     tmp = xp.empty_like(y)
     for t in range(1, len(offsets)):
         o = offsets[t]
         xp.matmul(weights[t], src[..., o:o + length], out=tmp)
         y += tmp
-    return _crop(y, (n, g * mg), out, full)
+    return flat.cut(y, (n, g * mg))
 
 
-def _conv_depthwise(xp, x, weights, kernel, out, strides, dilations, begin, end):
+def _conv_depthwise(xp, x, weights, plan):
     """group == C: output channel ``i * k + j`` is input channel ``i`` convolved with its
     ``j``-th filter. With stride 1 and one filter per channel, each tap reads the channel's flat
     padded input shifted by one offset, so the taps are one strided view (n, c, taps, length)
@@ -405,20 +427,19 @@ def _conv_depthwise(xp, x, weights, kernel, out, strides, dilations, begin, end)
     and an add per tap over spread weights). Otherwise a multiply and an add per tap."""
     n, c = x.shape[:2]
     taps, _, k = weights.taps.shape[:3]
-    if k == 1 and all(s == 1 for s in strides):
-        buf, full, offsets, length = _flat_padded(xp, x, begin, end, kernel, out, dilations)
+    kernel, out, strides, dilations = plan.kernel, plan.out, plan.strides, plan.dilations
+    flat = plan.flat
+    if flat is not None:  # one filter per channel, stride 1
+        buf = flat.fill(xp, x)
         item = buf.strides[-1]
-        steps = [math.prod(full[i + 1:]) for i in range(len(full))]
         view = xp.lib.stride_tricks.as_strided(
-            buf, shape=(n, c) + tuple(kernel) + (length,),
-            strides=buf.strides[:2] + tuple(d * st * item for d, st in zip(dilations, steps,
-                                                                             strict=True))
-            + (item,))
-        cols = view.reshape(n, c, taps, length)  # the copy: each row a contiguous run
-        w = weights.taps.reshape(taps, c).T.reshape(1, c, 1, taps)
-        y = xp.matmul(w, cols)
-        return _crop(y.reshape(n, c, length), (n, c), out, full)
-    padded = _pad(xp, x, begin, end)
+            buf, shape=(n, c) + kernel + (flat.length,),
+            strides=buf.strides[:2] + tuple(d * st * item for d, st in zip(
+                dilations, flat.steps, strict=True)) + (item,))
+        cols = view.reshape(n, c, taps, flat.length)  # the copy: each row a contiguous run
+        y = xp.matmul(weights.per_channel(xp), cols)
+        return flat.cut(y.reshape(n, c, flat.length), (n, c))
+    padded = _pad(xp, x, plan.begin, plan.end)
     views = [padded[_tap_slices(tap, out, strides, dilations)][:, :, None]
              for tap in itertools.product(*(range(kk) for kk in kernel))]
     w = weights.spread(xp, tuple(out))
@@ -456,39 +477,39 @@ def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None
          strides=None, packed=None, packed_bias=None):
     """Variants by geometry (recorded on the trace span): ``1x1``, ``depthwise``, ``shifted``
     (stride 1: a GEMM per tap on shifted views), ``winograd`` (3x3, stride 1, 32+ channels) and
-    ``im2col``; ``packed``/``packed_bias``
-    are the constant weight and bias prepared once (see :class:`ConvWeights`)."""
+    ``im2col``; ``packed``/``packed_bias`` are the constant weight and bias prepared once (see
+    :class:`ConvWeights`), which also keep the :class:`ConvPlan` per input shape."""
     dtype = x.dtype
     work = _conv_work_type(xp, dtype)
     x = x.astype(work, copy=False)
     weights = packed if packed is not None else ConvWeights(xp, w, group)
     if b is not None:
         b = packed_bias if packed_bias is not None else b.astype(work, copy=False)
-    n_spatial = x.ndim - 2
-    kernel = tuple(w.shape[2:])
-    strides, dilations = _attrs(n_spatial, strides, dilations)
-    out, begin, end = _geometry(x.shape[2:], kernel, strides, dilations, pads, auto_pad)
+    plan = weights.plans.get(x.shape)  # the weights are one node's: its attributes are fixed
+    if plan is None:
+        plan = ConvPlan(x.shape, w.shape, group, auto_pad, dilations, pads, strides)
+        if len(weights.plans) < 8:  # a model runs a few input shapes; do not grow forever
+            weights.plans[x.shape] = plan
+    variant, out = plan.variant, plan.out
+    record_kernel_variant(variant, plan.reason, *plan.args)
+    if variant == "winograd":
+        y = _conv_winograd(xp, x, weights.winograd(xp), b, out, plan.begin)
+        return y.astype(dtype, copy=False)
     n, c = x.shape[:2]
     m = w.shape[0]
-    variant, reason, args = _conv_variant(c, m, group, kernel, out, strides, dilations, begin,
-                                          end)
-    record_kernel_variant(variant, reason, *args)
-    if variant == "winograd":
-        y = _conv_winograd(xp, x, weights.winograd(xp), b, out, begin)
-        return y.astype(dtype, copy=False)
     if variant == "1x1":
-        picked = x[_tap_slices((0,) * n_spatial, out, strides, dilations)]
-        y = xp.matmul(weights.gemm, picked.reshape(n, group, c // group, math.prod(out)))
+        y = xp.matmul(weights.gemm, x[plan.picked].reshape(n, group, c // group,
+                                                          math.prod(out)))
     elif variant == "depthwise":
-        y = _conv_depthwise(xp, x, weights, kernel, out, strides, dilations, begin, end)
+        y = _conv_depthwise(xp, x, weights, plan)
     elif variant == "shifted":
-        y = _conv_shifted(xp, x, weights.taps, group, kernel, out, dilations, begin, end)
+        y = _conv_shifted(xp, x, weights.taps, group, plan.flat)
     else:
-        y = _conv_im2col(xp, x, weights.gemm, group, kernel, out, strides, dilations, begin,
-                         end)
+        y = _conv_im2col(xp, x, weights.gemm, group, plan.kernel, out, plan.strides,
+                         plan.dilations, plan.begin, plan.end)
     y = y.reshape((n, m) + out)
     if b is not None:
-        bias = b.reshape((m,) + (1,) * n_spatial)
+        bias = b.reshape(plan.bias_shape)
         if y.flags.c_contiguous:  # our own buffer
             y += bias
         else:  # a cropped grid: adding the bias makes it contiguous in the same pass
@@ -496,6 +517,32 @@ def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None
     elif not y.flags.c_contiguous and work == dtype:
         y = xp.ascontiguousarray(y)
     return y.astype(dtype, copy=False)
+
+
+class ConvPlan:
+    """A Conv's work for one input shape, worked out once and kept on its prepared weights (a
+    Python-level cost of about 50 us per call otherwise): output size and padding, the variant
+    and its reason, and the flat padded geometry the stride-1 variants read."""
+
+    __slots__ = ("kernel", "strides", "dilations", "out", "begin", "end", "variant", "reason",
+                 "args", "flat", "picked", "bias_shape")
+
+    def __init__(self, x_shape, w_shape, group, auto_pad, dilations, pads, strides):
+        n_spatial = len(x_shape) - 2
+        self.kernel = kernel = tuple(w_shape[2:])
+        self.strides, self.dilations = _attrs(n_spatial, strides, dilations)
+        self.out, self.begin, self.end = _geometry(x_shape[2:], kernel, self.strides,
+                                                   self.dilations, pads, auto_pad)
+        c, m = x_shape[1], w_shape[0]
+        self.variant, self.reason, self.args = _conv_variant(
+            c, m, group, kernel, self.out, self.strides, self.dilations, self.begin, self.end)
+        one_filter = self.variant == "depthwise" and w_shape[0] == c and all(
+            s == 1 for s in self.strides)
+        self.flat = FlatGeometry(x_shape, self.begin, self.end, kernel, self.out,
+                                 self.dilations) if self.variant == "shifted" or one_filter \
+            else None
+        self.picked = _tap_slices((0,) * n_spatial, self.out, self.strides, self.dilations)
+        self.bias_shape = (m,) + (1,) * n_spatial
 
 
 # -- MaxPool, AveragePool ---------------------------------------------------------------------
