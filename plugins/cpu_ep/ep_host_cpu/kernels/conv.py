@@ -627,9 +627,58 @@ def max_pool(xp, x, *, auto_pad, kernel_shape, ceil_mode=0, dilations=None, pads
                             storage_order)
 
 
-def _separable(xp, combine, padded, kernel_shape, out, strides, dilations):
+def _separable(xp, combine, padded, kernel_shape, out, strides, dilations, scale=None):
     """A window reduction (max or sum) as one pass per spatial axis, outermost first: k - 1
-    ``combine`` calls per axis instead of one per window tap; a new array."""
+    ``combine`` calls per axis instead of one per window tap; a new array, multiplied by
+    ``scale`` (broadcast over the output's spatial axes) when one is given."""
+    if len(kernel_shape) == 2:
+        return _separable_2d(xp, combine, padded, kernel_shape, out, strides, dilations, scale)
+    y = _separable_nd(xp, combine, padded, kernel_shape, out, strides, dilations)
+    if scale is not None:
+        y *= scale
+    return y
+
+
+def _separable_2d(xp, combine, padded, kernel_shape, out, strides, dilations, scale):
+    """2-D windows with every pass one call over the whole padded buffer laid out flat: the
+    rows pass combines the buffer with itself shifted by whole rows, the columns pass the result
+    with itself shifted by single elements, both at every position (stride 1); the output's
+    rows and columns are picked in the copy (or the scaling) that makes the result. A window's
+    taps never leave the buffer for a picked position, as the padding covers every window;
+    the other positions mix rows and channels and are dropped. numpy ran a shifted add 3x as
+    fast on one flat run as on 192 rows of one (838 floats); measured one thread, 3x3 pools on
+    192 x 28 x 28 to 576 x 14 x 14: a third of the time of slicing each axis by the stride."""
+    (kh, kw), (oh, ow), (sh, sw), (dh, dw) = kernel_shape, out, strides, dilations
+    padded = xp.ascontiguousarray(padded)
+    n, c, height, width = padded.shape
+    size = padded.size
+
+    def shifted(src, step, k):
+        if k == 1:
+            return src
+        dst = xp.empty_like(src)
+        reach = src.size - (k - 1) * step
+        part = dst[:reach]
+        combine(src[:reach], src[step:step + reach], out=part)
+        for j in range(2, k):
+            combine(part, src[j * step:j * step + reach], out=part)
+        return dst
+
+    if sh == 1:  # every row; the output's are the first oh
+        rows, kept = shifted(padded.reshape(size), dh * width, kh), height
+    else:  # strided rows: only the output's rows (whole rows, so each a contiguous run)
+        taps = [padded[:, :, j * dh:j * dh + (oh - 1) * sh + 1:sh] for j in range(kh)]
+        rows, kept = taps[0].copy() if kh == 1 else combine(taps[0], taps[1]), oh
+        for t in taps[2:]:
+            combine(rows, t, out=rows)
+    grid = shifted(rows.reshape(rows.size), dw, kw)
+    picked = grid.reshape(n, c, kept, width)[:, :, :oh, :(ow - 1) * sw + 1:sw]
+    if scale is not None:
+        return xp.multiply(picked, scale)
+    return picked.copy() if kh == kw == 1 else xp.ascontiguousarray(picked)
+
+
+def _separable_nd(xp, combine, padded, kernel_shape, out, strides, dilations):
     y = padded
     n_spatial = len(kernel_shape)
     for i, (k, o, s, d) in enumerate(zip(kernel_shape, out, strides, dilations, strict=True)):
@@ -682,17 +731,34 @@ def _average_pool(xp, x, auto_pad, kernel_shape, ceil_mode, count_include_pad, d
     spatial = x.shape[2:]
     padded, out, begin, end = _pool_input(xp, x, kernel_shape, strides, dilations, pads, auto_pad,
                                           ceil_mode, 0)
-    total = _separable(xp, xp.add, padded, kernel_shape, out, strides, dilations)
+    key = (id(xp), x.dtype.str, spatial, tuple(kernel_shape), out, strides, dilations, begin,
+           end, bool(count_include_pad))
+    scale = _INVERSE_COUNTS.get(key)
+    if scale is None:
+        scale = _inverse_counts(xp, x.dtype, spatial, kernel_shape, out, strides, dilations,
+                                begin, end, count_include_pad)
+        if len(_INVERSE_COUNTS) < 256:
+            _INVERSE_COUNTS[key] = scale
+    total = _separable(xp, xp.add, padded, kernel_shape, out, strides, dilations, scale=scale)
+    return total.astype(dtype, copy=False)
+
+
+_INVERSE_COUNTS: dict = {}  # per array namespace and geometry; read only
+
+
+def _inverse_counts(xp, dtype, spatial, kernel_shape, out, strides, dilations, begin, end,
+                    count_include_pad):
+    """1 / the number of taps averaged at each output position, over the spatial axes."""
     count = None
+    n_spatial = len(kernel_shape)
     for i in range(n_spatial):
         lo, hi = (0, begin[i] + end[i] + spatial[i]) if count_include_pad else (
             begin[i], begin[i] + spatial[i])
         axis = _window_counts(xp, out[i], strides[i], kernel_shape[i], dilations[i], lo,
-                              hi).astype(x.dtype)
+                              hi).astype(dtype)
         axis = axis.reshape((-1,) + (1,) * (n_spatial - 1 - i))
         count = axis if count is None else count * axis
-    total /= count
-    return total.astype(dtype, copy=False)
+    return 1 / count
 
 
 @kernel("AveragePool", 1, dtypes=FLOATS, check=_check_pool, flops=_pool_flops)
