@@ -71,3 +71,46 @@ def test_kernels_that_are_not_thread_safe_are_serialised(host, tensors):
     for t in threads:
         t.join()
     assert overlaps == []
+
+
+def test_concurrent_first_runs_build_lazy_kernel_state_safely():
+    """Kernels that work things out on their first run (Conv's plan per input shape and its
+    Winograd weights, AveragePool's counts) give the same answers when eight threads make those
+    first runs at once on a fresh session."""
+    import onnx
+
+    from ep_host.testing.models import light_model_path, random_inputs, with_random_weights
+
+    model = with_random_weights(onnx.load(light_model_path("squeezenet")))
+    data = model.SerializeToString()
+    rng = np.random.default_rng(1)
+    (name, example), = random_inputs(model).items()
+    shape = example.shape
+    inputs = [rng.standard_normal(shape).astype(np.float32) for _ in range(8)]
+    reference = InferenceSession(data, ["cpu"])
+    expected = [reference.run(None, {name: x})[0] for x in inputs]
+    session = InferenceSession(data, ["cpu"])
+    start = threading.Barrier(8)
+    failures = []
+
+    def worker(k):
+        start.wait()
+        for j in range(4):
+            i = (k + j) % len(inputs)
+            out = session.run(None, {name: inputs[i]})[0]
+            if not np.array_equal(out, expected[i]):
+                failures.append((k, i))
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    from ep_host.tracing import Tracer
+
+    traced = InferenceSession(data, ["cpu"], trace=Tracer())
+    traced.run(None, {name: inputs[0]})
+    variants = {e["args"].get("kernel_variant") for e in traced.tracer.events
+                if e["cat"] == "node"}
+    assert "winograd" in variants  # the lazy Winograd weights were among what ran
