@@ -29,7 +29,7 @@ from ep_host.errors import (
 from ep_host.graph import GraphView, Model, NodeView, ValueView, _captured, load_model
 from ep_host.kernel import Kernel
 from ep_host.optimize import optimize
-from ep_host.placement import Placement, choose
+from ep_host.placement import Placement, choose, implied_transfers
 from ep_host.provider import HOST, Device
 from ep_host.runloop import CompiledRun
 from ep_host.threads import BlasThreads, default_threads
@@ -110,7 +110,7 @@ def _expected_output(value: ValueView | None) -> tuple[Any, tuple[int | None, ..
 
 class _Step:
     __slots__ = ("node", "kernel", "inputs", "outputs", "release", "lock", "provider", "copy",
-                 "scope", "expect")
+                 "scope", "expect", "span")
 
     def __init__(self, node, kernel, inputs, outputs, provider, copy=None, scope=()):
         self.node = node
@@ -123,6 +123,7 @@ class _Step:
         self.copy = copy
         self.scope: tuple[tuple[str, int], ...] = scope  # outer names its bodies read
         self.expect = () if node is None else tuple(_expected_output(v) for v in node.outputs)
+        self.span: dict[str, Any] | None = None  # a node's trace-span arguments, once traced
 
 
 class ExecutionPlan:
@@ -297,7 +298,12 @@ class ExecutionPlan:
         node = PartitionNode(f"device graph {len(self.device_graphs)} on {provider}", part,
                              views)
         report.captured = True
-        return [_Step(node, kernel, tuple(inputs), tuple(outputs), provider)]
+        step = _Step(node, kernel, tuple(inputs), tuple(outputs), provider)
+        spans = [self._span_args(s) for s in part]
+        step.span = {"op_type": node.qualified_op, "provider": provider, "device": device.name,
+                     **{k: sum(a[k] for a in spans) for k in ("bytes", "flops",
+                                                             "estimated_us")}}
+        return [step]
 
     def _create_kernel(self, node: NodeView, provider: str) -> tuple[Kernel, str]:
         """The kernel for ``node`` from ``provider``; when that fails, from the next provider
@@ -315,11 +321,10 @@ class ExecutionPlan:
                 except KernelError as exc:
                     failures.append(str(exc))
                     continue
-                for placed in self.placement.nodes:
-                    if placed.name == node.name:
-                        placed.provider = other
-                        answer = self.placement.table.answers[node.name][other]
-                        placed.cost_us = answer.cost.total_us
+                placed = self.placement.by_node[node.name]
+                placed.provider = other
+                placed.cost_us = self.placement.table.answers[node.name][other].cost.total_us
+                self.placement.transfers = implied_transfers(self.placement)
                 self.runtime.model.warnings.append(
                     f"{failures[0]}; node {node.name!r} runs on {other!r} instead")
                 return kernel, other
@@ -454,20 +459,25 @@ class ExecutionPlan:
                                  source=src.name, destination=dst.name):
                     values[step.outputs[0]] = dst.upload(src.download(args[0]))
             else:
-                node = step.node
-                answer = self.placement.table.answers[node.name][step.provider]
-                cost = answer.cost
-                with tracer.span(node.name, "node", op_type=node.qualified_op,
-                                 provider=step.provider,
-                                 device=self.runtime.device(step.provider).name,
-                                 bytes=cost.bytes_moved, flops=cost.flops,
-                                 estimated_us=cost.total_us):
+                with tracer.span(step.node.name, "node", **self._span_args(step)):
                     outs = self._run_step(step, args, values)
                 for s, out in zip(step.outputs, outs, strict=False):
                     if s >= 0:
                         values[s] = out
             for s in step.release:
                 values[s] = None
+
+    def _span_args(self, step: _Step) -> dict[str, Any]:
+        """A node step's trace-span arguments: its placed estimate, worked out on its first
+        traced run and kept (a recorded partition's are set when it is made)."""
+        if step.span is None:
+            node = step.node
+            cost = self.placement.table.answers[node.name][step.provider].cost
+            step.span = {"op_type": node.qualified_op, "provider": step.provider,
+                         "device": self.runtime.device(step.provider).name,
+                         "bytes": cost.bytes_moved, "flops": cost.flops,
+                         "estimated_us": cost.total_us}
+        return step.span
 
     def _run_step(self, step: _Step, args: list[Any], values: list[Any]) -> Sequence[Any]:
         kwargs = {"scope": {n: values[s] for n, s in step.scope}} if step.scope else {}

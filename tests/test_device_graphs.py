@@ -131,3 +131,23 @@ def test_concurrent_runs_of_a_recorded_partition_stay_apart(host, threads):
     for t in ts:
         t.join()
     assert failures == []
+
+
+def test_a_traced_run_shows_a_recorded_partition_as_one_span(host):
+    from ep_host.tracing import Tracer
+
+    recorder = Recorder()
+    host.register(DeviceProvider("dev", device=recorder.device()), name="dev")
+    tracer = Tracer()
+    s = InferenceSession(model().SerializeToString(), ["dev"], host=host,
+                         provider_options={"dev": {"enable_cuda_graph": True}}, trace=tracer)
+    x = np.array([-1.0, 2.0, -3.0, 4.0], np.float32)
+    for _ in range(2):
+        (y,) = s.run(None, {"x": x})
+        np.testing.assert_array_equal(y, np.maximum(2 * x, 0))
+    spans = [e for e in tracer.events if e["cat"] == "node"]
+    assert [e["name"] for e in spans] == ["device graph 1 on dev"] * 2
+    nodes = {n.name: n for n in s.placement.nodes}
+    assert spans[0]["args"]["estimated_us"] == pytest.approx(
+        nodes["add"].cost_us + nodes["relu"].cost_us)
+    assert spans[0]["args"]["device"] == "sim:0"

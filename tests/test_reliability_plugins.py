@@ -190,3 +190,32 @@ def test_hook_worker_threads_end_with_their_calling_thread():
             break
         time.sleep(0.05)
     assert sum(t.name == "ep-host-hook" for t in threading.enumerate()) <= before
+
+
+def test_a_fallback_to_another_device_updates_the_placements_copies(host, tensors):
+    """When a kernel moves to the next claimant on another device, the placement's copies are
+    those of where the nodes now run, not of the plan that was chosen."""
+    from ep_host import Device
+    from ep_host.placement import implied_transfers
+
+    class NoRelu(InlineProvider):
+        @hookimpl
+        def ep_host_create_kernel(self, node, context):
+            if node.op_type == "Relu":
+                raise RuntimeError("no Relu kernel on this device")
+            return FunctionKernel(self.FUNCS[node.op_type])
+
+    copy = lambda a: np.array(a, copy=True)  # noqa: E731
+    device = Device(name="sim:0", kind="sim", link_gbps=10.0, link_latency_us=5.0,
+                    to_host=copy, from_host=copy)
+    host.register(NoRelu("dev", cost_us=0.1, device=device), "dev")
+    host.register(InlineProvider("cpu", cost_us=50.0), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["dev", "cpu"], host=host,
+                               strategy="greedy")
+    assert session.placement.by_node["relu"].provider == "cpu"
+    copies = {(t.tensor, t.source, t.destination) for t in session.placement.transfers}
+    assert ("s", "sim:0", "cpu") in copies  # Add's output now goes to the host Relu
+    assert not any(t == "out" for t, _, _ in copies)  # Relu's output is already on the host
+    assert session.placement.transfers == implied_transfers(session.placement)
+    out = session.run(None, _x(tensors))[0]
+    np.testing.assert_allclose(out, np.maximum(tensors.x + tensors.y, 0))
