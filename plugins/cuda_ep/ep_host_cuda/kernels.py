@@ -268,9 +268,10 @@ def lookup(node: NodeView, provider: str) -> tuple[KernelSpec, Family]:
         elsewhere = REGISTRY.versions(node.domain, node.op_type)
         deny("{}: the {} has no kernel for this op{}", node.qualified_op, provider,
              "; it runs on cpu" if elsewhere else "", code="op")
-    spec = CUDA_KERNELS.specs.get((node.domain, node.op_type, node.since_version))
-    if spec is None:
-        spec = REGISTRY.lookup(node, provider)
+    # the CPU EP's registry resolves the version (exact, or newest <= opset for com.microsoft)
+    # and declines a miss; a GPU-specific kernel under the resolved key replaces the shared one
+    spec = REGISTRY.lookup(node, provider)
+    spec = CUDA_KERNELS.specs.get((spec.domain, spec.op_type, spec.since_version), spec)
     return spec, family
 
 

@@ -186,3 +186,29 @@ def test_half_precision_gelu_stays_half_and_close_to_float64():
     exact = np.array([0.5 * v * (1 + math.erf(v / math.sqrt(2))) for v in x.astype(np.float64)])
     assert out.dtype == np.float16
     np.testing.assert_allclose(out.astype(np.float64), exact, atol=4e-3)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_com_microsoft_gelu_is_the_gpu_specific_kernel(dtype):
+    """A com.microsoft node has no since_version: the CPU EP's registry resolves it (newest <=
+    the domain's opset), and the CUDA EP's own kernel under that key replaces the shared one."""
+    from cudakit import FIGURES, first_node, run_on
+    from ep_host_cpu.kernels import REGISTRY
+    from ep_host_cuda.kernels import CUDA_KERNELS
+    from ep_host_cuda.provider import simulated
+
+    from ep_host import ProviderContext
+
+    x = np.linspace(-4, 4, 64).astype(dtype).reshape(4, 16)
+    model = node_model("Gelu", {"x": x}, domain=MS)
+    node = first_node(model)
+    assert node.since_version is None
+    kernel = simulated(FIGURES).ep_host_create_kernel(node, ProviderContext(provider="cuda"))
+    assert kernel.inner.spec is CUDA_KERNELS.specs[(MS, "Gelu", 1)]
+    assert kernel.inner.spec.fn is not REGISTRY.specs[(MS, "Gelu", 1)].fn
+    (expected,), _ = run_on(model, {"x": x}, ["cpu"])
+    got = kernel.run(x)[0]  # numpy bound: the shared formula, computed in float32
+    assert got.dtype == expected.dtype == dtype
+    atol = 1e-3 if dtype == np.float16 else 1e-6
+    np.testing.assert_allclose(got, expected, atol=atol, rtol=atol)
+    compare_with_cpu(model, {"x": x}, atol=atol, rtol=atol)
