@@ -48,9 +48,7 @@ class SimProvider:
 
     @hookimpl
     def ep_host_supports_op(self, node, context):
-        answers = self.host.records["cpu"].callers["ep_host_supports_op"](
-            node=node, context=context)
-        answer = answers[0] if answers else None
+        answer = self.host.call("cpu", "ep_host_supports_op", node=node, context=context)
         if answer is None or not answer.is_supported:
             reason = answer.reason if answer is not None else "the CPU provider gave no answer"
             return KernelMatch.unsupported(f"sim mirrors cpu: {reason}",

@@ -50,6 +50,11 @@ _LAZY = {
     "ValueView": "ep_host.graph",
     "GraphView": "ep_host.graph",
     "load_model": "ep_host.graph",
+    # calibration factors and the cache directory, which EPs read when they price nodes
+    "Factors": "ep_host.calibration",
+    "cache_dir": "ep_host.calibration",
+    "family_factors": "ep_host.calibration",
+    "family_of": "ep_host.calibration",
 }
 
 
@@ -64,10 +69,11 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "CONTRACT_VERSION", "HOST", "CaptureSupport", "Cost", "DType", "Decline", "Device",
-    "FunctionKernel", "GraphView", "Host", "HostError", "InferenceSession", "InputError",
-    "Kernel", "KernelError", "KernelMatch", "KernelVariantSelection", "ModelLoadError",
-    "ModelValidationError", "NodeView", "PlacementError", "ProviderContext", "ProviderError",
-    "ProviderInfo", "ReasonCode", "ResourceLimitError", "RunCancelledError", "RunOptions",
-    "ValueView", "deny", "dtype", "hookimpl",
-    "hookspec", "load_model", "record_kernel_variant", "require", "structural_input_bytes",
+    "Factors", "FunctionKernel", "GraphView", "Host", "HostError", "InferenceSession",
+    "InputError", "Kernel", "KernelError", "KernelMatch", "KernelVariantSelection",
+    "ModelLoadError", "ModelValidationError", "NodeView", "PlacementError", "ProviderContext",
+    "ProviderError", "ProviderInfo", "ReasonCode", "ResourceLimitError", "RunCancelledError",
+    "RunOptions", "ValueView", "cache_dir", "deny", "dtype", "family_factors", "family_of",
+    "hookimpl", "hookspec", "load_model", "record_kernel_variant", "require",
+    "structural_input_bytes",
 ]

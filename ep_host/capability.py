@@ -15,7 +15,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ep_host.cost import Cost
-from ep_host.discovery import HookTimeout, Host, ProviderRecord, describe_exception
+from ep_host.discovery import Host, ProviderRecord, describe_exception
 from ep_host.errors import HostError, ProviderError
 from ep_host.graph import Model, NodeView, expand_function, paused_gc
 from ep_host.match import Decline, KernelMatch, ReasonCode
@@ -173,7 +173,7 @@ def provider_answers(
         return results
     answered = list(results[:progress])
     stuck = nodes[len(answered)]
-    reason = str(HookTimeout(seconds))
+    reason = f"provider did not answer within {seconds:g} s"
     if host.strict:
         raise ProviderError(f"provider {record.name!r}: supports_op for node {stuck.name!r}: "
                             f"{reason}")

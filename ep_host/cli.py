@@ -343,6 +343,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
         render_explain(Output(), table, prepared.placement,
                        None if filtered else prepared.model.optimizations,
                        node=args.node, op=args.op, provider=args.provider)
+    return _exit_status(prepared)
+
+
+def _exit_status(prepared: Any) -> int:
+    """1, after printing the placement error the command reported past; else 0."""
     if prepared.error is not None:
         print(f"ep-host: error: {prepared.error}", file=sys.stderr)
         return 1
@@ -359,10 +364,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     print(f"ep-host: report written to {args.output} ({counts['nodes']} nodes, "
           f"{counts['partitions']} partition(s), {counts['copies']} device copies)",
           file=sys.stderr)
-    if prepared.error is not None:
-        print(f"ep-host: error: {prepared.error}", file=sys.stderr)
-        return 1
-    return 0
+    return _exit_status(prepared)
 
 
 def cmd_why(args: argparse.Namespace) -> int:

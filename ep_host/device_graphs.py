@@ -10,7 +10,6 @@ keeps every value it computes alive, as a replay writes into the same memory aga
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,7 +78,8 @@ class CapturedPartition(Kernel):
 
     ``inputs``: the slots the partition reads from outside (in ``run``'s order);
     ``constants``: slot -> value for the constants it reads; ``outputs``: the slots later steps
-    or the plan's outputs read. Calls are serialised: the fixed buffers are shared.
+    or the plan's outputs read. The fixed buffers are shared, so the kernel is not thread-safe
+    and the host serialises its calls.
     """
 
     thread_safe = False
@@ -94,7 +94,6 @@ class CapturedPartition(Kernel):
         self.buffers: list[Any] = []
         self.kept: dict[int, Any] = {}
         self.replay: Any = None
-        self.lock = threading.Lock()
 
     def capture_support(self) -> CaptureSupport:
         return CaptureSupport.yes()
@@ -112,13 +111,12 @@ class CapturedPartition(Kernel):
         return values
 
     def run(self, *inputs: Any) -> Sequence[Any]:
-        with self.lock:
-            if self.replay is None:
-                self.buffers = [x.copy() for x in inputs]
-                self.replay = self.device.capture(self._record)
-            else:
-                for buffer, x in zip(self.buffers, inputs, strict=True):
-                    buffer[...] = x
-                self.replay()
-            # the next replay overwrites the recorded outputs: hand out copies
-            return tuple(self.kept[s].copy() for s in self.output_slots)
+        if self.replay is None:
+            self.buffers = [x.copy() for x in inputs]
+            self.replay = self.device.capture(self._record)
+        else:
+            for buffer, x in zip(self.buffers, inputs, strict=True):
+                buffer[...] = x
+            self.replay()
+        # the next replay overwrites the recorded outputs: hand out copies
+        return tuple(self.kept[s].copy() for s in self.output_slots)

@@ -42,14 +42,6 @@ def hook_timeout_from_env() -> float | None:
     return value if value > 0 else None
 
 
-class HookTimeout(Exception):
-    """A hook call did not return within the host's per-call limit."""
-
-    def __init__(self, seconds: float):
-        super().__init__(f"provider did not answer within {seconds:g} s")
-        self.seconds = seconds
-
-
 def describe_exception(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__

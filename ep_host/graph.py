@@ -736,7 +736,6 @@ class Model:
         self.optimizations: dict[str, int] = {}
         self.unfused: dict[str, list[NodeProto]] = {}
         self.merged: dict[str, str | None] = {}  # a node rewritten away -> who does its work
-        self.original: Model | None = None
         self.opset_imports = {normalize_domain(o.domain): o.version for o in proto.opset_import}
         newest = onnx.defs.onnx_opset_version()
         opset = self.opset_imports.get(DEFAULT_DOMAIN, 0)

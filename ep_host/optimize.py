@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
@@ -192,6 +192,20 @@ def _attr(node: NodeProto, name: str, default: Any = None) -> Any:
     return default
 
 
+Match = TypeVar("Match")
+
+
+def _matches(rw: Rewriter, op_type: str,
+             match: Callable[[Rewriter, NodeProto], Match | None]) -> Iterator[Match]:
+    """``match`` of each live node of ``op_type``, where it matches, as the walk reaches the
+    node (lazily: a node an earlier rewrite removed is not tried)."""
+    for node in rw.live():
+        if _is(node, op_type):
+            found = match(rw, node)
+            if found is not None:
+                yield found
+
+
 def _scalar(rw: Rewriter, name: str) -> float | None:
     value = rw.const(name)
     if value is None or value.size != 1 or value.dtype.kind != "f":
@@ -204,7 +218,6 @@ def _scalar(rw: Rewriter, name: str) -> float | None:
 
 def constant_folding(rw: Rewriter) -> int:
     folded = 0
-    evaluator = None
     for node in rw.live():
         if _domain(node) != DEFAULT_DOMAIN or node.op_type in NOT_FOLDED:
             continue
@@ -218,11 +231,7 @@ def constant_folding(rw: Rewriter) -> int:
             if not all(rw.is_const(i) for i in node.input if i):
                 continue
             inputs = [rw.const(i) if i else None for i in node.input]
-            if evaluator is None:
-                from onnx.reference import ReferenceEvaluator
-
-                evaluator = ReferenceEvaluator
-            results = _evaluate(evaluator, rw, node, inputs)
+            results = _evaluate(rw, node, inputs)
             if results is None:
                 continue
         for name, value in zip(node.output, results, strict=False):
@@ -249,10 +258,12 @@ def _shape_of_static(rw: Rewriter, node: NodeProto) -> list[np.ndarray] | None:
     return [np.array(shape[start:end], dtype=np.int64)]
 
 
-def _evaluate(evaluator: Any, rw: Rewriter, node: NodeProto,
+def _evaluate(rw: Rewriter, node: NodeProto,
               inputs: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
     """The node's outputs by onnx's reference evaluator, or ``None`` when folding it would be
     unsafe (a type the result cannot hold, too big, or the evaluator fails)."""
+    from onnx.reference import ReferenceEvaluator  # slow to import: on first use
+
     if any(v is not None and v.dtype.kind not in FOLDABLE_KINDS for v in inputs):
         return None
     wanted = [rw.dtype(o) for o in node.output if o]
@@ -273,7 +284,7 @@ def _evaluate(evaluator: Any, rw: Rewriter, node: NodeProto,
     opset = rw.model.opset_imports.get(DEFAULT_DOMAIN, onnx.defs.onnx_opset_version())
     probe_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     try:
-        results = evaluator(probe_model).run(
+        results = ReferenceEvaluator(probe_model).run(
             None, {n: v for n, v in zip(names, inputs, strict=True) if n})
     except Exception:  # the evaluator cannot run it here: leave the node to the providers
         return None
@@ -318,21 +329,19 @@ def conv_bn_folding(rw: Rewriter) -> int:
         b_name = rw.fresh(f"{conv.name}::bn_folded_B")
         rw.add_constant(w_name, w_new)
         rw.add_constant(b_name, b_new)
-        _replace_conv(rw, conv, bn, w_name, b_name)
+        _absorb(rw, conv, bn, [conv.input[0], w_name, b_name])
         folded += 1
     return folded
 
 
-def _replace_conv(rw: Rewriter, conv: NodeProto, after: NodeProto, w_name: str,
-                  b_name: str) -> None:
-    """``conv`` with weights ``w_name`` and bias ``b_name`` writes what ``after`` wrote;
-    ``after`` goes."""
-    fused = _copy(conv)
+def _absorb(rw: Rewriter, node: NodeProto, after: NodeProto, inputs: Sequence[str]) -> None:
+    """``node``, reading ``inputs`` instead, writes what ``after`` wrote; ``after`` goes."""
+    fused = _copy(node)
     del fused.input[:]
-    fused.input.extend([conv.input[0], w_name, b_name])
+    fused.input.extend(inputs)
     del fused.output[:]
     fused.output.append(after.output[0])
-    rw.replace(conv, fused)
+    rw.replace(node, fused)
     rw.remove(after, into=fused.name)
 
 
@@ -406,7 +415,7 @@ def _fold_into_conv(rw: Rewriter, conv: NodeProto, op: NodeProto, x: str, other:
         bias = bias + vec
     b_name = rw.fresh(f"{conv.name}::shifted_B")
     rw.add_constant(b_name, bias.astype(w.dtype))
-    _replace_conv(rw, conv, op, w_name, b_name)
+    _absorb(rw, conv, op, [conv.input[0], w_name, b_name])
     return True
 
 
@@ -424,12 +433,7 @@ def _fold_into_bn(rw: Rewriter, bn: NodeProto, op: NodeProto, x: str, other: str
     b_name = rw.fresh(f"{bn.name}::bias")
     rw.add_constant(s_name, s64.astype(scale.dtype).reshape(scale.shape))
     rw.add_constant(b_name, b64.astype(bias.dtype).reshape(bias.shape))
-    fused = _copy(bn)
-    fused.input[1], fused.input[2] = s_name, b_name
-    del fused.output[:]
-    fused.output.append(op.output[0])
-    rw.replace(bn, fused)
-    rw.remove(op, into=fused.name)
+    _absorb(rw, bn, op, [bn.input[0], s_name, b_name, *bn.input[3:]])
     return True
 
 
@@ -447,7 +451,7 @@ def conv_activation_fusion(rw: Rewriter) -> int:
         name = rw.fresh(f"{conv.name}::FusedConv")
         node = helper.make_node("FusedConv", list(conv.input), [relu.output[0]], name=name,
                                 domain=MS_DOMAIN, activation="Relu")
-        node.attribute.extend(_copy(conv).attribute)
+        node.attribute.extend(conv.attribute)
         _fuse(rw, [conv, relu], node)
         fused += 1
     return fused
@@ -462,13 +466,7 @@ SQRT2 = math.sqrt(2.0)
 def gelu_fusion(rw: Rewriter) -> int:
     """``0.5 * x * (1 + erf(x / sqrt(2)))`` in its exported orders -> ``com.microsoft::Gelu``."""
     fused = 0
-    for erf in rw.live():
-        if not _is(erf, "Erf"):
-            continue
-        match = _match_gelu(rw, erf)
-        if match is None:
-            continue
-        x, nodes, out = match
+    for x, nodes, out in _matches(rw, "Erf", _match_gelu):
         name = rw.fresh(f"{nodes[-1].name}::Gelu")
         _fuse(rw, nodes, helper.make_node("Gelu", [x], [out], name=name, domain=MS_DOMAIN))
         fused += 1
@@ -526,13 +524,7 @@ def layer_norm_fusion(rw: Rewriter) -> int:
     if rw.model.opset_imports.get(DEFAULT_DOMAIN, 0) < 17:
         return 0  # ai.onnx LayerNormalization exists from opset 17
     fused = 0
-    for mean in rw.live():
-        if not _is(mean, "ReduceMean"):
-            continue
-        match = _match_layer_norm(rw, mean)
-        if match is None:
-            continue
-        x, scale, bias, epsilon, nodes, out = match
+    for x, scale, bias, epsilon, nodes, out in _matches(rw, "ReduceMean", _match_layer_norm):
         name = rw.fresh(f"{nodes[-1].name}::LayerNormalization")
         inputs = [x, scale] + ([bias] if bias else [])
         _fuse(rw, nodes, helper.make_node("LayerNormalization", inputs, [out], name=name,
@@ -731,7 +723,6 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int]) -> Model:
     out.optimizations = applied
     out.unfused = rw.unfused
     out.merged = {**model.merged, **rw.merged}
-    out.original = model
     return out
 
 

@@ -551,9 +551,9 @@ class _Problem:
                 caps.append(w[gs])
                 lm = multi[inv]
                 z = ids[inv[lm]]
-                fwd = forward_by_group = np.zeros(n_groups, dtype=bool)
+                forward_by_group = np.zeros(n_groups, dtype=bool)
                 forward_by_group[gs] = forward
-                f = fwd[inv[lm]]
+                f = forward_by_group[inv[lm]]
                 rows.append(np.where(f, z, lit_node[lm]))
                 cols.append(np.where(f, lit_node[lm], z))
                 caps.append(np.full(int(lm.sum()), inf))
@@ -624,8 +624,6 @@ def _optimal(problem: _Problem, best: list[int], best_us: float, greedy: list[in
     starts = [greedy, priority] + [  # and each device taking every node it can
         [r.get(loc, g) for r, g in zip(reps, greedy, strict=True)] for loc in used]
     for start in starts:
-        if start is None:
-            continue
         found = _local_search(problem, reps, used, start)
         us = problem.total_us(found)
         if us < best_us:

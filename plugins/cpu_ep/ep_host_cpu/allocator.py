@@ -19,24 +19,26 @@ MMAP_THRESHOLD = 32 << 20  # glibc's ceiling for this setting on 64-bit systems
 TRIM_THRESHOLD = 256 << 20  # free heap kept before glibc gives memory back
 
 _done = False
+_failed = False  # tried once and the C library is not glibc: do not look it up again
 
 
 def keep_freed_memory() -> bool:
     """Raise glibc's mmap and trim thresholds once per process; ``False`` where the C library
     is not glibc, or when the environment opts out."""
-    global _done
+    global _done, _failed
     if _done:
         return True
-    if os.environ.get("EP_HOST_CPU_KEEP_MEMORY", "1") == "0":
+    if os.environ.get("EP_HOST_CPU_KEEP_MEMORY", "1") == "0" or _failed:
         return False
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name)
         mallopt = libc.mallopt
     except (OSError, AttributeError, TypeError):
+        _failed = True
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     ok = bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD))
-    _done = ok
+    _done, _failed = ok, not ok
     return ok

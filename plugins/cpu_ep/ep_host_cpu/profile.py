@@ -13,9 +13,10 @@ import platform
 import time
 from dataclasses import asdict, dataclass
 from functools import cache
-from pathlib import Path
 
 import numpy as np
+
+from ep_host import cache_dir
 
 PROFILE_VERSION = 1
 
@@ -26,15 +27,6 @@ class MachineProfile:
     bandwidth_gbps: float
     dispatch_us: float
     source: str = "measured"
-
-
-def cache_dir() -> Path:
-    override = os.environ.get("EP_HOST_CACHE_DIR")
-    if override:
-        return Path(override)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("ep-host"))
 
 
 def _machine_key() -> str:

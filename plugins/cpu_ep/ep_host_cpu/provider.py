@@ -6,14 +6,16 @@ from typing import Any
 
 from ep_host import (
     Cost,
+    Factors,
     Kernel,
     KernelMatch,
     NodeView,
     ProviderContext,
     ProviderInfo,
+    family_factors,
+    family_of,
     hookimpl,
 )
-from ep_host.calibration import Factors, family_factors, family_of
 from ep_host_cpu import __version__
 from ep_host_cpu.allocator import keep_freed_memory
 from ep_host_cpu.kernels import REGISTRY
@@ -76,16 +78,11 @@ def calibrated(cost: Cost, factors: Factors | None) -> Cost:
                 bytes_moved=cost.bytes_moved, flops=cost.flops)
 
 
-def node_factors(node: NodeView) -> Factors | None:
-    """The calibrated factors of the node's op family (``ep-host calibrate``), if any."""
-    factors = family_factors("cpu")
-    if not factors or node.domain not in ("", "ai.onnx"):
+def node_factors(node: NodeView, calibration: dict[str, Factors] | None) -> Factors | None:
+    """The factors ``ep-host calibrate`` measured for the node's op family, if any."""
+    if not calibration or node.domain not in ("", "ai.onnx"):
         return None
-    return factors.get(family_of(node.op_type))
-
-
-def estimate(spec: KernelSpec, node: NodeView) -> Cost:
-    return calibrated(roofline(*work(spec, node), machine_profile()), node_factors(node))
+    return calibration.get(family_of(node.op_type))
 
 
 class Claims:
@@ -110,7 +107,7 @@ class Claims:
         if profile is not self.profile or calibration is not self.calibration:
             self.profile, self.calibration, self.answers = profile, calibration, {}
         flops, nbytes = work(spec, node)
-        factors = node_factors(node)
+        factors = node_factors(node, calibration)
         key = (flops, nbytes, spec.host_inputs, factors)
         answer = self.answers.get(key)
         if answer is None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from typing import Any
 
 import onnx
@@ -97,14 +97,8 @@ class RegistryKernel(FunctionKernel):
         generic = xp.generic if hasattr(xp, "generic") else ()
         if self.spec.direct is not None and not kwargs:
             call = getattr(xp, self.spec.direct)
-        elif self.spec.inplace:  # the host may hand over a dead input as out=
-            def call(*inputs: Any, out: Any = None) -> Any:
-                if out is not None:
-                    return fn(xp, *inputs, out=out, **kwargs)
-                return fn(xp, *inputs, **kwargs)
-        else:
-            def call(*inputs: Any) -> Any:
-                return fn(xp, *inputs, **kwargs)
+        else:  # an in-place kernel also takes out=, a dead input the host hands over
+            call = partial(fn, xp, **kwargs)
 
         def run(*inputs: Any) -> Any:
             # A tuple is several outputs; anything else (an array, a list = a sequence, None =

@@ -12,11 +12,12 @@ import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from ep_host_cpu.profile import best_seconds
+
+from ep_host import cache_dir
 
 FIGURES_VERSION = 1
 
@@ -46,15 +47,6 @@ class DeviceFigures:
 # What a provider that has measured nothing (no CuPy, no device) says about its link: PCIe 4
 # x16 in practice. Only used to describe an unavailable device; never to place nodes.
 UNMEASURED_LINK = {"link_gbps": 12.0, "link_latency_us": 10.0}
-
-
-def cache_dir() -> Path:
-    override = os.environ.get("EP_HOST_CACHE_DIR")
-    if override:
-        return Path(override)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("ep-host"))
 
 
 def device_key(cupy: ModuleType, device: int = 0) -> str:

@@ -17,17 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ep_host_cpu.kernels import REGISTRY
-from ep_host_cpu.registry import KernelSpec, Registry
+from ep_host_cpu.registry import ALL, FLOATS, NUMERIC, KernelSpec, Registry
 
 from ep_host import CaptureSupport, NodeView, deny, require
 from ep_host_cuda.xp import is_cupy
 
-FLOATS = frozenset({"float16", "float32", "float64"})
-SIGNED = frozenset({"int8", "int16", "int32", "int64"})
-UNSIGNED = frozenset({"uint8", "uint16", "uint32", "uint64"})
-INTS = SIGNED | UNSIGNED
-NUMERIC = FLOATS | INTS
-DEVICE_TYPES = NUMERIC | {"bool"}  # what CuPy stores: no bfloat16, float8, 4-bit or strings
+# What CuPy stores is the CPU EP's numeric types and bool: no bfloat16, float8, 4-bit or
+# strings.
+DEVICE_TYPES = ALL
 
 
 @dataclass(frozen=True)
@@ -112,13 +109,13 @@ CUDA_KERNELS = Registry()
 cuda_kernel = CUDA_KERNELS.kernel
 
 
-def shared(op_type: str, since_version: int, domain: str = "ai.onnx") -> Callable[..., Any]:
-    """The CPU EP's kernel function for a key, looked up when called (never copied)."""
-    return REGISTRY.specs[(domain, op_type, since_version)].fn
-
-
 def _cpu_spec(op_type: str, since_version: int, domain: str = "ai.onnx") -> KernelSpec:
     return REGISTRY.specs[(domain, op_type, since_version)]
+
+
+def shared(op_type: str, since_version: int, domain: str = "ai.onnx") -> Callable[..., Any]:
+    """The CPU EP's kernel function for a key, looked up when called (never copied)."""
+    return _cpu_spec(op_type, since_version, domain).fn
 
 
 def _shape_cached(xp: Any, shape: tuple[int, ...], cache: dict[Any, Any], key: Any,

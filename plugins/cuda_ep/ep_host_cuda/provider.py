@@ -23,9 +23,9 @@ from ep_host import (
     ProviderContext,
     ProviderInfo,
     ReasonCode,
+    ValueView,
     deny,
     hookimpl,
-    require,
 )
 from ep_host_cuda import __version__
 from ep_host_cuda.device import cuda_device, simulated_device
@@ -100,28 +100,45 @@ class CudaKernel(Kernel):
         return f"CudaKernel({self.inner!r})"
 
 
+# the device types as a decline names them, joined once
+DEVICE_TYPE_LIST = "/".join(sorted(DEVICE_TYPES))
+
+
+def _device_value(node: NodeView, value: ValueView, role: str) -> None:
+    if value.kind in ("sequence", "optional", "map"):
+        deny("{}: {} takes tensors, got a {} for {} {!r}; sequences run on cpu", node.op_type,
+             NAME, value.kind, role, value.name, code="dtype")
+    dt = value.dtype
+    if dt is not None and dt.name not in DEVICE_TYPES:
+        deny("{}: {} keeps {} tensors on the device, got {} for {} {!r}; CuPy has no {} arrays, "
+             "so this node runs on cpu", node.op_type, NAME, DEVICE_TYPE_LIST, dt.name, role,
+             value.name, dt.name, code="dtype")
+
+
 def _device_types(spec: KernelSpec, node: NodeView) -> None:
     """Every tensor that lives on the device must be one CuPy stores."""
-    host = set(spec.host_inputs)
-    values = [(f"input {v.name!r}", v) for i, v in enumerate(node.inputs)
-              if v is not None and i not in host]
-    values += [(f"output {v.name!r}", v) for v in node.outputs if v is not None]
-    for what, value in values:
-        if value.kind in ("sequence", "optional", "map"):
-            deny("{}: {} takes tensors, got a {} for {}; sequences run on cpu", node.op_type,
-                 NAME, value.kind, what, code="dtype")
-        dt = value.dtype
-        require(dt is None or dt.name in DEVICE_TYPES, "{}: {} keeps {} tensors on the device, "
-                "got {} for {}; CuPy has no {} arrays, so this node runs on cpu", node.op_type,
-                NAME, "/".join(sorted(DEVICE_TYPES)), None if dt is None else dt.name, what,
-                None if dt is None else dt.name, code="dtype")
+    host = spec.host_inputs
+    for i, value in enumerate(node.inputs):
+        if value is not None and i not in host:
+            _device_value(node, value, "input")
+    for value in node.outputs:
+        if value is not None:
+            _device_value(node, value, "output")
+
+
+@cache
+def _narrowed(spec: KernelSpec, family: Family) -> KernelSpec:
+    """``spec`` taking only the element types ``family`` allows (made once per pair)."""
+    if spec.dtypes is None:
+        return spec
+    return replace(spec, dtypes=spec.dtypes & family.dtypes)
 
 
 def _compute_types(spec: KernelSpec, family: Family, node: NodeView) -> None:
     first = node.inputs[0] if node.inputs else None
     if first is None or first.dtype is None or 0 in spec.host_inputs:
         return
-    allowed = family.dtypes if spec.dtypes is None else family.dtypes & spec.dtypes
+    allowed = family.dtypes if spec.dtypes is None else _narrowed(spec, family).dtypes
     name = first.dtype.name
     if name not in allowed:
         hint = f"; {family.hint}" if family.hint else ""
@@ -148,10 +165,8 @@ class CudaProvider:
         spec, family = lookup(node, NAME)
         _device_types(spec, node)
         _compute_types(spec, family, node)
-        narrowed = (spec if spec.dtypes is None
-                    else replace(spec, dtypes=spec.dtypes & family.dtypes))
         try:
-            check_node(narrowed, node, NAME)
+            check_node(_narrowed(spec, family), node, NAME)
             extra = EXTRA_CHECKS.get((node.domain, node.op_type))
             if extra is not None:
                 extra(node)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from ep_host import require
+from ep_host_cpu.kernels.conv import _check_conv, _conv_flops, _prepare_conv, conv
 from ep_host_cpu.registry import kernel
 
 MS = "com.microsoft"
@@ -735,8 +736,6 @@ FUSED_ACTIVATIONS = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip")
 
 
 def _check_fused_conv(node):
-    from ep_host_cpu.kernels.conv import _check_conv
-
     _check_conv(node)
     attrs = node.attributes
     activation = attrs.get("activation")
@@ -751,25 +750,15 @@ def _check_fused_conv(node):
             None if z is None else z.name, code="attribute")
 
 
-def _fused_conv_flops(node):
-    from ep_host_cpu.kernels.conv import _conv_flops
-
-    return _conv_flops(node)
-
-
-def _prepare_fused_conv(xp, constants, *, group=1, **_):
-    from ep_host_cpu.kernels.conv import _prepare_conv
-
+def _prepare_fused_conv(xp, constants, *, group=1, **_):  # group: the schema-less default
     return _prepare_conv(xp, constants, group=group)
 
 
 @kernel("FusedConv", 1, domain=MS, dtypes=HALF_FLOATS | {"float64"}, check=_check_fused_conv,
-        flops=_fused_conv_flops, prepare=_prepare_fused_conv)
+        flops=_conv_flops, prepare=_prepare_fused_conv)
 def fused_conv(xp, x, w, b=None, z=None, *, activation, activation_params=None,
                auto_pad="NOTSET", group=1, dilations=None, kernel_shape=None, pads=None,
                strides=None, packed=None, packed_bias=None):
-    from ep_host_cpu.kernels.conv import conv
-
     y = conv(xp, x, w, b, auto_pad=auto_pad, group=group, dilations=dilations,
              kernel_shape=kernel_shape, pads=pads, strides=strides, packed=packed,
              packed_bias=packed_bias)  # a fresh array: the activation runs in place

@@ -1,10 +1,9 @@
 """Convolution and pooling: Conv (a variant by geometry: 1x1 GEMM, depthwise multiply-adds,
 stride-1 GEMMs on shifted views, Winograd F(2x2, 3x3), im2col + GEMM; constant weights
-prepacked once), ConvInteger,
-ConvTranspose (one GEMM, then a scatter-add per kernel tap), DeformConv (multilinear sampling +
-GEMM), CausalConvWithState, MaxPool and AveragePool (one pass per spatial axis), LpPool, the
-global pools and LRN. Windows are strided views of a padded input; no Python loop runs over
-pixels."""
+prepacked once), ConvInteger, ConvTranspose (one GEMM, then a scatter-add per kernel tap),
+DeformConv (multilinear sampling + GEMM), CausalConvWithState, MaxPool and AveragePool (one
+pass per spatial axis), LpPool, the global pools and LRN. Windows are strided views of a padded
+input; no Python loop runs over pixels."""
 
 from __future__ import annotations
 
@@ -197,8 +196,10 @@ def _conv_work_type(xp, dtype):
 class ConvWeights:
     """A Conv weight in the layouts the variants read, contiguous and in the compute type:
     ``gemm`` (group, M/group, C/group x taps) for im2col and 1x1, ``taps`` (taps, group,
-    M/group, C/group) for the shifted-view GEMMs, and for depthwise the per-tap weights spread
-    over an output's elements (:meth:`spread`, kept per output shape)."""
+    M/group, C/group) for the shifted-view GEMMs; made on first use and kept: the depthwise
+    weights per channel (:meth:`per_channel`) or spread over an output's elements
+    (:meth:`spread`, per output shape) and the Winograd weights (:meth:`winograd`). ``plans``
+    keeps the node's :class:`ConvPlan` per input shape."""
 
     __slots__ = ("gemm", "taps", "_spread", "_winograd", "_per_channel", "plans")
 
@@ -286,11 +287,13 @@ WINOGRAD_MIN_CHANNELS = 32
 WINOGRAD_MIN_TILES = 16
 
 
-def _winograd_fits(c, m, group, kernel, out, strides, dilations):
+def _winograd_tiles(c, m, group, kernel, out, strides, dilations):
+    """The number of 2x2 output tiles where Winograd F(2x2, 3x3) is chosen, else 0."""
     tiles = math.prod(-(-o // 2) for o in out)
-    return (group == 1 and tuple(kernel) == (3, 3) and all(s == 1 for s in strides)
+    fits = (group == 1 and tuple(kernel) == (3, 3) and all(s == 1 for s in strides)
             and all(d == 1 for d in dilations) and c >= WINOGRAD_MIN_CHANNELS
             and m >= WINOGRAD_MIN_CHANNELS and tiles >= WINOGRAD_MIN_TILES)
+    return tiles if fits else 0
 
 
 def _conv_winograd(xp, x, u, bias, out, begin):
@@ -343,10 +346,11 @@ def _conv_winograd(xp, x, u, bias, out, begin):
 
 def _conv_variant(c, m, group, kernel, out, strides, dilations, begin, end):
     """The variant for this geometry, with the reason template and its arguments."""
-    if _winograd_fits(c, m, group, kernel, out, strides, dilations):
+    tiles = _winograd_tiles(c, m, group, kernel, out, strides, dilations)
+    if tiles:
         return "winograd", "3x3, stride 1, {} input and {} output channels: Winograd " \
             "F(2x2, 3x3), 16 GEMMs over {} tiles with 2.25x fewer multiplies than im2col", (
-                c, m, math.prod(-(-o // 2) for o in out))
+                c, m, tiles)
     if all(k == 1 for k in kernel) and not any(begin) and not any(end):
         return "1x1", "1x1 kernel without padding: one GEMM per group on the input{}", (
             "" if all(s == 1 for s in strides) else f" subsampled by strides {strides}",)
@@ -684,8 +688,9 @@ def _separable_2d(xp, combine, padded, kernel_shape, out, strides, dilations, sc
     rows and columns are picked in the copy (or the scaling) that makes the result. A window's
     taps never leave the buffer for a picked position, as the padding covers every window;
     the other positions mix rows and channels and are dropped. numpy ran a shifted add 3x as
-    fast on one flat run as on 192 rows of one (838 floats); measured one thread, 3x3 pools on
-    192 x 28 x 28 to 576 x 14 x 14: a third of the time of slicing each axis by the stride."""
+    fast on one flat run as on 192 rows of one (838 floats). Measured one thread, against
+    slicing each axis by the stride: AveragePool 3x3 on 192 x 28 x 28 0.21 against 0.32 ms,
+    MaxPool 3x3 stride 2 on 576 x 14 x 14 0.17 against 0.20 ms."""
     (kh, kw), (oh, ow), (sh, sw), (dh, dw) = kernel_shape, out, strides, dilations
     padded = xp.ascontiguousarray(padded)
     n, c, height, width = padded.shape
