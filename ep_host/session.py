@@ -375,8 +375,7 @@ class ExecutionPlan:
                     self._cancelled(step)
                 args = [values[s] if s >= 0 else None for s in step.inputs]
                 if step.copy is not None:
-                    src, dst = step.copy
-                    values[step.outputs[0]] = dst.upload(src.download(args[0]))
+                    values[step.outputs[0]] = self._copy(step, args[0])
                 else:
                     outs = self._run_step(step, args, values)
                     for s, out in zip(step.outputs, outs, strict=False):
@@ -402,21 +401,28 @@ class ExecutionPlan:
             line = compiled.failed_line(exc.__traceback__)
             if line is None or line in compiled.check_lines:
                 raise
-            step = self.steps[compiled.lines[line]]
-            if step.copy is not None:
-                src, dst = step.copy
-                raise KernelError(
-                    f"{self.label}: copying a tensor from {src.name} to {dst.name} failed: "
-                    f"{describe_exception(exc)}") from exc
-            node = step.node
-            raise KernelError(
-                f"{self.label}: node {node.name!r} ({node.qualified_op}) failed on "
-                f"provider {step.provider!r}: {describe_exception(exc)}"
-            ) from exc
+            raise self._failure(self.steps[compiled.lines[line]], exc) from exc
         if names is None or names is self.output_names:
             return outs
         index = self._output_index
         return [outs[index[n]] for n in names]
+
+    def _failure(self, step: _Step, exc: BaseException) -> KernelError:
+        """The error for a step that raised ``exc``: the copy, or the node and its provider."""
+        if step.copy is not None:
+            src, dst = step.copy
+            return KernelError(f"{self.label}: copying a tensor from {src.name} to {dst.name} "
+                               f"failed: {describe_exception(exc)}")
+        node = step.node
+        return KernelError(f"{self.label}: node {node.name!r} ({node.qualified_op}) failed on "
+                           f"provider {step.provider!r}: {describe_exception(exc)}")
+
+    def _copy(self, step: _Step, value: Any) -> Any:
+        src, dst = step.copy
+        try:
+            return dst.upload(src.download(value))
+        except Exception as exc:
+            raise self._failure(step, exc) from exc
 
     def _check_one(self, i: int, j: int, out: Any) -> Any:
         """The full check of output ``j`` of step ``i`` (the generated code's quick test
@@ -457,7 +463,7 @@ class ExecutionPlan:
                 nbytes = getattr(args[0], "nbytes", 0)
                 with tracer.span(f"copy {src.name}->{dst.name}", "copy", bytes=nbytes,
                                  source=src.name, destination=dst.name):
-                    values[step.outputs[0]] = dst.upload(src.download(args[0]))
+                    values[step.outputs[0]] = self._copy(step, args[0])
             else:
                 with tracer.span(step.node.name, "node", **self._span_args(step)):
                     outs = self._run_step(step, args, values)
@@ -488,12 +494,10 @@ class ExecutionPlan:
             else:
                 outs = step.kernel.run(*args, **kwargs)
         except Exception as exc:
-            node = step.node
-            raise KernelError(
-                f"{self.label}: node {node.name!r} ({node.qualified_op}) failed on "
-                f"provider {step.provider!r}: {describe_exception(exc)}"
-            ) from exc
+            raise self._failure(step, exc) from exc
         self._check_count(step, outs)
+        if any(isinstance(out, np.generic) for out in outs):  # as the compiled run does
+            outs = [np.asarray(out) if isinstance(out, np.generic) else out for out in outs]
         for i, out in enumerate(outs[:len(step.expect)]):
             self._check_output(step, i, out)
         return outs

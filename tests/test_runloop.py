@@ -128,3 +128,32 @@ def test_call_results_are_normalised(host, returned):
     session = InferenceSession(model.SerializeToString(), ["cpu"], host=host)
     (y,) = session.run(None, {"x": np.arange(3, dtype=np.float32)})
     assert isinstance(y, np.ndarray) and y.shape == () and float(y) == 3.0
+
+
+def test_the_step_loop_also_hands_out_a_numpy_scalar_as_a_0d_array(host):
+    """A kernel's run may return a numpy scalar (numpy does, for 0-d inputs): the compiled run
+    and the step loop (run options, tracing) both hand the next node a 0-d array."""
+    seen = []
+
+    class ScalarRun(Kernel):
+        def run(self, x):
+            seen.append(type(x))
+            return (np.negative(x),)  # a numpy float32 scalar for a 0-d x
+
+    class P(InlineProvider):
+        @hookimpl
+        def ep_host_create_kernel(self, node, context):
+            return ScalarRun()
+
+    host.register(P("cpu", ops=("Neg",)), name="cpu")
+    model = make_model([helper.make_node("Neg", ["x"], ["a"], name="first"),
+                        helper.make_node("Neg", ["a"], ["y"], name="second")],
+                       [("x", F, [])], [("y", F, [])])
+    session = InferenceSession(model.SerializeToString(), ["cpu"], host=host)
+    x = np.array(2.0, np.float32)
+    assert isinstance(np.negative(x), np.generic)
+    for options in (None, RunOptions()):
+        seen.clear()
+        (y,) = session.run(None, {"x": x}, options)
+        assert seen == [np.ndarray, np.ndarray]  # what "second" was given
+        assert type(y) is np.ndarray and y.shape == () and float(y) == 2.0
