@@ -10,7 +10,7 @@ order. Pins override all three; a node nobody claims is a :class:`PlacementError
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -261,39 +261,48 @@ def implied_transfers(placement: Placement) -> list[Transfer]:
     """The device copies a placement implies: each tensor is charged once per destination
     device; graph inputs start on the host, graph outputs end there, host inputs are priced.
     Constants cost nothing per run: a session uploads each to its devices once, at creation."""
+    return [t for t, _, _ in copy_walk(placement)]
+
+
+def copy_walk(placement: Placement) -> Iterator[tuple[Transfer, str | None, str | None]]:
+    """The walk behind :func:`implied_transfers`, in node order: each copy with the node that
+    produced the tensor (``None``: a graph input) and the node that first needs it on the
+    destination (``None``: the graph's outputs)."""
     devices = placement.devices
     table = placement.table
     where = {n.name: n.provider for n in placement.nodes}
     if all(devices.get(p, HOST).name == HOST.name for p in set(where.values())):
-        return []  # every value starts, lives and ends on the host: nothing moves
-    home: dict[str, Device] = {}
+        return  # every value starts, lives and ends on the host: nothing moves
+    home: dict[str, tuple[Device, str]] = {}  # value -> (device, producing node)
     moved: set[tuple[str, str]] = set()
-    out: list[Transfer] = []
 
-    def need(value: Any, dest: Device) -> None:
+    def need(value: Any, dest: Device) -> tuple[Transfer, str | None] | None:
         if value is None or value.is_constant:
-            return
-        src = home.get(value.name, HOST)
+            return None
+        src, producer = home.get(value.name, (HOST, None))
         if src.name == dest.name or (value.name, dest.name) in moved:
-            return
+            return None
         moved.add((value.name, dest.name))
         nbytes = value.nbytes
         cost = src.copy_cost_us(nbytes) + dest.copy_cost_us(nbytes)
-        out.append(Transfer(value.name, src.name, dest.name, nbytes, cost))
+        return Transfer(value.name, src.name, dest.name, nbytes, cost), producer
 
     for node in table.nodes:
         provider = where[node.name]
         device = devices.get(provider, HOST)
         host_inputs = set(table.answers[node.name][provider].host_inputs)
         for i, value in enumerate(node.inputs):
-            need(value, HOST if i in host_inputs else device)
+            copy = need(value, HOST if i in host_inputs else device)
+            if copy is not None:
+                yield copy[0], copy[1], node.name
         for value in node.outputs:
             if value is not None:
-                home[value.name] = device
+                home[value.name] = (device, node.name)
     if table.nodes:
         for value in table.graph.outputs:
-            need(value, HOST)
-    return out
+            copy = need(value, HOST)
+            if copy is not None:
+                yield copy[0], copy[1], None
 
 
 # ---------------------------------------------------------------------------------------------

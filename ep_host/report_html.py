@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ep_host.capability import CapabilityTable
-from ep_host.placement import Placement
-from ep_host.provider import HOST
+from ep_host.placement import Placement, copy_walk
 from ep_host.report import explain_dict
 
 MAX_EDGE_TENSORS = 5
@@ -95,31 +94,18 @@ def copy_edges(placement: Placement) -> list[dict[str, Any]]:
     """Device copies between partitions, summed per (from, to) pair of boxes.
 
     Box -1 is the graph's inputs and weights on the host, box ``len(partitions)`` its outputs.
-    The walk is :func:`ep_host.placement.implied_transfers`'s, so each copy lands in the
-    partition whose node first needs the tensor on the destination device.
+    The copies are :func:`ep_host.placement.copy_walk`'s, each in the partition whose node
+    first needs the tensor on the destination device.
     """
     if not placement.transfers:
         return []
-    wanted = {(t.tensor, t.destination): t for t in placement.transfers}
-    part_of: dict[str, int] = {}
-    for i, part in enumerate(placement.partitions()):
-        for name in part.nodes:
-            part_of[name] = i
-    outputs_box = len(placement.partitions())
-    devices = placement.devices
-    table = placement.table
-    where = {n.name: n.provider for n in placement.nodes}
-    producer: dict[str, int] = {}
+    parts = placement.partitions()
+    part_of = {name: i for i, part in enumerate(parts) for name in part.nodes}
     edges: dict[tuple[int, int], dict[str, Any]] = {}
-
-    def land(value: Any, dest: str, box: int) -> None:
-        if value is None:
-            return
-        t = wanted.pop((value.name, dest), None)
-        if t is None:
-            return
-        key = (producer.get(value.name, -1), box)
-        e = edges.setdefault(key, {"from": key[0], "to": box, "bytes": 0, "cost_us": 0.0,
+    for t, producer, consumer in copy_walk(placement):
+        key = (-1 if producer is None else part_of[producer],
+               len(parts) if consumer is None else part_of[consumer])
+        e = edges.setdefault(key, {"from": key[0], "to": key[1], "bytes": 0, "cost_us": 0.0,
                                    "count": 0, "tensors": [], "devices": set()})
         e["bytes"] += t.nbytes
         e["cost_us"] += t.cost_us
@@ -127,19 +113,6 @@ def copy_edges(placement: Placement) -> list[dict[str, Any]]:
         e["devices"].add(f"{t.source} -> {t.destination}")
         if len(e["tensors"]) < MAX_EDGE_TENSORS:
             e["tensors"].append(t.tensor)
-
-    for node in table.nodes:
-        provider = where[node.name]
-        device = devices.get(provider, HOST).name
-        host_inputs = set(table.answers[node.name][provider].host_inputs)
-        box = part_of[node.name]
-        for i, value in enumerate(node.inputs):
-            land(value, HOST.name if i in host_inputs else device, box)
-        for value in node.outputs:
-            if value is not None:
-                producer[value.name] = box
-    for value in table.graph.outputs:
-        land(value, HOST.name, outputs_box)
     return [{**e, "devices": sorted(e["devices"])} for e in edges.values()]
 
 
