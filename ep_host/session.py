@@ -235,10 +235,12 @@ class ExecutionPlan:
         self.steps = steps
         self.n_slots = len(slots)
         self.initial = initial
-        self.compiled = CompiledRun(
-            steps, [*self.input_slots.values(), *self.outer_slots.values()], initial,
-            [self.output_slots[n] for n in self.output_names], keep, self._check_one,
-            lambda i, outs: self._check_count(self.steps[i], outs))
+        # a traced or size-limited plan always runs the step loop: nothing to compile
+        self.compiled = None if self.tracer is not None or runtime.max_tensor_bytes is not None \
+            else CompiledRun(steps, [*self.input_slots.values(), *self.outer_slots.values()],
+                             initial, [self.output_slots[n] for n in self.output_names], keep,
+                             self._check_one, lambda i, outs: self._check_count(self.steps[i],
+                                                                                outs))
         self._output_index = {n: i for i, n in enumerate(self.output_names)}
 
     def _record_partitions(self, steps: list[_Step], keep: set[int], initial: dict[int, Any],
