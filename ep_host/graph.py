@@ -561,22 +561,36 @@ def _tensor_to_array(
             raise ModelLoadError(f"tensor {t.name!r} has external data but no model folder")
         return model.read_external(t)
     count = _element_count(t, label)
-    if t.HasField("raw_data"):
-        try:
-            expected = to_dtype(t.data_type).storage_bytes(count)
-        except Exception as exc:
-            raise ModelValidationError(
-                f"{label}: tensor {t.name!r} has unknown data type {t.data_type}") from exc
-        got = len(t.raw_data)
-        if got != expected:
-            raise ModelValidationError(
-                f"{label}: tensor {t.name!r} of shape {list(t.dims)} needs {expected} bytes of "
-                f"raw data, it holds {got}")
+    raw = t.HasField("raw_data")
+    try:
+        dt = to_dtype(t.data_type)
+        fixed = dt.bits % 8 == 0 and dt.name != "string"
+    except Exception:
+        fixed = False
+    if raw and not fixed:  # unknown, packed or string: to_array would not notice a bad length
+        _check_raw_length(t, count, label)
     try:
         return onnx.numpy_helper.to_array(t)
     except Exception as exc:
+        if raw:  # a fixed-width type fails there exactly when its length is wrong: say so
+            _check_raw_length(t, count, label)
         raise ModelLoadError(
             f"{label}: cannot read tensor {t.name!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def _check_raw_length(t: TensorProto, count: int, label: str) -> None:
+    """Refuse raw data whose length is not what ``count`` elements of the type take (reading
+    ``len(t.raw_data)`` copies the payload, so only where it is needed)."""
+    try:
+        expected = to_dtype(t.data_type).storage_bytes(count)
+    except Exception as exc:
+        raise ModelValidationError(
+            f"{label}: tensor {t.name!r} has unknown data type {t.data_type}") from exc
+    got = len(t.raw_data)
+    if got != expected:
+        raise ModelValidationError(
+            f"{label}: tensor {t.name!r} of shape {list(t.dims)} needs {expected} bytes of "
+            f"raw data, it holds {got}")
 
 
 def _element_count(t: TensorProto, label: str) -> int:
