@@ -18,8 +18,6 @@ HOST_MODULES = {"np", "numpy", "scipy", "ml_dtypes"}
 UNREACHABLE = {
     "_to_strings makes object arrays": "Cast to string: string tensors are declined (dtype)",
     "dropout uses xp.random, not in CUPY_NAMES": "training-mode Dropout is declined (attribute)",
-    # the CPU EP's in-place path (out=); CudaKernel offers no ``inplace``, so it never runs
-    "div uses xp.broadcast_shapes, not in CUPY_NAMES": "in-place Div only",
 }
 
 

@@ -12,11 +12,11 @@ import math
 
 from ep_host import require
 from ep_host_cpu.kernels.conv import _check_conv, _conv_flops, _prepare_conv, conv
+from ep_host_cpu.kernels.elementwise import _gelu
 from ep_host_cpu.registry import kernel
 
 MS = "com.microsoft"
 HALF_FLOATS = frozenset({"float16", "float32"})
-SQRT_HALF = math.sqrt(0.5)
 TANH_GELU_A = math.sqrt(2.0 / math.pi)
 TANH_GELU_B = 0.044715 * TANH_GELU_A
 
@@ -84,14 +84,6 @@ def _sigmoid(xp, z):
 # -- Activations --------------------------------------------------------------------------------
 
 
-def _gelu(xp, w):
-    t = xp.erf(w * SQRT_HALF)  # the one temporary; w may be the caller's input
-    t += 1.0
-    t *= w
-    t *= 0.5
-    return t
-
-
 def _with_bias(xp, x, bias):
     w = _wide(xp, x)
     if bias is None:
@@ -108,12 +100,12 @@ def _check_activation(node, *attributes):
 
 @kernel("Gelu", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_activation)
 def gelu(xp, x):
-    return _gelu(xp, _wide(xp, x)).astype(x.dtype)
+    return _gelu(xp, _wide(xp, x), "none").astype(x.dtype)
 
 
 @kernel("BiasGelu", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_activation)
 def bias_gelu(xp, a, b):
-    return _gelu(xp, _with_bias(xp, a, b)).astype(a.dtype)
+    return _gelu(xp, _with_bias(xp, a, b), "none").astype(a.dtype)
 
 
 @kernel("FastGelu", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_activation)

@@ -17,6 +17,7 @@ from fractions import Fraction
 import numpy as np
 
 from ep_host import deny, dtype, require
+from ep_host_cpu.kernels.elementwise import broadcast_shape
 from ep_host_cpu.registry import ALL, ALL_WITH_STRING, FLOATS, INTS, NUMERIC, kernel
 
 # types numpy lacks, stored as ml_dtypes arrays (2- and 4-bit ones one element per byte)
@@ -298,14 +299,10 @@ def concat_1(xp, *inputs, axis=1):
 
 
 def _broadcast_shape(a, b):
-    n = max(len(a), len(b))
-    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
-    out = []
-    for x, y in zip(a, b, strict=True):
-        if x != y and 1 not in (x, y):
-            raise ValueError(f"shapes {a} and {b} do not broadcast")
-        out.append(y if x == 1 else x)
-    return tuple(out)
+    out = broadcast_shape(a, b)
+    if out is None:
+        raise ValueError(f"shapes {tuple(a)} and {tuple(b)} do not broadcast")
+    return out
 
 
 @kernel("Expand", 8, 13, dtypes=MOVABLE, host_inputs=(1,))
