@@ -259,15 +259,15 @@ def _shape_of_static(rw: Rewriter, node: NodeProto) -> list[np.ndarray] | None:
 
 
 def _evaluate(rw: Rewriter, node: NodeProto,
-              inputs: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+              inputs: Sequence[np.ndarray | None]) -> list[np.ndarray | None] | None:
     """The node's outputs by onnx's reference evaluator, or ``None`` when folding it would be
     unsafe (a type the result cannot hold, too big, or the evaluator fails)."""
     from onnx.reference import ReferenceEvaluator  # slow to import: on first use
 
     if any(v is not None and v.dtype.kind not in FOLDABLE_KINDS for v in inputs):
         return None
-    wanted = [rw.dtype(o) for o in node.output if o]
-    if any(d is None or d.kind not in FOLDABLE_KINDS for d in wanted):
+    wanted = {o: rw.dtype(o) for o in node.output if o}
+    if any(d is None or d.kind not in FOLDABLE_KINDS for d in wanted.values()):
         return None
     names = [f"in{i}" if name else "" for i, name in enumerate(node.input)]
     probe = _copy(node)
@@ -288,14 +288,17 @@ def _evaluate(rw: Rewriter, node: NodeProto,
             None, {n: v for n, v in zip(names, inputs, strict=True) if n})
     except Exception:  # the evaluator cannot run it here: leave the node to the providers
         return None
-    out = []
-    for name, value, want in zip(node.output, results, wanted * len(results), strict=False):
+    out: list[np.ndarray | None] = []  # by output position; None where the output is omitted
+    for name, value in zip(node.output, results, strict=False):
         if not name:
+            out.append(None)
             continue
         value = np.asarray(value)
-        if value.dtype != want or value.size > FOLD_MAX_ELEMENTS:
+        if value.dtype != wanted[name] or value.size > FOLD_MAX_ELEMENTS:
             return None
         out.append(value)
+    if len(out) < len(node.output):
+        return None  # the evaluator gave fewer outputs than the node names
     return out
 
 

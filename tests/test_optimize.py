@@ -105,6 +105,30 @@ def test_constant_folding_folds_shape_arithmetic_of_a_static_tensor():
     np.testing.assert_array_equal(got[0], want[0])
 
 
+@pytest.mark.parametrize("op", ["Split", "Unique"])
+def test_constant_folding_keeps_outputs_in_place_around_an_omitted_one(op):
+    """A folded node whose middle output is omitted: each named output gets its own value."""
+    c = np.array([3.0, 1.0, 3.0, 2.0, 1.0, 3.0], np.float32)
+    if op == "Split":
+        folded = helper.make_node("Split", ["c"], ["a", "", "b"], name="split", num_outputs=3)
+        uses = ["a", "b"]
+    else:
+        folded = helper.make_node("Unique", ["c"], ["a", "", "", "b"], name="unique", sorted=1)
+        uses = ["a", "b"]  # the unique values (float32) and their counts (int64)
+    nodes = [folded, helper.make_node("Cast", [uses[1]], ["bf"], to=F, name="cast"),
+             helper.make_node("Mul", ["x", uses[0]], ["p"], name="mul"),
+             helper.make_node("ReduceSum", ["bf"], ["s"], keepdims=0, name="sum"),
+             helper.make_node("Mul", ["p", "s"], ["y"], name="scale")]
+    width = 2 if op == "Split" else 3
+    model = make_model(nodes, [("x", F, [width])], [("y", F, [width])], opset=18,
+                       initializers=[numpy_helper.from_array(c, "c")])
+    x = RNG.standard_normal(width).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations.get("constant_folding", 0) >= 1
+    assert folded.name not in {n.name for n in session.placement.table.nodes}
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+
+
 @pytest.mark.parametrize("order", ["half_first", "half_last"])
 def test_gelu_fusion_makes_one_node_that_computes_the_same(order):
     x = (RNG.standard_normal((2, 16)) * 3).astype(np.float32)
