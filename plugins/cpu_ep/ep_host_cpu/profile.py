@@ -11,8 +11,11 @@ import json
 import os
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import cache
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -75,18 +78,25 @@ def measure() -> MachineProfile:
 @cache
 def machine_profile() -> MachineProfile:
     """The cached profile, measuring and storing it the first time."""
-    path = cache_dir() / f"cpu-profile-{_machine_key()}.json"
+    return cached_figures(cache_dir() / f"cpu-profile-{_machine_key()}.json", MachineProfile,
+                          measure)
+
+
+def cached_figures(path: Path, cls: type[Any], measure: Callable[[], Any]) -> Any:
+    """A dataclass of measured figures read from the JSON at ``path`` (``source`` set to the
+    path), or ``measure()`` stored there for next time (atomically; an unwritable cache only
+    costs a measurement next time). Shared with the CUDA EP's device figures."""
     try:
         data = json.loads(path.read_text())
-        return MachineProfile(**{**data, "source": str(path)})
+        return cls(**{**data, "source": str(path)})
     except (OSError, ValueError, TypeError):
         pass
-    profile = measure()
+    figures = measure()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({k: v for k, v in asdict(profile).items() if k != "source"}))
+        tmp.write_text(json.dumps({k: v for k, v in asdict(figures).items() if k != "source"}))
         os.replace(tmp, path)
     except OSError:
-        pass  # an unwritable cache only costs a re-measure next time
-    return profile
+        pass
+    return figures

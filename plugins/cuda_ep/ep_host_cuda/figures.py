@@ -9,13 +9,11 @@ capability, the CUDA runtime and CuPy's version. Tests build :class:`DeviceFigur
 from __future__ import annotations
 
 import hashlib
-import json
-import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ep_host_cpu.profile import best_seconds
+from ep_host_cpu.profile import best_seconds, cached_figures
 
 from ep_host import cache_dir
 
@@ -123,18 +121,5 @@ def measure(cupy: ModuleType) -> DeviceFigures:
 
 def device_figures(cupy: ModuleType) -> DeviceFigures:
     """The cached figures of the current device, measuring and storing them the first time."""
-    path = cache_dir() / f"cuda-figures-{device_key(cupy)}.json"
-    try:
-        data = json.loads(path.read_text())
-        return DeviceFigures(**{**data, "source": str(path)})
-    except (OSError, ValueError, TypeError):
-        pass
-    figures = measure(cupy)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({k: v for k, v in asdict(figures).items() if k != "source"}))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # an unwritable cache only costs a measurement next time
-    return figures
+    return cached_figures(cache_dir() / f"cuda-figures-{device_key(cupy)}.json",
+                          DeviceFigures, lambda: measure(cupy))
