@@ -67,6 +67,11 @@ class ProviderInfo:
     ``name`` should equal the entry-point name. ``available=False`` needs a ``reason`` a user
     can act on ("cupy is not installed: pip install ep-host-cuda[cuda12]"); the host then
     declines every node for this provider with that reason.
+
+    ``aliases``: other names users may give for this provider, such as onnxruntime's
+    (``"CUDAExecutionProvider"``). ``device_graph_option``: the provider option that turns on
+    device graphs for it under its runtime's own name (onnxruntime's ``"enable_cuda_graph"``);
+    the host's ``enable_device_graph`` works for every provider whose device can capture.
     """
 
     name: str
@@ -76,6 +81,8 @@ class ProviderInfo:
     available: bool = True
     reason: str = ""
     description: str = ""
+    aliases: tuple[str, ...] = ()
+    device_graph_option: str = ""
 
     def __post_init__(self) -> None:
         if not self.available and not self.reason:

@@ -1,21 +1,31 @@
-"""An execution plan's steps compiled to one straight-line Python function.
+"""What running a step means, written once, and the straight-line function a plan becomes.
 
-Every value slot becomes a local variable and every step one call, so a run pays no list
-indexing, no per-step dispatch and no tuple for one-output kernels (``Kernel.call``). Outputs
-are still checked on every run, by one identity test of class and dtype (plus the static shape)
-that falls back to the full check only when it fails; a dead input is handed to a kernel that
-declares ``inplace`` when nothing else refers to its buffer (CPython's reference count says so).
+:class:`StepChecks` says what the host does with a kernel's results (count, normalise, check
+dtype, shape and size; name the step that failed). :class:`CompiledSteps` turns a list of plan
+steps into one generated Python function (a local per value slot, one call per step, dead slots
+freed); tracing, cancellation and the size limit are flags of that one generator, and device-graph
+recording runs its steps through it too. :class:`PlanRun` runs a whole plan.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-FILENAME = "<ep-host plan>"
+from ep_host.discovery import describe_exception
+from ep_host.errors import KernelError, ResourceLimitError, RunCancelledError
+
+if TYPE_CHECKING:
+    from ep_host.plan import Plan, Step
+    from ep_host.tracing import Tracer
+
+FILENAME = "<ep-host plan {}>"
+_numbers = itertools.count(1)
 
 
 def _baseline_refcount() -> int:
@@ -26,7 +36,6 @@ def _baseline_refcount() -> int:
 
 SOLE_OWNER = _baseline_refcount()
 
-
 DONATE_BYTES = 256 * 1024
 """Outputs at least this big reuse a dead input's buffer (numpy elides temporaries from the
 same size on); below it a fresh array is as cheap as the test for a donor."""
@@ -35,37 +44,138 @@ same size on); below it a fresh array is as cheap as the test for a donor."""
 def _worth_donating(dtype: Any, shape: tuple[Any, ...] | None) -> bool:
     if dtype is None or shape is None or any(d is None for d in shape):
         return False
-    count = 1
-    for d in shape:
-        count *= d
-    return count * np.dtype(dtype).itemsize >= DONATE_BYTES
+    return math.prod(shape) * np.dtype(dtype).itemsize >= DONATE_BYTES
 
 
-class CompiledRun:
-    """``run(values)`` for a list of steps; built once per plan.
+class StepChecks:
+    """What a step does with what its kernel returned, for every kind of run.
 
-    ``values`` holds the plan's initial slots (inputs, outer-scope values; constants are bound
-    into the function). Returns the output slots' values in ``output_slots`` order.
-    ``lines[i]`` is the step that line ``i`` of the generated source belongs to.
+    A kernel's ``run`` returns a sequence with an entry per wanted output; a numpy scalar
+    becomes a 0-d array; an output of the wrong dtype is an error; one whose shape differs from
+    the inferred one is a warning in ``warnings`` (once per node and output), an error when
+    ``strict``; with ``max_tensor_bytes`` an output over the limit is an error. Every failure
+    names the model (``label``), the step and its provider.
     """
 
-    def __init__(self, steps: Sequence[Any], inputs: Sequence[int], constants: dict[int, Any],
-                 output_slots: Sequence[int], keep: set[int], check: Callable[..., Any],
-                 check_count: Callable[..., Any]):
-        self.check_lines: set[int] = set()  # lines whose failure is the host's own error
+    def __init__(self, label: str, *, strict: bool = False, max_tensor_bytes: int | None = None,
+                 warnings: list[str] | None = None):
+        self.label = label
+        self.strict = strict
+        self.max_tensor_bytes = max_tensor_bytes
+        self.warnings = [] if warnings is None else warnings
+        self._warned: set[tuple[str, int]] = set()
+
+    def failure(self, step: Step, exc: BaseException) -> KernelError:
+        """The error for a step that raised ``exc``: the copy, or the step and its provider."""
+        if step.copy is not None:
+            src, dst = step.copy
+            return KernelError(f"{self.label}: copying a tensor from {src.name} to {dst.name} "
+                               f"failed: {describe_exception(exc)}")
+        return KernelError(f"{self.label}: {step.subject} ({step.op}) failed on provider "
+                           f"{step.provider!r}: {describe_exception(exc)}")
+
+    def count(self, step: Step, outs: Any) -> Sequence[Any]:
+        """A kernel's ``run`` must return a sequence with an entry per wanted output."""
+        if not isinstance(outs, Sequence) or len(outs) < sum(1 for s in step.outputs if s >= 0):
+            got = len(outs) if isinstance(outs, Sequence) else type(outs).__name__
+            raise KernelError(
+                f"{self.label}: {step.subject} on provider {step.provider!r} returned {got} "
+                f"output(s), expected {len(step.outputs)}")
+        return outs
+
+    def called(self, step: Step, out: Any) -> Any:
+        """The full check of what ``Kernel.call`` returned (it may be a tuple of outputs, of
+        which the first is the one wanted)."""
+        if type(out) is tuple:
+            out = out[0]
+        return self.output(step, 0, out)
+
+    def output(self, step: Step, index: int, out: Any) -> Any:
+        """Output ``index`` of ``step``, normalised and checked; the generated code calls this
+        when its quick test of class, dtype and static shape fails, or always under a limit."""
+        if isinstance(out, np.generic):
+            out = np.asarray(out)
+        if index >= len(step.expect):
+            return out
+        dtype, shape = step.expect[index]
+        got_dtype = getattr(out, "dtype", None)
+        got_shape = getattr(out, "shape", None)
+        if dtype is not None and got_dtype is not None and got_dtype != dtype:
+            self._bad_output(step, index, f"dtype {got_dtype}, expected {np.dtype(dtype)}")
+        if shape is not None and got_shape is not None and (
+                len(got_shape) != len(shape)
+                or any(w is not None and w != g for w, g in zip(shape, got_shape,
+                                                               strict=False))):
+            self._bad_shape(step, index, got_shape, shape)
+        limit = self.max_tensor_bytes
+        if limit is not None and getattr(out, "nbytes", 0) > limit:
+            # shapes known only now are checked right after the kernel returns; the tensor
+            # is dropped with this exception and the session stays usable
+            raise ResourceLimitError(
+                f"{self.label}: output {index} of {step.subject} ({step.op}) on provider "
+                f"{step.provider!r} takes {out.nbytes} bytes (shape {list(got_shape or ())}), "
+                f"over the limit of {limit} (max_tensor_bytes / EP_HOST_MAX_TENSOR_BYTES)")
+        return out
+
+    def cancelled(self, step: Step) -> NoReturn:
+        where = "a device copy" if step.copy is not None else step.subject
+        raise RunCancelledError(
+            f"{self.label}: the run was cancelled (RunOptions.terminate) before {where}")
+
+    def _bad_shape(self, step: Step, index: int, got: Any, want: tuple[Any, ...]) -> None:
+        """onnx's shape inference is sometimes wrong (MaxPool's ceil_mode, Squeeze), so a shape
+        that differs from the inferred one is an error only when strict; otherwise a warning,
+        once per step and output."""
+        what = f"shape {list(got)}, expected {[d if d is not None else '?' for d in want]}"
+        if self.strict:
+            self._bad_output(step, index, what)
+        key = (step.name, index)
+        if key not in self._warned:
+            self._warned.add(key)
+            self.warnings.append(
+                f"{step.subject} ({step.op}) on provider {step.provider!r} returned output "
+                f"{index} with {what} (by shape inference)")
+
+    def _bad_output(self, step: Step, index: int, what: str) -> NoReturn:
+        raise KernelError(f"{self.label}: {step.subject} ({step.op}) on provider "
+                          f"{step.provider!r} returned output {index} with {what}")
+
+
+class CompiledSteps:
+    """``steps`` compiled to one function; ``run(values, cancel)`` returns ``outputs``' values.
+
+    ``values`` maps the ``inputs`` slots to their values (graph inputs, outer-scope values);
+    ``constants`` (slot -> value) are bound into the function. ``keep``: slots a kernel may
+    never write into. Flags, each adding lines to every step: ``tracer`` (a span per step),
+    ``cancellable`` (``cancel.terminate`` is read before every step), ``check_all`` (every
+    output takes the full check, as the size limit needs).
+
+    A kernel that raises is named by :meth:`StepChecks.failure`; the host's own errors (a
+    check, a cancellation) pass through as they are.
+    """
+
+    def __init__(self, steps: Sequence[Step], inputs: Sequence[int], constants: Mapping[int, Any],
+                 outputs: Sequence[int], keep: set[int] | frozenset[int], checks: StepChecks, *,
+                 tracer: Tracer | None = None, cancellable: bool = False,
+                 check_all: bool = False):
+        self.steps = tuple(steps)
+        self.checks = checks
+        self.filename = FILENAME.format(next(_numbers))
+        self._check_all = check_all
+        self._own: set[int] = set()  # lines whose failure is the host's own error
+        self._owner: list[int] = []  # line -> step index
+        self._lines: list[str] = []
+        steps = self.steps
         names: dict[str, Any] = {
-            "nd": np.ndarray, "rc": sys.getrefcount, "chk": check, "chkn": check_count,
-            "SOLE": SOLE_OWNER, "tuple": tuple, "list": list, "len": len,
+            "nd": np.ndarray, "rc": sys.getrefcount, "SOLE": SOLE_OWNER,
+            "chk": lambda i, j, v: checks.output(steps[i], j, v),
+            "chk1": lambda i, v: checks.called(steps[i], v),
+            "chkn": lambda i, r: checks.count(steps[i], r),
+            "stop": lambda i: checks.cancelled(steps[i]),
+            "getattr": getattr,
         }
-        lines: list[str] = []
-        owner: list[int] = []
-
-        def emit(text: str, step: int = -1) -> None:
-            lines.append(text)
-            owner.append(step)
-            if "chk" in text:
-                self.check_lines.add(len(lines))
-
+        if tracer is not None:
+            names["span"] = tracer.span
         for s, value in constants.items():
             names[f"c{s}"] = value
 
@@ -74,47 +184,82 @@ class CompiledRun:
                 return "None"
             return f"c{s}" if s in constants else f"v{s}"
 
-        emit("def run(values):")
+        emit = self._emit
+        emit("def run(values, cancel):")
         for s in inputs:
             emit(f"    v{s} = values[{s}]")
         for i, step in enumerate(steps):
             args = ", ".join(ref(s) for s in step.inputs)
+            indent = "    "
+            if cancellable:
+                emit(f"{indent}if cancel.terminate: stop({i})", i, own=True)
+            if tracer is not None:
+                indent = self._emit_span(names, i, step, args, indent)
             if step.copy is not None:
                 src, dst = step.copy
                 names[f"down{i}"], names[f"up{i}"] = src.download, dst.upload
-                emit(f"    v{step.outputs[0]} = up{i}(down{i}({args}))", i)
+                emit(f"{indent}v{step.outputs[0]} = up{i}(down{i}({args}))", i)
             else:
-                self._emit_node(emit, names, i, step, args, keep, ref)
+                self._emit_node(names, i, step, args, keep, ref, indent)
             for s in step.release:
                 if s not in constants:
                     emit(f"    v{s} = None", i)
-        emit("    return [" + ", ".join(ref(s) for s in output_slots) + "]")
-        source = "\n".join(lines) + "\n"
-        code = compile(source, FILENAME, "exec")
-        exec(code, names)  # noqa: S102 (our own generated source, built from slot numbers)
-        self.run: Callable[[list[Any]], list[Any]] = names["run"]
-        self.lines = [-1, *owner]  # line numbers start at 1
-        self.source = source
+        emit("    return [" + ", ".join(ref(s) for s in outputs) + "]")
+        self.source = "\n".join(self._lines) + "\n"
+        exec(compile(self.source, self.filename, "exec"), names)  # noqa: S102 (our own source)
+        self._run: Callable[[Mapping[int, Any], Any], list[Any]] = names["run"]
 
-    @staticmethod
-    def _emit_node(emit: Callable[..., None], names: dict[str, Any], i: int, step: Any,
-                   args: str, keep: set[int], ref: Callable[[int], str]) -> None:
+    def __call__(self, values: Mapping[int, Any], cancel: Any = None) -> list[Any]:
+        try:
+            return self._run(values, cancel)
+        except Exception as exc:
+            line = self._failed_line(exc.__traceback__)
+            if line is None or line in self._own:
+                raise
+            raise self.checks.failure(self.steps[self._owner[line - 1]], exc) from exc
+
+    def _emit(self, text: str, step: int = -1, own: bool = False) -> None:
+        self._lines.append(text)
+        self._owner.append(step)
+        if own:
+            self._own.add(len(self._lines))
+
+    def _emit_span(self, names: dict[str, Any], i: int, step: Step, args: str,
+                   indent: str) -> str:
+        """Open the step's trace span; returns the indent of the step's body."""
+        if step.copy is not None:
+            src, dst = step.copy
+            names[f"A{i}"] = {"source": src.name, "destination": dst.name}
+            names[f"S{i}"] = f"copy {src.name}->{dst.name}"
+            self._emit(f"{indent}with span(S{i}, 'copy', bytes=getattr({args}, 'nbytes', 0), "
+                       f"**A{i}):", i, own=True)
+        else:
+            names[f"A{i}"] = dict(step.span)
+            names[f"S{i}"] = step.name
+            self._emit(f"{indent}with span(S{i}, 'node', **A{i}):", i, own=True)
+        return indent + "    "
+
+    def _emit_node(self, names: dict[str, Any], i: int, step: Step, args: str,
+                   keep: set[int] | frozenset[int], ref: Callable[[int], str],
+                   indent: str) -> None:
+        """One kernel call and the checks of its outputs: ``Kernel.call`` for a kernel with
+        one output (a dead input handed over as ``out=`` where it can take it), else
+        ``Kernel.run`` and its sequence of outputs."""
+        emit = self._emit
         kernel = step.kernel
-        indent = "    "
         if step.lock is not None:
             names[f"L{i}"] = step.lock
-            emit(f"    with L{i}:", i)
-            indent = "        "
+            emit(f"{indent}with L{i}:", i)
+            indent += "    "
         scope = ""
         if step.scope:
             scope = "scope={" + ", ".join(f"{n!r}: {ref(s)}" for n, s in step.scope) + "}"
         live = [s for s in step.outputs if s >= 0]
-        single = (kernel.call is not None and len(step.outputs) == 1 and live and not scope)
-        if single:
+        if kernel.call is not None and len(step.outputs) == 1 and live and not scope:
             names[f"k{i}"] = kernel.call
             out = step.outputs[0]
-            donor = CompiledRun._donor(step, keep)
-            dtype, shape = step.expect[0]
+            donor = _donor(step, keep)
+            dtype, shape = step.expect[0] if step.expect else (None, None)
             if donor is not None and _worth_donating(dtype, shape):
                 # the donor must be the output's own dtype and shape, held by nothing else
                 names[f"t{i}_d"] = np.dtype(dtype)
@@ -126,65 +271,102 @@ class CompiledRun:
                 emit(f"{indent}d = None", i)
             else:
                 emit(f"{indent}v{out} = k{i}({args})", i)
-            CompiledRun._emit_check(emit, names, i, 0, out, step.expect[0], indent, single=True)
+            self._emit_check(names, i, 0, out, (dtype, shape), indent, called=True)
             return
         names[f"k{i}"] = kernel.run
         call_args = ", ".join(a for a in (args, scope) if a)
         emit(f"{indent}r = k{i}({call_args})", i)
-        need = sum(1 for s in step.outputs if s >= 0)
         emit(f"{indent}if (r.__class__ is not tuple and r.__class__ is not list) or len(r) < "
-             f"{need}: r = chkn({i}, r)", i)
+             f"{len(live)}: r = chkn({i}, r)", i, own=True)
         for j, s in enumerate(step.outputs):
             if s < 0:
                 continue
             emit(f"{indent}v{s} = r[{j}]", i)
-            CompiledRun._emit_check(emit, names, i, j, s, step.expect[j], indent)
+            expect = step.expect[j] if j < len(step.expect) else (None, None)
+            self._emit_check(names, i, j, s, expect, indent)
         emit(f"{indent}r = None", i)
 
-    @staticmethod
-    def _donor(step: Any, keep: set[int]) -> int | None:
-        """The input slot the kernel may write its output into: dead after this step, not kept,
-        read once by it."""
-        for index in step.kernel.inplace:
-            if index >= len(step.inputs):
-                continue
-            s = step.inputs[index]
-            if s < 0 or s in keep or s not in step.release:
-                continue
-            if step.inputs.count(s) != 1 or any(s == o for _, o in step.scope):
-                continue
-            return s
-        return None
-
-    @staticmethod
-    def _emit_check(emit: Callable[..., None], names: dict[str, Any], i: int, j: int, s: int,
-                    expect: tuple[Any, Any], indent: str, single: bool = False) -> None:
-        """The quick test of one output; ``single``: the value came from ``Kernel.call``, which
-        may return a tuple (the full check takes its first entry)."""
+    def _emit_check(self, names: dict[str, Any], i: int, j: int, s: int,
+                    expect: tuple[Any, Any], indent: str, called: bool = False) -> None:
+        """The quick test of one output, falling back to the full check when it fails;
+        ``called``: the value came from ``Kernel.call``, which may return a tuple."""
+        full = f"chk1({i}, v{s})" if called else f"chk({i}, {j}, v{s})"
         dtype, shape = expect
-        if dtype is None:
-            if shape is not None:  # no dtype to test: the full check decides on the shape
-                emit(f"{indent}v{s} = chk({i}, {j}, v{s})", i)
-            elif single:
-                emit(f"{indent}if v{s}.__class__ is not nd: v{s} = chk({i}, {j}, v{s})", i)
+        if self._check_all or (dtype is None and shape is not None):
+            self._emit(f"{indent}v{s} = {full}", i, own=True)
             return
-        names[f"t{i}_{j}"] = np.dtype(dtype)
-        test = f"v{s}.__class__ is not nd or v{s}.dtype is not t{i}_{j}"
-        if shape is not None:
-            if all(d is not None for d in shape):
-                test += f" or v{s}.shape != {tuple(shape)!r}"
-            else:
-                test += f" or v{s}.ndim != {len(shape)}"
-                test += "".join(f" or v{s}.shape[{a}] != {d}"
-                                for a, d in enumerate(shape) if d is not None)
-        emit(f"{indent}if {test}: v{s} = chk({i}, {j}, v{s})", i)
+        test = f"v{s}.__class__ is not nd"
+        if dtype is not None:
+            names[f"t{i}_{j}"] = np.dtype(dtype)
+            test += f" or v{s}.dtype is not t{i}_{j}"
+            if shape is not None:
+                if all(d is not None for d in shape):
+                    test += f" or v{s}.shape != {tuple(shape)!r}"
+                else:
+                    test += f" or v{s}.ndim != {len(shape)}"
+                    test += "".join(f" or v{s}.shape[{a}] != {d}"
+                                    for a, d in enumerate(shape) if d is not None)
+        self._emit(f"{indent}if {test}: v{s} = {full}", i, own=True)
 
-    def failed_line(self, tb: Any) -> int | None:
-        """The generated line that raised, from a traceback (``None``: not from our code)."""
+    def _failed_line(self, tb: Any) -> int | None:
+        """The line of this function that raised, from a traceback (``None``: not ours)."""
         found = None
         while tb is not None:
-            if tb.tb_frame.f_code.co_filename == FILENAME:
+            if tb.tb_frame.f_code.co_filename == self.filename:
                 found = tb.tb_lineno
             tb = tb.tb_next
         return found
 
+
+def _donor(step: Step, keep: set[int] | frozenset[int]) -> int | None:
+    """The input slot the kernel may write its output into: dead after this step, not kept,
+    read once by it."""
+    for index in step.kernel.inplace:
+        if index >= len(step.inputs):
+            continue
+        s = step.inputs[index]
+        if s < 0 or s in keep or s not in step.release:
+            continue
+        if step.inputs.count(s) != 1 or any(s == o for _, o in step.scope):
+            continue
+        return s
+    return None
+
+
+class PlanRun:
+    """Runs a :class:`~ep_host.plan.Plan`: its function for plain runs is compiled at creation;
+    the one that reads ``RunOptions.terminate`` before every step, on the first run that asks."""
+
+    def __init__(self, plan: Plan, checks: StepChecks, tracer: Tracer | None = None):
+        self.plan = plan
+        self.checks = checks
+        self.tracer = tracer
+        self._inputs = [*plan.input_slots.values(), *plan.outer_slots.values()]
+        self._outputs = [plan.output_slots[n] for n in plan.output_names]
+        self._index = {n: i for i, n in enumerate(plan.output_names)}
+        self.plain = self._compile(cancellable=False)
+        self._cancellable: CompiledSteps | None = None
+
+    def _compile(self, cancellable: bool) -> CompiledSteps:
+        plan = self.plan
+        return CompiledSteps(plan.steps, self._inputs, plan.constants, self._outputs, plan.keep,
+                             self.checks, tracer=self.tracer, cancellable=cancellable,
+                             check_all=self.checks.max_tensor_bytes is not None)
+
+    def run(self, feeds: Mapping[str, Any], scope: Mapping[str, Any] | None = None,
+            names: Sequence[str] | None = None, cancel: Any = None) -> list[Any]:
+        """Run with inputs by name (already checked) and the outer values the graph reads;
+        returns the outputs named in ``names`` (default: all). ``cancel``: a ``RunOptions``."""
+        plan = self.plan
+        values = {plan.input_slots[name]: value for name, value in feeds.items()}
+        for name, s in plan.outer_slots.items():
+            values[s] = scope[name]  # type: ignore[index]
+        if cancel is None:
+            outs = self.plain(values)
+        else:
+            if self._cancellable is None:
+                self._cancellable = self._compile(cancellable=True)
+            outs = self._cancellable(values, cancel)
+        if names is None or names is plan.output_names:
+            return outs
+        return [outs[self._index[n]] for n in names]

@@ -7,7 +7,7 @@ import pytest
 from hostkit import InlineProvider, make_model
 from onnx import TensorProto, helper
 
-from ep_host import CaptureSupport, Device, FunctionKernel, InferenceSession, hookimpl
+from ep_host import CaptureSupport, Device, FunctionKernel, InferenceSession, KernelError, hookimpl
 
 F = TensorProto.FLOAT
 
@@ -65,7 +65,7 @@ def session(host, recorder, options, refuse=(), dim=4):
 
 def test_a_partition_is_recorded_once_and_replayed_with_each_runs_inputs(host):
     recorder = Recorder()
-    s = session(host, recorder, {"enable_cuda_graph": True})
+    s = session(host, recorder, {"enable_device_graph": True})
     (report,) = s.device_graphs
     assert report.captured and report.nodes == ["add", "relu"] and report.reason == ""
     rng = np.random.default_rng(0)
@@ -78,7 +78,7 @@ def test_a_partition_is_recorded_once_and_replayed_with_each_runs_inputs(host):
 
 def test_results_equal_an_unrecorded_run(host):
     x = np.array([-1.0, 2.0, -3.0, 4.0], np.float32)
-    recorded = session(host, Recorder(), {"enable_cuda_graph": True}).run(None, {"x": x})
+    recorded = session(host, Recorder(), {"enable_device_graph": True}).run(None, {"x": x})
     from ep_host.discovery import Host
 
     plain = session(Host(strict=False), Recorder(), {}).run(None, {"x": x})
@@ -94,7 +94,7 @@ def test_without_the_option_nothing_is_recorded(host):
 
 def test_a_kernel_that_cannot_be_recorded_keeps_the_partition_step_by_step(host):
     recorder = Recorder()
-    s = session(host, recorder, {"enable_cuda_graph": True}, refuse=("Relu",))
+    s = session(host, recorder, {"enable_device_graph": True}, refuse=("Relu",))
     (report,) = s.device_graphs
     assert not report.captured
     assert report.reason == "node 'relu' (Relu): Relu keeps state between calls"
@@ -104,7 +104,7 @@ def test_a_kernel_that_cannot_be_recorded_keeps_the_partition_step_by_step(host)
 
 
 def test_a_dynamic_shape_is_named_as_the_reason(host):
-    s = session(host, Recorder(), {"enable_cuda_graph": True}, dim="n")
+    s = session(host, Recorder(), {"enable_device_graph": True}, dim="n")
     (report,) = s.device_graphs
     assert not report.captured and "has no static shape" in report.reason
     assert report.to_dict()["captured"] is False
@@ -114,7 +114,7 @@ def test_a_dynamic_shape_is_named_as_the_reason(host):
 def test_concurrent_runs_of_a_recorded_partition_stay_apart(host, threads):
     import threading
 
-    s = session(host, Recorder(), {"enable_cuda_graph": True})
+    s = session(host, Recorder(), {"enable_device_graph": True})
     inputs = [np.full(4, float(i), np.float32) for i in range(8)]
     failures = []
 
@@ -140,7 +140,7 @@ def test_a_traced_run_shows_a_recorded_partition_as_one_span(host):
     host.register(DeviceProvider("dev", device=recorder.device()), name="dev")
     tracer = Tracer()
     s = InferenceSession(model().SerializeToString(), ["dev"], host=host,
-                         provider_options={"dev": {"enable_cuda_graph": True}}, trace=tracer)
+                         provider_options={"dev": {"enable_device_graph": True}}, trace=tracer)
     x = np.array([-1.0, 2.0, -3.0, 4.0], np.float32)
     for _ in range(2):
         (y,) = s.run(None, {"x": x})
@@ -151,3 +151,44 @@ def test_a_traced_run_shows_a_recorded_partition_as_one_span(host):
     assert spans[0]["args"]["estimated_us"] == pytest.approx(
         nodes["add"].cost_us + nodes["relu"].cost_us)
     assert spans[0]["args"]["device"] == "sim:0"
+
+
+def test_a_provider_may_name_the_option_as_its_runtime_does(host):
+    recorder = Recorder()
+    host.register(DeviceProvider("dev", device=recorder.device(),
+                                 device_graph_option="enable_sim_graph"), name="dev")
+    s = InferenceSession(model().SerializeToString(), ["dev"], host=host,
+                         provider_options={"dev": {"enable_sim_graph": True}})
+    (report,) = s.device_graphs
+    assert report.captured
+    s.run(None, {"x": np.ones(4, np.float32)})
+    assert recorder.recordings == 1
+
+
+def test_the_session_option_records_every_capturing_device_and_never_the_host(host):
+    recorder = Recorder()
+    host.register(DeviceProvider("dev", ops=("Add",), device=recorder.device()), name="dev")
+    host.register(DeviceProvider("cpu", ops=("Relu",)), name="cpu")
+    s = InferenceSession(model().SerializeToString(), ["dev", "cpu"], host=host,
+                         device_graphs=True)
+    assert [(r.provider, r.nodes, r.captured) for r in s.device_graphs] == [
+        ("dev", ["add"], True)]
+    x = np.array([-1.0, 2.0, -3.0, 4.0], np.float32)
+    (y,) = s.run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.maximum(2 * x, 0))
+
+
+def test_a_recorded_partition_checks_what_its_kernels_return(host):
+    """Recording runs the partition's steps through the same checks as any run: a kernel inside
+    it that returns the wrong dtype is named, though the partition's own output is right."""
+    recorder = Recorder()
+
+    class WrongDtype(DeviceProvider):
+        FUNCS = {**DeviceProvider.FUNCS, "Add": lambda a, b: (a + b).astype(np.float64),
+                 "Relu": lambda a: np.maximum(a, 0).astype(np.float32)}
+
+    host.register(WrongDtype("dev", device=recorder.device()), name="dev")
+    s = InferenceSession(model().SerializeToString(), ["dev"], host=host,
+                         provider_options={"dev": {"enable_device_graph": True}})
+    with pytest.raises(KernelError, match="node 'add' .*returned output 0 with dtype float64"):
+        s.run(None, {"x": np.ones(4, np.float32)})

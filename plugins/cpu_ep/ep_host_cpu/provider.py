@@ -124,7 +124,8 @@ CLAIMS = Claims()
 
 @hookimpl
 def ep_host_provider_info() -> ProviderInfo:
-    return ProviderInfo(name="cpu", version=__version__, description="numpy kernels on the host")
+    return ProviderInfo(name="cpu", version=__version__, description="numpy kernels on the host",
+                        aliases=("CPUExecutionProvider",))
 
 
 @hookimpl

@@ -36,6 +36,9 @@ from ep_host_cuda.xp import cupy_namespace, host_namespace
 INSTALL_HINT = "pip install 'ep-host-cuda[cuda12]' (or [cuda13] for CUDA 13 drivers)"
 NAME = "CUDA EP"
 
+ALIASES = ("CUDAExecutionProvider",)  # onnxruntime's name for this provider
+GRAPH_OPTION = "enable_cuda_graph"  # onnxruntime's provider option for CUDA graphs
+
 
 @cache
 def cuda_status() -> tuple[bool, str]:
@@ -181,7 +184,9 @@ class CudaProvider:
     @hookimpl
     def ep_host_provider_info(self) -> ProviderInfo:
         return ProviderInfo(name=self.name, device=self.device, version=__version__,
-                            description=self.description)
+                            description=self.description,
+                            aliases=ALIASES if self.name == "cuda" else (),
+                            device_graph_option=GRAPH_OPTION)
 
     @hookimpl
     def ep_host_supports_op(self, node: NodeView, context: ProviderContext) -> KernelMatch:
@@ -237,7 +242,8 @@ def provider_info() -> ProviderInfo:
     device = Device(name="cuda:0", kind="cuda", **UNMEASURED_LINK)
     return ProviderInfo(name="cuda", device=device, version=__version__, available=False,
                         reason=reason or "CUDA is not usable here",
-                        description="CuPy kernels on an NVIDIA GPU")
+                        description="CuPy kernels on an NVIDIA GPU", aliases=ALIASES,
+                        device_graph_option=GRAPH_OPTION)
 
 
 def _unavailable(node: NodeView) -> KernelMatch:

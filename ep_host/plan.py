@@ -1,0 +1,388 @@
+"""The execution plan: a placed graph as a frozen list of steps over numbered value slots.
+
+Every value gets a slot per device it lives on; a step is a kernel (over one node, or a group of
+nodes) or a device copy, with its input and output slots, the slots that die after it and the
+dtypes and shapes its outputs must have. A plan is built once per (sub)graph and never changed by
+running it; ``ep_host.runloop`` defines what running a step means.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from ep_host.device_graphs import CapturedPartition, PartitionCapture, why_not
+from ep_host.discovery import describe_exception
+from ep_host.errors import KernelError, ModelValidationError, ResourceLimitError
+from ep_host.graph import GraphView, NodeView, ValueView, _captured
+from ep_host.kernel import Kernel
+from ep_host.placement import Placement, implied_transfers
+from ep_host.provider import HOST, Device
+from ep_host.runloop import CompiledSteps, StepChecks
+
+if TYPE_CHECKING:
+    from ep_host.tracing import Tracer
+
+_INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Step:
+    """One step of a plan: a kernel computing ``nodes`` on ``provider``, or a device copy.
+
+    ``inputs``/``outputs``: value slots (``-1`` for an omitted optional value); ``release``: the
+    slots no later step reads; ``expect``: per output, the numpy dtype and shape (``None`` where
+    unknown) the kernel must return; ``scope``: (outer name, slot) pairs a node's bodies read;
+    ``copy``: (source, destination) devices of a copy step; ``lock``: set when the kernel is not
+    thread-safe; ``span``: the trace span's arguments (what placement estimated).
+    """
+
+    name: str
+    op: str
+    kind: str  # "node", "partition" or "copy"
+    nodes: tuple[Any, ...]
+    kernel: Kernel | None
+    provider: str | None
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    expect: tuple[tuple[Any, Any], ...] = ()
+    release: tuple[int, ...] = ()
+    scope: tuple[tuple[str, int], ...] = ()
+    copy: tuple[Device, Device] | None = None
+    lock: Any = None
+    span: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def subject(self) -> str:
+        """How messages name the step: ``node 'conv1'``, ``partition '...'``."""
+        return f"{self.kind} {self.name!r}"
+
+    @property
+    def node(self) -> NodeView | None:
+        """The node of a one-node step (``None`` for copies and partitions)."""
+        return self.nodes[0] if self.kind == "node" else None
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """A placed graph ready to run: its steps, slots, constants and outputs.
+
+    ``placement`` is the placement the kernels were made for (a kernel that failed to build moves
+    its node to the next claimant, in a new placement value). ``outer_slots``: values read from an
+    enclosing graph (a control-flow body's outer scope). ``keep``: slots that are never freed or
+    written into (inputs, constants, outputs). ``device_graphs``: what became of each device
+    partition whose provider asked for device graphs.
+    """
+
+    label: str
+    graph_name: str
+    placement: Placement
+    steps: tuple[Step, ...]
+    n_slots: int
+    input_slots: Mapping[str, int]
+    outer_slots: Mapping[str, int]
+    output_names: tuple[str, ...]
+    output_slots: Mapping[str, int]
+    constants: Mapping[int, Any]
+    keep: frozenset[int]
+    device_graphs: tuple[PartitionCapture, ...] = ()
+
+
+class KernelSource(Protocol):
+    """What building a plan needs from the session: kernels, devices and its settings."""
+
+    checks: StepChecks
+    tracer: Tracer | None
+    max_tensor_bytes: int | None
+
+    def create_kernel(self, node: NodeView, provider: str, placement: Placement) -> Kernel: ...
+
+    def device(self, provider: str) -> Device: ...
+
+    def wants_device_graph(self, provider: str) -> bool: ...
+
+
+def expected_output(value: ValueView | None) -> tuple[Any, tuple[int | None, ...] | None]:
+    """The numpy dtype and shape (``None`` for dims not known statically) a kernel must return
+    for ``value``, as far as loading inferred them."""
+    if value is None or value.kind != "tensor" or value.dtype is None:
+        return None, None
+    dtype = value.dtype.numpy
+    if dtype is None or np.dtype(dtype).kind in "OUS":
+        dtype = None  # strings: kernels may return object or unicode arrays
+    shape = None if value.shape is None else tuple(
+        d if isinstance(d, int) else None for d in value.shape)
+    return dtype, shape
+
+
+def captured_names(node: NodeView) -> set[str]:
+    """Outer-scope names the bodies of ``node`` read."""
+    out: set[str] = set()
+    for sub in node.subgraphs.values():
+        out |= graph_captures(sub)
+    return out
+
+
+def graph_captures(graph: GraphView) -> set[str]:
+    """Outer-scope names ``graph`` reads (a control-flow body's free values)."""
+    return _captured(graph._proto)
+
+
+def reassigned(placement: Placement, node: str, provider: str) -> Placement:
+    """``placement`` with ``node`` on ``provider`` and the device copies that implies."""
+    cost = placement.table.answers[node][provider].cost.total_us
+    nodes = [replace(n, provider=provider, cost_us=cost) if n.name == node else n
+             for n in placement.nodes]
+    moved = replace(placement, nodes=nodes, transfers=[])
+    moved.transfers = implied_transfers(moved)
+    return moved
+
+
+def build_plan(source: KernelSource, graph: GraphView, placement: Placement, *, label: str,
+               outer: Iterable[str] = (), body: bool = False) -> Plan:
+    """Create every kernel of ``graph`` as ``placement`` says and lay out the steps.
+
+    ``outer``: names the graph reads from an enclosing graph; ``body``: a control-flow body
+    (its steps are never recorded as device graphs)."""
+    return _Builder(source, graph, placement, label, body).build(sorted(set(outer)))
+
+
+class _Builder:
+    def __init__(self, source: KernelSource, graph: GraphView, placement: Placement, label: str,
+                 body: bool):
+        self.source = source
+        self.graph = graph
+        self.placement = placement
+        self.label = label
+        self.body = body
+        self.slots: dict[tuple[str, str], int] = {}  # (value, device) -> slot
+        self.constants: dict[int, Any] = {}
+        self.home: dict[str, Device] = {}  # value -> the device its producer runs on
+        self.steps: list[Step] = []
+        self.device_graphs: list[PartitionCapture] = []
+
+    def slot(self, name: str, device: Device) -> int:
+        key = (name, device.name)
+        if key not in self.slots:
+            self.slots[key] = len(self.slots)
+        return self.slots[key]
+
+    def fetch(self, value: ValueView, device: Device) -> int:
+        """The slot holding ``value`` on ``device``, adding a copy step the first time."""
+        if (value.name, device.name) in self.slots:
+            return self.slots[(value.name, device.name)]
+        if value.is_constant and value.name not in self.home:
+            s = self.slot(value.name, device)
+            self.constants[s] = device.upload(value.value)
+            return s
+        src = self.home[value.name]
+        src_slot = self.slots[(value.name, src.name)]
+        dst_slot = self.slot(value.name, device)
+        self.steps.append(Step(f"copy {value.name}", "copy", "copy", (), None, None,
+                               (src_slot,), (dst_slot,), copy=(src, device)))
+        return dst_slot
+
+    def build(self, outer: list[str]) -> Plan:
+        graph = self.graph
+        input_slots = {v.name: self.slot(v.name, HOST) for v in graph.inputs}
+        outer_slots = {name: self.slot(name, HOST) for name in outer}
+        for name in (*input_slots, *outer_slots):
+            self.home[name] = HOST
+        where = {n.name: n.provider for n in self.placement.nodes}
+        for node in self.placement.table.nodes:
+            if node.outputs and all(v is None or v.is_constant for v in node.outputs):
+                continue  # its values are known at load (a Constant): consumers read them
+            self.steps.append(self.node_step(node, where[node.name]))
+        output_slots = {}
+        for v in graph.outputs:
+            if v.name not in self.home and not v.is_constant:
+                raise ModelValidationError(
+                    f"{self.label}: graph output {v.name!r} of graph {graph.name!r} is never "
+                    "computed")
+            output_slots[v.name] = self.fetch(v, HOST)
+        keep = frozenset({*self.constants, *output_slots.values(), *input_slots.values(),
+                          *outer_slots.values()})
+        steps = self.steps if self.body else self.record_partitions(keep)
+        return Plan(
+            label=self.label, graph_name=graph.name, placement=self.placement,
+            steps=tuple(with_releases(steps, keep)), n_slots=len(self.slots),
+            input_slots=MappingProxyType(input_slots),
+            outer_slots=MappingProxyType(outer_slots),
+            output_names=tuple(v.name for v in graph.outputs),
+            output_slots=MappingProxyType(output_slots),
+            constants=MappingProxyType(self.constants), keep=keep,
+            device_graphs=tuple(self.device_graphs))
+
+    def node_step(self, node: NodeView, provider: str) -> Step:
+        kernel, provider = self.kernel(node, provider)
+        device = self.source.device(provider)
+        answer = self.placement.table.answers[node.name][provider]
+        host_inputs = set(answer.host_inputs)
+        in_slots = []
+        constants = {}
+        for i, value in enumerate(node.inputs):
+            if value is None:
+                in_slots.append(-1)
+                continue
+            s = self.fetch(value, HOST if i in host_inputs else device)
+            in_slots.append(s)
+            if s in self.constants:
+                constants[i] = self.constants[s]
+        scope: tuple[tuple[str, int], ...] = ()
+        if node.has_subgraphs:
+            scope = tuple((n, self.fetch(self.graph.values[n], HOST))
+                          for n in sorted(captured_names(node)))
+        try:
+            kernel.prepare(constants)
+        except Exception as exc:
+            raise KernelError(
+                f"{self.label}: provider {provider!r} failed to prepare the kernel "
+                f"for node {node.name!r}: {describe_exception(exc)}") from exc
+        out_slots = []
+        for value in node.outputs:
+            if value is None:
+                out_slots.append(-1)
+                continue
+            self.check_static_size(node, value)
+            out_slots.append(self.slot(value.name, device))
+            self.home[value.name] = device
+        cost = answer.cost
+        span = {"op_type": node.qualified_op, "provider": provider, "device": device.name,
+                "bytes": cost.bytes_moved, "flops": cost.flops, "estimated_us": cost.total_us}
+        return Step(node.name, node.qualified_op, "node", (node,), kernel, provider,
+                    tuple(in_slots), tuple(out_slots),
+                    expect=tuple(expected_output(v) for v in node.outputs), scope=scope,
+                    lock=None if kernel.thread_safe else threading.Lock(),
+                    span=MappingProxyType(span))
+
+    def kernel(self, node: NodeView, provider: str) -> tuple[Kernel, str]:
+        """The kernel for ``node`` from ``provider``; when that fails, from the next provider
+        that claimed it (the plan's placement becomes a new value with the node moved). With no
+        other claimant the failure is raised; when every claimant fails, a KernelError lists
+        them all."""
+        try:
+            return self.source.create_kernel(node, provider, self.placement), provider
+        except KernelError as first:
+            failures = [str(first)]
+            for other in self.placement.table.claimants(node.name):
+                if other == provider:
+                    continue
+                try:
+                    kernel = self.source.create_kernel(node, other, self.placement)
+                except KernelError as exc:
+                    failures.append(str(exc))
+                    continue
+                self.placement = reassigned(self.placement, node.name, other)
+                self.source.checks.warnings.append(
+                    f"{failures[0]}; node {node.name!r} runs on {other!r} instead")
+                return kernel, other
+            if len(failures) == 1:
+                raise
+            raise KernelError(
+                f"{self.label}: no provider that claims node {node.name!r} could create its "
+                "kernel:\n  " + "\n  ".join(failures)) from first
+
+    def check_static_size(self, node: NodeView, value: ValueView) -> None:
+        """Refuse, before any run allocates it, an output whose static size overflows int64 or
+        exceeds the session's ``max_tensor_bytes``."""
+        if value.dtype is None or not value.is_static:
+            return
+        count = math.prod(value.shape)
+        if count > _INT64_MAX:
+            raise ResourceLimitError(
+                f"{self.label}: output {value.name!r} of node {node.name!r} has shape "
+                f"{list(value.shape)}, whose element count overflows int64")
+        limit = self.source.max_tensor_bytes
+        nbytes = value.dtype.storage_bytes(count)
+        if limit is not None and nbytes > limit:
+            raise ResourceLimitError(
+                f"{self.label}: output {value.name!r} of node {node.name!r} would take {nbytes} "
+                f"bytes (shape {list(value.shape)}), over the limit of {limit} "
+                "(max_tensor_bytes / EP_HOST_MAX_TENSOR_BYTES)")
+
+    # -- device graphs ------------------------------------------------------------------------
+
+    def record_partitions(self, keep: frozenset[int]) -> list[Step]:
+        """Runs of consecutive node steps on one device whose provider asks for device graphs
+        become one step that records them once and replays them; each run's outcome (recorded,
+        or why not) goes to ``device_graphs``."""
+        steps, source = self.steps, self.source
+
+        def wants(step: Step) -> bool:
+            return (step.kind == "node" and not source.device(step.provider).is_host
+                    and source.wants_device_graph(step.provider))
+
+        out: list[Step] = []
+        i = 0
+        while i < len(steps):
+            if not wants(steps[i]):
+                out.append(steps[i])
+                i += 1
+                continue
+            j = i
+            while j < len(steps) and wants(steps[j]) and steps[j].provider == steps[i].provider:
+                j += 1
+            out.extend(self.partition(steps[i:j], steps[j:], keep))
+            i = j
+        return out
+
+    def partition(self, part: list[Step], later: list[Step], keep: frozenset[int]) -> list[Step]:
+        """``part`` as one recording step, or unchanged (with the reason) when it cannot be."""
+        provider = part[0].provider
+        device = self.source.device(provider)
+        report = PartitionCapture(provider, device.name, [s.name for s in part])
+        self.device_graphs.append(report)
+        where = {s: device for (_, device), s in self.slots.items()}
+        names = {s: name for (name, _), s in self.slots.items()}
+        produced = {s for step in part for s in step.outputs if s >= 0}
+        reads = [s for step in part for s in step.inputs if s >= 0 and s not in produced]
+        inputs = list(dict.fromkeys(s for s in reads if s not in self.constants))
+        reason = why_not(part, device)
+        if not reason:
+            host_read = [s for s in inputs if where[s] == HOST.name]
+            if host_read:
+                reason = f"reads host value {names[host_read[0]]!r} at run time"
+        if reason:
+            report.reason = reason
+            return part
+        needed = {s for step in later for s in (*step.inputs, *(o for _, o in step.scope))}
+        outputs = [s for step in part for s in step.outputs
+                   if s >= 0 and (s in needed or s in keep)]
+        constants = {s: self.constants[s] for s in reads if s in self.constants}
+        computed = [s for step in part for s in step.outputs if s >= 0]
+        # every value stays alive and nothing is written in place: a replay reuses the memory
+        record = CompiledSteps(part, inputs, constants, computed, frozenset(self.slots),
+                               self.source.checks)
+        kernel = CapturedPartition(record, device, inputs, computed, outputs)
+        name = f"device graph {len(self.device_graphs)} on {provider}"
+        views = [self.graph.values.get(names[s]) for s in outputs]
+        report.captured = True
+        span = {"op_type": f"device graph of {len(part)} nodes", "provider": provider,
+                "device": device.name,
+                **{k: sum(s.span[k] for s in part) for k in ("bytes", "flops", "estimated_us")}}
+        return [Step(name, f"device graph of {len(part)} nodes", "partition",
+                     tuple(n for s in part for n in s.nodes), kernel, provider,
+                     tuple(inputs), tuple(outputs),
+                     expect=tuple(expected_output(v) for v in views),
+                     lock=threading.Lock(), span=MappingProxyType(span))]
+
+
+def with_releases(steps: Sequence[Step], keep: frozenset[int]) -> list[Step]:
+    """``steps`` with each slot freed right after its last reader (or writer), except ``keep``."""
+    last_use: dict[int, int] = {}
+    for i, step in enumerate(steps):
+        for s in (*step.inputs, *step.outputs, *(s for _, s in step.scope)):
+            if s >= 0:
+                last_use[s] = i
+    frees: dict[int, list[int]] = {}
+    for s, i in last_use.items():
+        if s not in keep:
+            frees.setdefault(i, []).append(s)
+    return [replace(step, release=tuple(frees[i])) if i in frees else step
+            for i, step in enumerate(steps)]
