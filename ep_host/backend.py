@@ -13,9 +13,19 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep
 
-from ep_host.session import InferenceSession
+from ep_host.discovery import Host
+from ep_host.session import InferenceSession, select_providers
 
-DEVICE_PROVIDERS = {"CPU": ["cpu"], "CUDA": ["cuda", "cpu"]}
+
+def device_providers(device: str, host: Host) -> list[str]:
+    """The available providers whose device is of ``device``'s kind (the backend API's "CPU",
+    "CUDA:0"...: ``Device.kind`` ``cpu``, ``cuda``), then those on the host, in the host's
+    default order."""
+    kind = str(device).split(":")[0].lower()
+    available = [p for p in select_providers(host, None) if host.records[p].available]
+    on_device = [p for p in available if host.records[p].info.device.kind == kind]
+    on_host = [p for p in available if host.records[p].info.device.is_host]
+    return list(dict.fromkeys([*on_device, *on_host]))
 
 
 def to_value(item: Any) -> Any:
@@ -45,14 +55,15 @@ class EpHostRep(BackendRep):
 
 
 class EpHostBackend(Backend):
-    """Runs models on ep-host; ``device`` picks providers ("CPU": cpu; "CUDA": cuda then cpu),
-    or pass ``providers=[...]`` explicitly."""
+    """Runs models on ep-host; ``device`` picks the providers on that kind of device, then the
+    host's ("CUDA": the CUDA EP, then the CPU EP), or pass ``providers=[...]`` explicitly."""
 
     @classmethod
     def prepare(cls, model: onnx.ModelProto, device: str = "CPU", **kwargs: Any) -> EpHostRep:
         providers: Sequence[str] | None = kwargs.pop("providers", None)
         if providers is None:
-            providers = DEVICE_PROVIDERS.get(str(device).split(":")[0].upper(), ["cpu"])
+            host = kwargs.setdefault("host", Host.discover())
+            providers = device_providers(device, host)
         session = InferenceSession(model.SerializeToString() if isinstance(model, onnx.ModelProto)
                                    else model, list(providers), **kwargs)
         return EpHostRep(session)
@@ -64,15 +75,9 @@ class EpHostBackend(Backend):
 
     @classmethod
     def supports_device(cls, device: str) -> bool:
-        kind = str(device).split(":")[0].upper()
-        if kind == "CPU":
-            return True
-        if kind == "CUDA":
-            from ep_host.discovery import Host
-
-            record = Host.discover(["cuda"]).records.get("cuda")
-            return record is not None and record.available
-        return False
+        kind = str(device).split(":")[0].lower()
+        host = Host.discover()
+        return any(r.available and r.info.device.kind == kind for r in host.records.values())
 
 
 prepare = EpHostBackend.prepare

@@ -232,3 +232,37 @@ def test_constant_nodes_feed_their_consumers(host):
     for _ in range(2):
         (y,) = session.run(None, {"x": np.ones(3, np.float32)})
         np.testing.assert_array_equal(y, [2.0, 3.0, 4.0])
+
+
+def test_the_backend_picks_providers_by_device_kind_not_by_name(tensors):
+    """onnx's backend API names devices ("CPU", "CUDA:0"); the providers come from each one's
+    ``Device.kind``, device providers first, then the host's."""
+    from ep_host.backend import EpHostBackend, device_providers
+    from ep_host.discovery import Host
+
+    host = Host(strict=False)
+    host.register(InlineProvider("gpu_b", device=Device(name="cuda:0", kind="cuda")),
+                  name="gpu_b")
+    host.register(InlineProvider("host_a"), name="host_a")
+    host.register(InlineProvider("npu", device=Device(name="npu:0", kind="npu")), name="npu")
+    assert device_providers("CUDA:0", host) == ["gpu_b", "host_a"]
+    assert device_providers("CPU", host) == ["host_a"]
+    rep = EpHostBackend.prepare(add_relu_model(), "CUDA", host=host)
+    assert rep.session.get_providers() == ["gpu_b", "host_a"]
+    (out,) = rep.run([tensors.x, tensors.y])
+    np.testing.assert_array_equal(out, np.maximum(tensors.x + tensors.y, 0))
+
+
+def test_a_third_party_provider_gets_aliases_and_the_default_order_from_its_info(host, tensors):
+    """Aliases and the default order (device providers first, host ones last) come from
+    ``ProviderInfo`` and ``Device``, so any provider gets what the first-party ones get."""
+    from ep_host.session import select_providers
+
+    host.register(InlineProvider("alpha", aliases=("AlphaExecutionProvider",)), name="alpha")
+    host.register(InlineProvider("zeta", device=SIM), name="zeta")
+    assert select_providers(host, None) == ["zeta", "alpha"]
+    session = InferenceSession(add_relu_model().SerializeToString(),
+                               ["AlphaExecutionProvider"], host=host)
+    assert session.get_providers() == ["alpha"]
+    (out,) = session.run(None, {"x": tensors.x, "y": tensors.y})
+    np.testing.assert_array_equal(out, np.maximum(tensors.x + tensors.y, 0))
