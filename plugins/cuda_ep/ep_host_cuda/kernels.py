@@ -16,10 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ep_host_cpu.kernels import REGISTRY
-from ep_host_cpu.registry import ALL, FLOATS, NUMERIC, KernelSpec, Registry
-
 from ep_host import CaptureSupport, NodeView, deny, require
+from ep_host.kernels import ALL, FLOATS, NUMERIC, REGISTRY, KernelSpec, Registry
 from ep_host_cuda.xp import is_cupy
 
 # What CuPy stores is the CPU EP's numeric types and bool: no bfloat16, float8, 4-bit or
@@ -156,7 +154,7 @@ def size(xp, data, *, cache=None):
 def _depthwise(xp, x, w, b, *, auto_pad, dilations, pads, strides):
     """Conv with one filter per channel (group == C == M): one multiply-add per kernel tap over
     the whole tensor, instead of a batched GEMM whose inner dimension is the tap count."""
-    from ep_host_cpu.kernels.conv import _attrs, _geometry, _pad, _tap_slices
+    from ep_host.kernels.conv import _attrs, _geometry, _pad, _tap_slices
 
     dtype = x.dtype
     work = xp.float32 if dtype.itemsize < 4 else dtype
@@ -240,20 +238,20 @@ del _spec, _v
 # -- checks the CUDA EP adds ------------------------------------------------------------------
 
 
-def check_dropout(node: NodeView) -> None:
+def check_dropout(node: NodeView, provider: str) -> None:
     """Dropout in training mode draws a random mask; CuPy's generator is not numpy's, so only
     inference (training_mode absent or a constant false) is claimed."""
     mode = node.inputs[2] if len(node.inputs) > 2 else None
     if mode is None:
         return
     require(mode.is_constant and not bool(mode.value.reshape(-1)[0]),
-            "Dropout: CUDA EP computes inference mode only (training_mode absent or a constant "
-            "false), got {} training_mode {!r}; training runs on cpu",
+            "Dropout: {} computes inference mode only (training_mode absent or a constant "
+            "false), got {} training_mode {!r}; training runs on cpu", provider,
             "a constant true" if mode.is_constant else "a run-time", mode.name,
             code="attribute")
 
 
-EXTRA_CHECKS: dict[tuple[str, str], Callable[[NodeView], None]] = {
+EXTRA_CHECKS: dict[tuple[str, str], Callable[[NodeView, str], None]] = {
     ("ai.onnx", "Dropout"): check_dropout,
 }
 

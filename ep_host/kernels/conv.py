@@ -11,7 +11,7 @@ import itertools
 import math
 
 from ep_host import deny, record_kernel_variant, require
-from ep_host_cpu.registry import FLOATS, kernel
+from ep_host.kernels.registry import FLOATS, kernel
 
 FLOATS_BF16 = FLOATS | {"bfloat16"}
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -119,7 +119,7 @@ def _check_window_attributes(node, n_spatial, kernel_shape):
             "{}: kernel_shape must be positive, got {}", op, kernel_shape, code="attribute")
 
 
-def _check_geometry(node, kernel_shape, clamp_same):
+def _check_geometry(node, provider, kernel_shape, clamp_same):
     """With static spatial dims, decline the geometries the kernel would refuse at run time."""
     x = node.inputs[0]
     if x is None or x.shape is None or kernel_shape is None:
@@ -135,7 +135,7 @@ def _check_geometry(node, kernel_shape, clamp_same):
                   attrs.get("pads"), attrs.get("auto_pad", "NOTSET"), attrs.get("ceil_mode", 0),
                   clamp_same)
     except ValueError as exc:
-        deny("{}: CPU EP cannot compute this window geometry: {}", node.op_type, exc,
+        deny("{}: {} cannot compute this window geometry: {}", node.op_type, provider, exc,
              code="attribute")
 
 
@@ -147,13 +147,13 @@ def _input_rank(node):
 # -- Conv -------------------------------------------------------------------------------------
 
 
-def _check_conv(node):
+def _check_conv(node, provider):
     attrs = node.attributes
     op = node.op_type
     x, w = node.inputs[0], node.inputs[1]
     rank = _input_rank(node)
-    require(rank is None or rank >= 3, "{}: CPU EP takes input of rank >= 3 (N, C, D1...), got "
-            "rank {}", op, rank, code="shape")
+    require(rank is None or rank >= 3, "{}: {} takes input of rank >= 3 (N, C, D1...), got "
+            "rank {}", op, provider, rank, code="shape")
     w_shape = w.shape if w is not None else None
     require(rank is None or w_shape is None or len(w_shape) == rank,
             "{}: the weight's rank must equal the input's ({}), got {}", op, rank, w_shape,
@@ -178,7 +178,7 @@ def _check_conv(node):
             require(c == w_shape[1] * group,
                     "{}: input channels ({}) must equal weight channels ({}) x group ({})", op, c,
                     w_shape[1], group, code="shape")
-        _check_geometry(node, spatial, clamp_same=True)
+        _check_geometry(node, provider, spatial, clamp_same=True)
 
 
 def _conv_flops(node):
@@ -590,12 +590,12 @@ class ConvPlan:
 # -- MaxPool, AveragePool ---------------------------------------------------------------------
 
 
-def _check_pool(node, padding_windows_have_values=False):
+def _check_pool(node, provider, padding_windows_have_values=False):
     attrs = node.attributes
     rank = _input_rank(node)
     op = node.op_type
-    require(rank is None or rank >= 3, "{}: CPU EP takes input of rank >= 3 (N, C, D1...), got "
-            "rank {}", op, rank, code="shape")
+    require(rank is None or rank >= 3, "{}: {} takes input of rank >= 3 (N, C, D1...), got "
+            "rank {}", op, provider, rank, code="shape")
     kernel_shape = attrs["kernel_shape"]
     n_spatial = len(kernel_shape)
     require(rank is None or rank - 2 == n_spatial,
@@ -608,12 +608,12 @@ def _check_pool(node, padding_windows_have_values=False):
         dilations = attrs.get("dilations") or (1,) * n_spatial
         extents = [(k - 1) * d + 1 for k, d in zip(kernel_shape, dilations, strict=True)]
         require(all(p < e for p, e in zip(pads, extents + extents, strict=True)),
-                "{}: CPU EP takes pads smaller than the kernel extent {} (a window made only of "
-                "padding has no value), got pads {}", op, extents, pads, code="attribute")
+                "{}: {} takes pads smaller than the kernel extent {} (a window made only of "
+                "padding has no value), got pads {}", op, provider, extents, pads, code="attribute")
     require(attrs.get("storage_order", 0) in (0, 1),
             "{}: storage_order must be 0 (row major) or 1 (column major), got {}", op,
             attrs.get("storage_order"), code="attribute")
-    _check_geometry(node, kernel_shape, clamp_same=False)
+    _check_geometry(node, provider, kernel_shape, clamp_same=False)
 
 
 def _pool_flops(node):
@@ -820,10 +820,10 @@ def average_pool(xp, x, *, auto_pad, kernel_shape, ceil_mode=0, count_include_pa
 # -- global pools and LRN ---------------------------------------------------------------------
 
 
-def _check_global(node):
+def _check_global(node, provider):
     rank = _input_rank(node)
-    require(rank is None or rank >= 3, "{}: CPU EP takes input of rank >= 3 (N, C, D1...), got "
-            "rank {}", node.op_type, rank, code="shape")
+    require(rank is None or rank >= 3, "{}: {} takes input of rank >= 3 (N, C, D1...), got "
+            "rank {}", node.op_type, provider, rank, code="shape")
 
 
 @kernel("GlobalAveragePool", 1, dtypes=FLOATS, check=_check_global)
@@ -839,12 +839,12 @@ def global_max_pool(xp, x):
     return xp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
 
 
-def _check_lrn(node):
+def _check_lrn(node, provider):
     size = node.attributes["size"]
     require(size >= 1, "LRN: size must be >= 1, got {}", size, code="attribute")
     rank = _input_rank(node)
-    require(rank is None or rank >= 2, "LRN: CPU EP takes input of rank >= 2 (N, C, ...), got "
-            "rank {}", rank, code="shape")
+    require(rank is None or rank >= 2, "LRN: {} takes input of rank >= 2 (N, C, ...), got "
+            "rank {}", provider, rank, code="shape")
 
 
 @kernel("LRN", 1, dtypes=FLOATS, check=_check_lrn)
@@ -866,8 +866,8 @@ def lrn(xp, x, *, size, alpha, beta, bias):
 # -- LpPool, GlobalLpPool ---------------------------------------------------------------------
 
 
-def _check_lp_pool(node):
-    _check_pool(node, padding_windows_have_values=True)  # padding counts as 0 in the norm
+def _check_lp_pool(node, provider):
+    _check_pool(node, provider, padding_windows_have_values=True)  # padding counts as 0 in the norm
     attrs = node.attributes
     p = attrs["p"]
     require(p > 0, "{}: p must be positive, got {}", node.op_type, p, code="attribute")
@@ -913,8 +913,8 @@ def lp_pool(xp, x, *, auto_pad, kernel_shape, p, ceil_mode, dilations=None, pads
     return _lp_pool(xp, x, auto_pad, kernel_shape, p, ceil_mode, dilations, pads, strides)
 
 
-def _check_global_lp(node):
-    _check_global(node)
+def _check_global_lp(node, provider):
+    _check_global(node, provider)
     p = node.attributes["p"]
     require(p > 0, "GlobalLpPool: p must be positive, got {}", p, code="attribute")
 
@@ -930,8 +930,8 @@ def global_lp_pool(xp, x, *, p):
 # -- ConvInteger ------------------------------------------------------------------------------
 
 
-def _check_conv_integer(node):
-    _check_conv(node)
+def _check_conv_integer(node, provider):
+    _check_conv(node, provider)
     x_zp = node.inputs[2] if len(node.inputs) > 2 else None
     w_zp = node.inputs[3] if len(node.inputs) > 3 else None
     require(x_zp is None or x_zp.shape is None or len(x_zp.shape) == 0 or
@@ -992,12 +992,12 @@ def _transpose_pads(spatial, kernel, strides, dilations, output_padding, pads, a
     return full, list(pads[:n]), list(pads[n:])
 
 
-def _check_conv_transpose(node):
+def _check_conv_transpose(node, provider):
     attrs = node.attributes
     x, w = node.inputs[0], node.inputs[1]
     rank = _input_rank(node)
-    require(rank is None or rank >= 3, "ConvTranspose: CPU EP takes input of rank >= 3 (N, C, "
-            "D1...), got rank {}", rank, code="shape")
+    require(rank is None or rank >= 3, "ConvTranspose: {} takes input of rank >= 3 (N, C, "
+            "D1...), got rank {}", provider, rank, code="shape")
     w_shape = w.shape if w is not None else None
     require(rank is None or w_shape is None or len(w_shape) == rank, "ConvTranspose: the "
             "weight's rank must equal the input's ({}), got {}", rank, w_shape, code="shape")
@@ -1102,7 +1102,7 @@ def conv_transpose(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_
 # -- DeformConv -------------------------------------------------------------------------------
 
 
-def _check_deform_conv(node):
+def _check_deform_conv(node, provider):
     attrs = node.attributes
     x, w = node.inputs[:2]
     rank = _input_rank(node)
@@ -1139,7 +1139,7 @@ def _check_deform_conv(node):
                 require(not isinstance(have, int) or have == want[name], "DeformConv: {} needs "
                         "{} channels (offset_group x kernel taps{}), got {}", name, want[name],
                         " x spatial axes" if name == "offset" else "", have, code="shape")
-            _check_geometry(node, kernel, clamp_same=True)
+            _check_geometry(node, provider, kernel, clamp_same=True)
             _check_deform_output(node, kernel)
 
 
@@ -1229,7 +1229,7 @@ def deform_conv(xp, x, w, offset, b=None, mask=None, *, group, offset_group, dil
 ACTIVATIONS = ("none", "silu", "swish")
 
 
-def _check_causal_conv(node):
+def _check_causal_conv(node, provider):
     activation = node.attributes["activation"]
     require(activation in ACTIVATIONS, "CausalConvWithState: activation must be one of {}, got "
             "{!r}", "/".join(ACTIVATIONS), activation, code="attribute")

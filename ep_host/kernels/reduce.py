@@ -11,8 +11,8 @@ norms truncate toward zero, as onnxruntime computes them.
 from __future__ import annotations
 
 from ep_host import require
-from ep_host_cpu.kernels.elementwise import BF16, is_float, upcast
-from ep_host_cpu.registry import FLOATS, NUMERIC, kernel
+from ep_host.kernels.elementwise import BF16, is_float, upcast
+from ep_host.kernels.registry import FLOATS, NUMERIC, kernel
 
 TYPES = FLOATS | {"int32", "int64", "uint32", "uint64"}
 TYPES_12 = TYPES | {"int8", "uint8"}  # ReduceMax/ReduceMin 12+
@@ -231,11 +231,12 @@ def reduce_l2(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _l2, data, axes, keepdims, noop_with_empty_axes)
 
 
-def check_log_reduce(node):
+def check_log_reduce(node, provider):
     x = node.inputs[0]
-    require(x.dtype is None or x.dtype.is_float, "{}-{}: CPU EP takes bfloat16/float16/float32/"
+    require(x.dtype is None or x.dtype.is_float, "{}-{}: {} takes bfloat16/float16/float32/"
             "float64 input, got {}: the spec leaves the rounding of an integer logarithm open; "
-            "cast to float first", node.op_type, node.since_version, x.dtype, code="dtype")
+            "cast to float first", node.op_type, node.since_version, provider, x.dtype,
+            code="dtype")
 
 
 @kernel("ReduceL1", 13, dtypes=TYPES | BF16)

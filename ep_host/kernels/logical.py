@@ -8,8 +8,8 @@ arithmetic ops of that era do.
 from __future__ import annotations
 
 from ep_host import require
-from ep_host_cpu.kernels.elementwise import BF16, legacy_rhs, upcast
-from ep_host_cpu.registry import ALL, ALL_WITH_STRING, FLOATS, INTS, NUMERIC, UNSIGNED, kernel
+from ep_host.kernels.elementwise import BF16, legacy_rhs, upcast
+from ep_host.kernels.registry import ALL, ALL_WITH_STRING, FLOATS, INTS, NUMERIC, UNSIGNED, kernel
 
 BOOL = frozenset({"bool"})
 EQUAL_1 = frozenset({"bool", "int32", "int64"})  # Equal 1 and 7
@@ -134,7 +134,7 @@ def bitwise_not(xp, x):
     return xp.invert(x)
 
 
-def check_bit_shift(node):
+def check_bit_shift(node, provider):
     direction = node.attributes["direction"]
     require(direction in ("LEFT", "RIGHT"), "BitShift: direction must be 'LEFT' or 'RIGHT', got "
             "{!r}", direction, code="attribute")
@@ -189,11 +189,12 @@ def is_nan(xp, x):
 VALUES = ALL_WITH_STRING | {"complex64", "complex128"}  # Where 9; Where 16 adds bfloat16
 
 
-def check_where(node):
+def check_where(node, provider):
     allowed = VALUES | BF16 if node.since_version >= 16 else VALUES
     for value in node.inputs[1:]:
         if value is not None and value.dtype is not None:
-            require(value.dtype.name in allowed, "Where: CPU EP takes {} values, got {} for {!r}",
+            require(value.dtype.name in allowed, "Where: {} takes {} values, got {} for {!r}",
+                    provider,
                     "/".join(sorted(allowed)), value.dtype.name, value.name, code="dtype")
 
 

@@ -17,8 +17,8 @@ from fractions import Fraction
 import numpy as np
 
 from ep_host import deny, dtype, require
-from ep_host_cpu.kernels.elementwise import broadcast_shape
-from ep_host_cpu.registry import ALL, ALL_WITH_STRING, FLOATS, INTS, NUMERIC, kernel
+from ep_host.kernels.elementwise import broadcast_shape
+from ep_host.kernels.registry import ALL, ALL_WITH_STRING, FLOATS, INTS, NUMERIC, kernel
 
 # types numpy lacks, stored as ml_dtypes arrays (2- and 4-bit ones one element per byte)
 EXOTIC = frozenset({"bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
@@ -254,7 +254,7 @@ def _outputs(node):
     return {"n_outputs": len(node.outputs)}
 
 
-def check_split_18(node):
+def check_split_18(node, provider):
     n = node.attributes.get("num_outputs")
     given = len(node.inputs) > 1 and node.inputs[1] is not None
     require((n is None) == given, "Split: version 18 takes the 'split' input or 'num_outputs', "
@@ -341,10 +341,10 @@ def _cast_target(to):
         return None
 
 
-def _check_target(node, op, target, what):
+def _check_target(node, provider, op, target, what):
     types = CAST_TYPES[node.since_version]
     require(target is not None and target.name in types and target.numpy is not None,
-            "{}-{}: CPU EP casts to {}; got {} ({})", op, node.since_version,
+            "{}-{}: {} casts to {}; got {} ({})", op, node.since_version, provider,
             "/".join(sorted(types)), what, "unknown" if target is None else target.name,
             code="dtype")
     if target.name == "float8e8m0":
@@ -353,9 +353,9 @@ def _check_target(node, op, target, what):
                 "got {!r}", op, mode, code="attribute")
 
 
-def check_cast(node):
+def check_cast(node, provider):
     to = node.attributes.get("to")
-    _check_target(node, "Cast", _cast_target(to), f"to={to!r}")
+    _check_target(node, provider, "Cast", _cast_target(to), f"to={to!r}")
 
 
 def _cast_bind(node):
@@ -517,10 +517,10 @@ def cast_9(xp, x, *, to, target=None):
     return cast_to(xp, x, target)
 
 
-def check_cast_like(node):
+def check_cast_like(node, provider):
     like = node.inputs[1]
     if like is not None and like.dtype is not None:
-        _check_target(node, "CastLike", like.dtype, f"target_type {like.name!r}")
+        _check_target(node, provider, "CastLike", like.dtype, f"target_type {like.name!r}")
 
 
 @kernel("CastLike", 25, dtypes=CAST_25, check=check_cast_like)
@@ -546,11 +546,12 @@ def cast_like_15(xp, x, like):
 # ---------------------------------------------------------------------------------------------
 
 
-def check_constant_of_shape(node):
+def check_constant_of_shape(node, provider):
     value = node.attributes.get("value")
     if value is not None:
-        require(_element_type(value) in ALL | EXOTIC, "ConstantOfShape: CPU EP makes {} values, "
-                "got {}", "/".join(sorted(ALL | EXOTIC)), _element_type(value), code="dtype")
+        require(_element_type(value) in ALL | EXOTIC, "ConstantOfShape: {} makes {} values, "
+                "got {}", provider, "/".join(sorted(ALL | EXOTIC)), _element_type(value),
+                code="dtype")
         require(value.size == 1, "ConstantOfShape: 'value' must hold one element, got {}",
                 value.size, code="attribute")
 
@@ -564,12 +565,12 @@ def constant_of_shape(xp, shape, *, value=None):
     return xp.full(dims, value.reshape(-1)[0], dtype=value.dtype)
 
 
-def check_range(node):
+def check_range(node, provider):
     x = node.inputs[0]
     if x is not None and x.dtype is not None and x.dtype.name in ("float16", "bfloat16"):
         stash = node.attributes.get("stash_type")
-        require(stash == 1, "Range: CPU EP computes {} ranges in float32 (stash_type=1), "
-                "got stash_type={}", x.dtype.name, stash, code="attribute")
+        require(stash == 1, "Range: {} computes {} ranges in float32 (stash_type=1), "
+                "got stash_type={}", provider, x.dtype.name, stash, code="attribute")
 
 
 @kernel("Range", 27, dtypes=RANGE_11 | {"float16", "bfloat16"}, host_inputs=(0, 1, 2),
@@ -594,27 +595,30 @@ def range_(xp, start, limit, delta, *, stash_type=1):
 CONSTANT_TYPES = MOVABLE
 
 
-def _constant_value(node):
-    """The array a Constant node produces, built once from its attributes."""
+def check_constant(node, provider):
     attrs = node.attributes
     if "sparse_value" in attrs:
-        deny("Constant: CPU EP does not densify sparse_value; store the value as a dense "
-             "'value' tensor", code="attribute")
+        deny("Constant: {} does not densify sparse_value; store the value as a dense "
+             "'value' tensor", provider, code="attribute")
     if "value" in attrs:
         value = attrs["value"]
-        require(_element_type(value) in CONSTANT_TYPES, "Constant: CPU EP makes {} tensors, got {}",
-                "/".join(sorted(CONSTANT_TYPES)), _element_type(value), code="dtype")
-        return value
+        require(_element_type(value) in CONSTANT_TYPES, "Constant: {} makes {} tensors, got {}",
+                provider, "/".join(sorted(CONSTANT_TYPES)), _element_type(value), code="dtype")
+        return
+    _constant_value(node)
+
+
+def _constant_value(node):
+    """The array a Constant node produces, built once from its (checked) attributes."""
+    attrs = node.attributes
+    if "value" in attrs:
+        return attrs["value"]
     for name, element in (("value_float", np.float32), ("value_floats", np.float32),
                           ("value_int", np.int64), ("value_ints", np.int64),
                           ("value_string", object), ("value_strings", object)):
         if name in attrs:
             return np.array(attrs[name], dtype=element)
     deny("Constant: the node sets none of value, sparse_value, value_*", code="attribute")
-
-
-def check_constant(node):
-    _constant_value(node)
 
 
 @kernel("Constant", 1, 9, 11, 12, 13, 19, 21, 23, 24, 25, dtypes=None, check=check_constant,
@@ -687,7 +691,7 @@ def _pad(xp, data, pads, value, mode, axes=None):
 
 
 def _check_pad(*modes):
-    def check(node):
+    def check(node, provider):
         mode = node.attributes.get("mode", "constant")
         require(mode in modes, "Pad: version {} pads in {} mode, got mode={!r}",
                 node.since_version, "/".join(modes), mode, code="attribute")
@@ -766,14 +770,14 @@ def _scatter(xp, out, index, updates, reduction):
 
 
 def _check_scatter(*reductions):
-    def check(node):
+    def check(node, provider):
         reduction = node.attributes.get("reduction", "none")
         require(reduction in reductions, "{}: version {} reduces by {}, got reduction={!r}",
                 node.op_type, node.since_version, "/".join(reductions), reduction,
                 code="attribute")
         data = node.inputs[0].dtype
         require(reduction == "none" or data is None or data.name in REDUCIBLE,
-                "{}: CPU EP reduces {} data, got {} with reduction={!r}", node.op_type,
+                "{}: {} reduces {} data, got {} with reduction={!r}", node.op_type, provider,
                 "/".join(sorted(REDUCIBLE)), data, reduction, code="dtype")
     return check
 
@@ -815,7 +819,7 @@ def scatter_nd_11(xp, data, indices, updates):
     return _scatter_nd(xp, data, indices, updates, "none")
 
 
-def check_tensor_scatter(node):
+def check_tensor_scatter(node, provider):
     mode = node.attributes.get("mode")
     require(mode in ("linear", "circular"), "TensorScatter: mode is linear or circular, got {!r}",
             mode, code="attribute")
@@ -896,10 +900,10 @@ def compress(xp, x, condition, *, axis=None):
     return xp.take(x, keep, axis=axis)
 
 
-def check_non_zero(node):
+def check_non_zero(node, provider):
     x = node.inputs[0]
-    require(x.rank != 0, "NonZero: CPU EP takes inputs of rank >= 1, got a scalar (the spec "
-            "gives no index layout for rank 0)", code="shape")
+    require(x.rank != 0, "NonZero: {} takes inputs of rank >= 1, got a scalar (the spec "
+            "gives no index layout for rank 0)", provider, code="shape")
 
 
 @kernel("NonZero", 9, 13, dtypes=MOVABLE, check=check_non_zero)
@@ -917,10 +921,11 @@ def _exactly_wider(x):
     return x
 
 
-def check_unique(node):
+def check_unique(node, provider):
     x = node.inputs[0]
     require(node.attributes.get("axis") is None or x.dtype is None or x.dtype.name != "string",
-            "Unique: CPU EP finds unique string sub-tensors only without 'axis'", code="dtype")
+            "Unique: {} finds unique string sub-tensors only without 'axis'", provider,
+            code="dtype")
 
 
 @kernel("Unique", 11, 28, dtypes=MOVABLE, check=check_unique)
@@ -966,10 +971,10 @@ def _eye_type(node):
     return None if code is None else dtype(code)
 
 
-def check_eye_like(node):
+def check_eye_like(node, provider):
     target = _eye_type(node)
-    require(target is None or target.name in EYE_TYPES, "EyeLike: CPU EP makes {} outputs, got "
-            "dtype={}", "/".join(sorted(EYE_TYPES)), target, code="dtype")
+    require(target is None or target.name in EYE_TYPES, "EyeLike: {} makes {} outputs, got "
+            "dtype={}", provider, "/".join(sorted(EYE_TYPES)), target, code="dtype")
     rank = node.inputs[0].rank
     require(rank in (None, 2), "EyeLike: the input must be a matrix, got rank {}", rank,
             code="shape")
@@ -993,7 +998,7 @@ def trilu(xp, x, k=None, *, upper):
     return xp.where(keep, x, _zero(xp, x.dtype))
 
 
-def check_bit_cast(node):
+def check_bit_cast(node, provider):
     to = node.attributes.get("to")
     try:
         target = dtype(to)

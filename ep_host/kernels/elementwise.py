@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ep_host import require
-from ep_host_cpu.registry import FLOATS, INTS, NUMERIC, SIGNED, kernel
+from ep_host.kernels.registry import FLOATS, INTS, NUMERIC, SIGNED, kernel
 
 BF16 = frozenset({"bfloat16"})
 FLOATS_BF16 = FLOATS | BF16
@@ -161,7 +161,7 @@ def div_legacy(xp, a, b, *, broadcast, axis=None):
 # ---------------------------------------------------------------------------------------------
 
 
-def check_mod(node):
+def check_mod(node, provider):
     x = node.inputs[0]
     if node.since_version < 28 and x.dtype is not None and x.dtype.is_float:
         require(node.attributes["fmod"] == 1, "Mod-{}: floating-point inputs need fmod=1, got "
@@ -190,11 +190,11 @@ def mod(xp, a, b, *, fmod):
 POW_EXPONENT = NUMERIC  # Pow 12 and 13; Pow 15 adds bfloat16
 
 
-def check_pow(node):
+def check_pow(node, provider):
     y = node.inputs[1]
     allowed = POW_EXPONENT | BF16 if node.since_version >= 15 else POW_EXPONENT
     if y is not None and y.dtype is not None:
-        require(y.dtype.name in allowed, "Pow: CPU EP takes a {} exponent, got {}",
+        require(y.dtype.name in allowed, "Pow: {} takes a {} exponent, got {}", provider,
                 "/".join(sorted(allowed)), y.dtype.name, code="dtype")
 
 
@@ -512,7 +512,7 @@ def _gelu(xp, y, approximate):
     return t
 
 
-def check_gelu(node):
+def check_gelu(node, provider):
     approximate = node.attributes["approximate"]
     require(approximate in ("none", "tanh"), "Gelu: approximate must be 'none' or 'tanh', got "
             "{!r}", approximate, code="attribute")
@@ -528,13 +528,14 @@ def swish(xp, x, *, alpha):
     return _unary(xp, lambda y: y * _sigmoid(xp, alpha * y), x)
 
 
-def check_shrink(node):
+def check_shrink(node, provider):
     x = node.inputs[0]
     if x.dtype is not None and x.dtype.name in INTS:
         attrs = node.attributes
         for name in ("lambd", "bias"):
-            require(float(attrs[name]).is_integer(), "Shrink: CPU EP shrinks integers only by "
-                    "whole lambd and bias, got {}={}", name, attrs[name], code="attribute")
+            require(float(attrs[name]).is_integer(), "Shrink: {} shrinks integers only by "
+                    "whole lambd and bias, got {}={}", provider, name, attrs[name],
+                    code="attribute")
 
 
 @kernel("Shrink", 9, dtypes=NUMERIC, check=check_shrink)
@@ -554,12 +555,12 @@ def _unidirectional(x, slope):
         raise ValueError(f"slope of shape {slope.shape} does not broadcast to X {x.shape}")
 
 
-def check_prelu_legacy(node):
+def check_prelu_legacy(node, provider):
     x, slope = node.inputs[0], node.inputs[1]
     shape = None if slope.shape is None else tuple(slope.shape)
     ok = shape is not None and (all(d == 1 for d in shape) or shape == tuple(x.shape or ()))
-    require(ok, "PRelu-{}: CPU EP takes a slope of one element or of X's shape, got {} for X {}; "
-            "use PRelu 7+ (numpy broadcasting)", node.since_version, shape, x.shape,
+    require(ok, "PRelu-{}: {} takes a slope of one element or of X's shape, got {} for X {}; "
+            "use PRelu 7+ (numpy broadcasting)", node.since_version, provider, shape, x.shape,
             code="shape")
 
 

@@ -6,8 +6,8 @@ once.
 from __future__ import annotations
 
 from ep_host import require
-from ep_host_cpu.kernels.elementwise import BF16, upcast
-from ep_host_cpu.registry import FLOATS, NUMERIC, kernel
+from ep_host.kernels.elementwise import BF16, upcast
+from ep_host.kernels.registry import FLOATS, NUMERIC, kernel
 
 MATMUL_INTS = frozenset({"int32", "int64", "uint32", "uint64"})
 
@@ -37,11 +37,11 @@ def _matmul_flops(node):
     return 2 * _elements(y.shape if y is not None else None) * _dim(a.shape, -1)
 
 
-def _check_matmul(node):
+def _check_matmul(node, provider):
     for value in node.inputs:
         if value is not None and value.shape is not None:
-            require(len(value.shape) >= 1, "MatMul: CPU EP takes operands of rank >= 1, got a "
-                    "scalar for {!r}", value.name, code="shape")
+            require(len(value.shape) >= 1, "MatMul: {} takes operands of rank >= 1, got a "
+                    "scalar for {!r}", provider, value.name, code="shape")
 
 
 def _prepare_matmul(xp, constants, **_):
@@ -79,12 +79,12 @@ def _gemm_flops(node):
     return 2 * _elements(y.shape if y is not None else None) * _dim(a.shape, 0 if trans_a else -1)
 
 
-def _check_gemm(node):
+def _check_gemm(node, provider):
     attrs = node.attributes
     a, b = node.inputs[0], node.inputs[1]
     for name, value in (("A", a), ("B", b)):
         require(value.shape is None or len(value.shape) == 2,
-                "Gemm: CPU EP takes a 2-D {}, got shape {}", name, value.shape, code="shape")
+                "Gemm: {} takes a 2-D {}, got shape {}", provider, name, value.shape, code="shape")
     c = node.inputs[2] if len(node.inputs) > 2 else None
     require(c is None or c.shape is None or len(c.shape) <= 2,
             "Gemm: C must be unidirectionally broadcastable to (M, N), got shape {}",
@@ -100,8 +100,8 @@ def _check_gemm(node):
     if a.dtype is not None and not a.dtype.is_float:
         alpha, beta = attrs["alpha"], attrs["beta"]
         require(float(alpha).is_integer() and float(beta).is_integer(),
-                "Gemm: CPU EP computes integer Gemm only with whole alpha and beta (exact integer "
-                "arithmetic), got alpha={} beta={}; use float inputs", alpha, beta,
+                "Gemm: {} computes integer Gemm only with whole alpha and beta (exact integer "
+                "arithmetic), got alpha={} beta={}; use float inputs", provider, alpha, beta,
                 code="attribute")
 
 
@@ -176,7 +176,7 @@ def _einsum_terms(equation):
     return lhs.split(","), (rhs if arrow else None)
 
 
-def check_einsum(node):
+def check_einsum(node, provider):
     equation = node.attributes["equation"]
     terms, _ = _einsum_terms(equation)
     n = sum(1 for v in node.inputs if v is not None)
@@ -204,7 +204,7 @@ def einsum(xp, *inputs, equation):
     return xp.asarray(out).astype(inputs[0].dtype, copy=False)
 
 
-def _check_det(node):
+def _check_det(node, provider):
     x = node.inputs[0]
     if x.shape is not None:
         require(len(x.shape) >= 2, "Det: input must have shape [*, M, M], got {}", x.shape,
