@@ -25,6 +25,16 @@ from ep_host.kernels import (  # noqa: F401 (each module registers its kernels)
     text,
     training,
 )
+from ep_host.kernels.conv_geometry import (
+    AUTO_PADS,
+    check_window_attributes,
+    check_window_geometry,
+    input_rank,
+    pad_spatial,
+    strides_and_dilations,
+    tap_slices,
+    window_geometry,
+)
 from ep_host.kernels.registry import (
     ALL,
     ALL_WITH_STRING,
@@ -41,10 +51,12 @@ from ep_host.kernels.registry import (
     check_node,
     kernel,
 )
+from ep_host.kernels.timing import best_seconds, cached_figures
 from ep_host.kernels.work import output_elements, traffic_bytes, work
 
 __all__ = [
     "ALL",
+    "AUTO_PADS",
     "ALL_WITH_STRING",
     "DEFAULT_DOMAIN",
     "FLOATS",
@@ -56,9 +68,18 @@ __all__ = [
     "KernelSpec",
     "Registry",
     "RegistryKernel",
+    "best_seconds",
+    "cached_figures",
     "check_node",
+    "check_window_attributes",
+    "check_window_geometry",
+    "input_rank",
     "kernel",
     "output_elements",
+    "pad_spatial",
+    "strides_and_dilations",
+    "tap_slices",
     "traffic_bytes",
+    "window_geometry",
     "work",
 ]

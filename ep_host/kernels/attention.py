@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ep_host import Kernel, NodeView, ProviderContext, require
+from ep_host import Kernel, NodeView, ProviderContext, element_count, require
 from ep_host import dtype as onnx_dtype
 from ep_host.kernels.registry import FLOATS, kernel
 
@@ -135,8 +135,8 @@ def _attention_flops(node):
     y = node.outputs[0]
     if any(x is None or x.shape is None for x in (q, k, val, y)):
         return 1.0
-    n_y = math.prod(d if isinstance(d, int) else 1 for d in y.shape)
-    n_q = math.prod(d if isinstance(d, int) else 1 for d in q.shape)
+    n_y = element_count(y.shape)
+    n_q = element_count(q.shape)
     total = _total_length(node, len(q.shape)) or 1
     return 2.0 * (n_q + n_y) * total
 

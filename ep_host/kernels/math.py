@@ -5,7 +5,7 @@ once.
 
 from __future__ import annotations
 
-from ep_host import require
+from ep_host import element_count, require
 from ep_host.kernels.elementwise import BF16, upcast
 from ep_host.kernels.registry import FLOATS, NUMERIC, kernel
 
@@ -25,16 +25,9 @@ def _static(shape, i):
     return shape[i] if isinstance(shape[i], int) else None
 
 
-def _elements(shape):
-    n = 1
-    for d in shape or ():
-        n *= d if isinstance(d, int) and d >= 0 else 1
-    return n
-
-
 def _matmul_flops(node):
     a, y = node.inputs[0], node.outputs[0]
-    return 2 * _elements(y.shape if y is not None else None) * _dim(a.shape, -1)
+    return 2 * element_count(y.shape if y is not None else None) * _dim(a.shape, -1)
 
 
 def _check_matmul(node, provider):
@@ -64,9 +57,7 @@ def matmul(xp, a, b, *, packed_b=None):
         k, n = packed_b.shape
         if a.shape[-1] != k:
             raise ValueError(f"MatMul: A's last dimension {a.shape[-1]} must equal B's first {k}")
-        rows = 1
-        for d in a.shape[:-1]:
-            rows *= d
+        rows = element_count(a.shape[:-1])
         y = xp.matmul(upcast(xp, a).reshape(rows, k), packed_b)
         return y.reshape(tuple(a.shape[:-1]) + (n,)).astype(a.dtype, copy=False)
     return xp.matmul(upcast(xp, a), upcast(xp, b)).astype(a.dtype, copy=False)
@@ -76,7 +67,8 @@ def _gemm_flops(node):
     a = node.inputs[0]
     trans_a = node.attributes.get("transA", 0)
     y = node.outputs[0]
-    return 2 * _elements(y.shape if y is not None else None) * _dim(a.shape, 0 if trans_a else -1)
+    k = _dim(a.shape, 0 if trans_a else -1)
+    return 2 * element_count(y.shape if y is not None else None) * k
 
 
 def _check_gemm(node, provider):
@@ -190,8 +182,8 @@ def check_einsum(node, provider):
 def _einsum_flops(node):
     total = 1
     for value in node.inputs:
-        for d in (value.shape or ()) if value is not None else ():
-            total *= d if isinstance(d, int) and d > 0 else 1
+        if value is not None:
+            total *= element_count(value.shape)
     return max(total, 1)
 
 

@@ -8,7 +8,7 @@ once; Softmax and LogSoftmax compute each step in the input's type, as their fun
 
 from __future__ import annotations
 
-from ep_host import require
+from ep_host import element_count, require
 from ep_host.kernels.registry import FLOATS, kernel
 
 FLOATS_BF16 = FLOATS | {"bfloat16"}
@@ -361,12 +361,7 @@ def _softmax(xp, x, axis, log):
 def _softmax_2d(xp, x, axis, log):
     """Versions before 13: coerce to 2-D at ``axis``, normalize each row, restore the shape."""
     axis %= max(x.ndim, 1)
-    rows = cols = 1
-    for i, d in enumerate(x.shape):
-        if i < axis:
-            rows *= d
-        else:
-            cols *= d
+    rows, cols = element_count(x.shape[:axis]), element_count(x.shape[axis:])
     return _softmax(xp, x.reshape(rows, cols), 1, log).reshape(x.shape)
 
 

@@ -9,8 +9,9 @@ nearest even), after clamping to its finite range when ``saturate`` asks for it.
 from __future__ import annotations
 
 import ep_host
-from ep_host import deny, require
-from ep_host.kernels.conv import _check_window_attributes, conv
+from ep_host import deny, element_count, require
+from ep_host.kernels.conv import conv
+from ep_host.kernels.conv_geometry import check_window_attributes
 from ep_host.kernels.registry import kernel
 
 INT_RANGES = {
@@ -351,11 +352,8 @@ def _matmul_flops(node):
     a, b = node.inputs[0], node.inputs[1]
     y = node.outputs[0]
     k = a.shape[-1] if a is not None and a.shape and isinstance(a.shape[-1], int) else 1
-    n = 1
-    for d in (y.shape or ()) if y is not None else ():
-        n *= d if isinstance(d, int) and d > 0 else 1
     del b
-    return 2 * n * k
+    return 2 * element_count(y.shape if y is not None else None) * k
 
 
 def _integer_matmul(xp, a, b):
@@ -422,20 +420,15 @@ def _check_qlinear_conv(node, provider):
             "D1...), got rank {}", provider, rank, code="shape")
     w_rank = None if w is None or w.shape is None else len(w.shape)
     n_spatial = rank - 2 if rank is not None else None if w_rank is None else w_rank - 2
-    _check_window_attributes(node, n_spatial, attrs.get("kernel_shape"))
+    check_window_attributes(node, n_spatial, attrs.get("kernel_shape"))
     require(attrs["group"] >= 1, "QLinearConv: group must be >= 1, got {}", attrs["group"],
             code="attribute")
 
 
 def _qlinear_conv_flops(node):
     w, y = node.inputs[3], node.outputs[0]
-    per_output = 1
-    for d in (w.shape[1:] if w is not None and w.shape is not None else ()):
-        per_output *= d if isinstance(d, int) and d > 0 else 1
-    n = 1
-    for d in (y.shape or ()) if y is not None else ():
-        n *= d if isinstance(d, int) and d > 0 else 1
-    return 2 * n * per_output
+    per_output = element_count(w.shape[1:] if w is not None and w.shape is not None else None)
+    return 2 * element_count(y.shape if y is not None else None) * per_output
 
 
 @kernel("QLinearConv", 10, dtypes=Q8, check=_check_qlinear_conv, flops=_qlinear_conv_flops)

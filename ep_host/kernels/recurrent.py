@@ -9,7 +9,7 @@ float16 and bfloat16 compute in float32. Versions 1 (and GRU 3) write the recurr
 
 from __future__ import annotations
 
-from ep_host import require
+from ep_host import element_count, require
 from ep_host.kernels.registry import FLOATS, kernel
 
 RNN_TYPES = FLOATS | {"bfloat16"}
@@ -133,9 +133,7 @@ def _recurrent_flops(n_gates):
         hidden = node.attributes.get("hidden_size", 1)
         if x is None or x.shape is None or w is None or w.shape is None or len(x.shape) != 3:
             return 0
-        n = 1
-        for d in x.shape[:2]:
-            n *= d if isinstance(d, int) and d > 0 else 1
+        n = element_count(x.shape[:2])
         dirs = w.shape[0] if isinstance(w.shape[0], int) else 1
         inp = x.shape[2] if isinstance(x.shape[2], int) else 1
         return 2 * n * dirs * n_gates * hidden * (inp + hidden)

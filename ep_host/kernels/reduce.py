@@ -10,7 +10,7 @@ norms truncate toward zero, as onnxruntime computes them.
 
 from __future__ import annotations
 
-from ep_host import require
+from ep_host import element_count, require
 from ep_host.kernels.elementwise import BF16, is_float, upcast
 from ep_host.kernels.registry import FLOATS, NUMERIC, kernel
 
@@ -35,10 +35,7 @@ def _axes(values, rank):
 
 
 def _count(shape, axes):
-    n = 1
-    for a in axes:
-        n *= shape[a]
-    return n
+    return element_count(shape[a] for a in axes)
 
 
 def _accumulator(xp, dtype):
@@ -334,9 +331,7 @@ def hardmax_2d(xp, x, *, axis):
     if x.size == 0:
         return xp.zeros(x.shape, dtype=x.dtype)
     axis %= x.ndim
-    rows = 1
-    for d in x.shape[:axis]:
-        rows *= d
+    rows = element_count(x.shape[:axis])
     return _one_hot_max(xp, x.reshape(rows, -1), 1).reshape(x.shape)
 
 

@@ -6,20 +6,14 @@ bytes of every input and output. The CPU and CUDA EPs price the same work at the
 
 from __future__ import annotations
 
-from ep_host import NodeView
+from ep_host import NodeView, element_count
 from ep_host.kernels.registry import KernelSpec
 
 
 def output_elements(node: NodeView) -> int:
-    total = 0
-    for v in node.outputs:
-        if v is not None and v.shape is not None:
-            n = 1
-            for d in v.shape:
-                if isinstance(d, int) and d >= 0:
-                    n *= d
-            total += n
-    return total
+    """The elements of every output whose shape is known (counted by ``element_count``)."""
+    return sum(element_count(v.shape) for v in node.outputs
+               if v is not None and v.shape is not None)
 
 
 def traffic_bytes(node: NodeView) -> int:
