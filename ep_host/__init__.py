@@ -54,7 +54,6 @@ _LAZY = {
     "Factors": "ep_host.calibration",
     "cache_dir": "ep_host.calibration",
     "family_factors": "ep_host.calibration",
-    "family_of": "ep_host.calibration",
 }
 
 
@@ -74,7 +73,6 @@ __all__ = [
     "ModelLoadError", "ModelValidationError", "NodeView", "PlacementError", "ProviderContext",
     "ProviderError", "ProviderInfo", "ReasonCode", "ResourceLimitError", "RunCancelledError",
     "RunOptions", "ValueView", "cache_dir", "deny", "dtype", "element_count", "family_factors",
-    "family_of",
     "hookimpl", "hookspec", "load_model", "record_kernel_variant", "require",
     "structural_input_bytes",
 ]

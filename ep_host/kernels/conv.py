@@ -391,9 +391,9 @@ def _strided_columns(xp, padded, kernel, out, strides, dilations):
 
 
 @kernel("Conv", 1, 11, dtypes=FLOATS, check=_check_conv, flops=_conv_flops,
-        prepare=_prepare_conv)
+        prepare=_prepare_conv, family="conv")
 @kernel("Conv", 22, dtypes=FLOATS_BF16, check=_check_conv, flops=_conv_flops,
-        prepare=_prepare_conv)
+        prepare=_prepare_conv, family="conv")
 def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None, pads=None,
          strides=None, packed=None, packed_bias=None):
     """Variants by geometry (recorded on the trace span): ``1x1``, ``depthwise``, ``shifted``
@@ -524,11 +524,11 @@ def _lowest(xp, dtype):
 
 
 @kernel("MaxPool", 1, 8, 10, 11, dtypes=FLOATS, check=_check_pool, flops=_pool_flops,
-        bind=_wants_second_output)
+        bind=_wants_second_output, family="pool")
 @kernel("MaxPool", 12, dtypes=FLOATS | {"int8", "uint8"}, check=_check_pool,
-        flops=_pool_flops, bind=_wants_second_output)
+        flops=_pool_flops, bind=_wants_second_output, family="pool")
 @kernel("MaxPool", 22, dtypes=FLOATS_BF16 | {"int8", "uint8"}, check=_check_pool,
-        flops=_pool_flops, bind=_wants_second_output)
+        flops=_pool_flops, bind=_wants_second_output, family="pool")
 def max_pool(xp, x, *, auto_pad, kernel_shape, ceil_mode=0, dilations=None, pads=None,
              storage_order=0, strides=None, with_indices=False):
     strides, dilations = strides_and_dilations(len(kernel_shape), strides, dilations)
@@ -683,13 +683,14 @@ def _inverse_counts(xp, dtype, spatial, kernel_shape, out, strides, dilations, b
     return 1 / count
 
 
-@kernel("AveragePool", 1, dtypes=FLOATS, check=_check_pool, flops=_pool_flops)
+@kernel("AveragePool", 1, dtypes=FLOATS, check=_check_pool, flops=_pool_flops, family="pool")
 def average_pool_1(xp, x, *, auto_pad, kernel_shape, pads=None, strides=None):
     return _average_pool(xp, x, auto_pad, kernel_shape, 0, 0, None, pads, strides)
 
 
-@kernel("AveragePool", 7, 10, 11, 19, dtypes=FLOATS, check=_check_pool, flops=_pool_flops)
-@kernel("AveragePool", 22, dtypes=FLOATS_BF16, check=_check_pool, flops=_pool_flops)
+@kernel("AveragePool", 7, 10, 11, 19, dtypes=FLOATS, check=_check_pool, flops=_pool_flops,
+        family="pool")
+@kernel("AveragePool", 22, dtypes=FLOATS_BF16, check=_check_pool, flops=_pool_flops, family="pool")
 def average_pool(xp, x, *, auto_pad, kernel_shape, ceil_mode=0, count_include_pad=0,
                  dilations=None, pads=None, strides=None):
     return _average_pool(xp, x, auto_pad, kernel_shape, ceil_mode, count_include_pad, dilations,
@@ -705,15 +706,15 @@ def _check_global(node, provider):
             "rank {}", node.op_type, provider, rank, code="shape")
 
 
-@kernel("GlobalAveragePool", 1, dtypes=FLOATS, check=_check_global)
-@kernel("GlobalAveragePool", 22, dtypes=FLOATS_BF16, check=_check_global)
+@kernel("GlobalAveragePool", 1, dtypes=FLOATS, check=_check_global, family="pool")
+@kernel("GlobalAveragePool", 22, dtypes=FLOATS_BF16, check=_check_global, family="pool")
 def global_average_pool(xp, x):
     work = xp.float32 if x.dtype.itemsize < 4 else x.dtype
     return xp.mean(x.astype(work), axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype)
 
 
-@kernel("GlobalMaxPool", 1, dtypes=FLOATS, check=_check_global)
-@kernel("GlobalMaxPool", 22, dtypes=FLOATS_BF16, check=_check_global)
+@kernel("GlobalMaxPool", 1, dtypes=FLOATS, check=_check_global, family="pool")
+@kernel("GlobalMaxPool", 22, dtypes=FLOATS_BF16, check=_check_global, family="pool")
 def global_max_pool(xp, x):
     return xp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
 
@@ -726,8 +727,8 @@ def _check_lrn(node, provider):
             "rank {}", provider, rank, code="shape")
 
 
-@kernel("LRN", 1, dtypes=FLOATS, check=_check_lrn)
-@kernel("LRN", 13, dtypes=FLOATS_BF16, check=_check_lrn)
+@kernel("LRN", 1, dtypes=FLOATS, check=_check_lrn, family="normalization")
+@kernel("LRN", 13, dtypes=FLOATS_BF16, check=_check_lrn, family="normalization")
 def lrn(xp, x, *, size, alpha, beta, bias):
     dtype = x.dtype
     if dtype.itemsize < 4:
@@ -780,13 +781,13 @@ def _lp_pool(xp, x, auto_pad, kernel_shape, p, ceil_mode, dilations, pads, strid
     return _lp(xp, total, p).astype(dtype, copy=False)
 
 
-@kernel("LpPool", 1, 2, 11, dtypes=FLOATS, check=_check_lp_pool, flops=_pool_flops)
+@kernel("LpPool", 1, 2, 11, dtypes=FLOATS, check=_check_lp_pool, flops=_pool_flops, family="pool")
 def lp_pool_11(xp, x, *, auto_pad, kernel_shape, p, pads=None, strides=None):
     return _lp_pool(xp, x, auto_pad, kernel_shape, p, 0, None, pads, strides)
 
 
-@kernel("LpPool", 18, dtypes=FLOATS, check=_check_lp_pool, flops=_pool_flops)
-@kernel("LpPool", 22, dtypes=FLOATS_BF16, check=_check_lp_pool, flops=_pool_flops)
+@kernel("LpPool", 18, dtypes=FLOATS, check=_check_lp_pool, flops=_pool_flops, family="pool")
+@kernel("LpPool", 22, dtypes=FLOATS_BF16, check=_check_lp_pool, flops=_pool_flops, family="pool")
 def lp_pool(xp, x, *, auto_pad, kernel_shape, p, ceil_mode, dilations=None, pads=None,
             strides=None):
     return _lp_pool(xp, x, auto_pad, kernel_shape, p, ceil_mode, dilations, pads, strides)
@@ -798,8 +799,8 @@ def _check_global_lp(node, provider):
     require(p > 0, "GlobalLpPool: p must be positive, got {}", p, code="attribute")
 
 
-@kernel("GlobalLpPool", 1, 2, dtypes=FLOATS, check=_check_global_lp)
-@kernel("GlobalLpPool", 22, dtypes=FLOATS_BF16, check=_check_global_lp)
+@kernel("GlobalLpPool", 1, 2, dtypes=FLOATS, check=_check_global_lp, family="pool")
+@kernel("GlobalLpPool", 22, dtypes=FLOATS_BF16, check=_check_global_lp, family="pool")
 def global_lp_pool(xp, x, *, p):
     work = x.astype(xp.float32) if x.dtype.itemsize < 4 else x
     total = _powered(xp, work, p).sum(axis=tuple(range(2, x.ndim)), keepdims=True)
@@ -829,7 +830,7 @@ def _check_conv_integer(node, provider):
 
 
 @kernel("ConvInteger", 10, dtypes={"int8", "uint8"}, check=_check_conv_integer,
-        flops=_conv_flops)
+        flops=_conv_flops, family="conv")
 def conv_integer(xp, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, group,
                  dilations=None, kernel_shape=None, pads=None, strides=None):
     """Convolves (x - x_zero_point) with (w - w_zero_point), so padding contributes 0; sums in
@@ -943,9 +944,9 @@ def _conv_transpose_flops(node):
 
 
 @kernel("ConvTranspose", 1, 11, dtypes=FLOATS, check=_check_conv_transpose,
-        flops=_conv_transpose_flops)
+        flops=_conv_transpose_flops, family="conv")
 @kernel("ConvTranspose", 22, dtypes=FLOATS_BF16, check=_check_conv_transpose,
-        flops=_conv_transpose_flops)
+        flops=_conv_transpose_flops, family="conv")
 def conv_transpose(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None,
                    output_padding=None, output_shape=None, pads=None, strides=None):
     dtype = x.dtype

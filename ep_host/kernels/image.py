@@ -44,7 +44,8 @@ def _check_layout_mode(node, provider):
             code="attribute")
 
 
-@kernel("DepthToSpace", 11, 13, 28, dtypes=MOVABLE, check=_check_layout_mode)
+@kernel("DepthToSpace", 11, 13, 28, dtypes=MOVABLE, check=_check_layout_mode,
+        family="data_movement")
 def depth_to_space(xp, x, *, blocksize, mode):
     n, c, h, w = _nchw(x)
     b = blocksize
@@ -57,12 +58,12 @@ def depth_to_space(xp, x, *, blocksize, mode):
     return y.reshape(n, c // (b * b), h * b, w * b)
 
 
-@kernel("DepthToSpace", 1, dtypes=MOVABLE)
+@kernel("DepthToSpace", 1, dtypes=MOVABLE, family="data_movement")
 def depth_to_space_1(xp, x, *, blocksize):
     return depth_to_space(xp, x, blocksize=blocksize, mode="DCR")
 
 
-@kernel("SpaceToDepth", 28, dtypes=MOVABLE, check=_check_layout_mode)
+@kernel("SpaceToDepth", 28, dtypes=MOVABLE, check=_check_layout_mode, family="data_movement")
 def space_to_depth(xp, x, *, blocksize, mode):
     n, c, h, w = _nchw(x)
     b = blocksize
@@ -73,7 +74,7 @@ def space_to_depth(xp, x, *, blocksize, mode):
     return y.reshape(n, c * b * b, h // b, w // b)
 
 
-@kernel("SpaceToDepth", 1, 13, dtypes=MOVABLE)
+@kernel("SpaceToDepth", 1, 13, dtypes=MOVABLE, family="data_movement")
 def space_to_depth_1(xp, x, *, blocksize):
     return space_to_depth(xp, x, blocksize=blocksize, mode="DCR")
 
@@ -328,9 +329,10 @@ def _how(mode, transform, nearest_mode="round_prefer_floor", cubic_coeff_a=-0.75
 
 @kernel("Resize", 19, dtypes=None, host_inputs=(1, 2, 3),
         check=_check_resize(TRANSFORMS_13 + ("half_pixel_symmetric",),
-                            ("stretch", "not_larger", "not_smaller")))
+                            ("stretch", "not_larger", "not_smaller")), family="data_movement")
 @kernel("Resize", 18, dtypes=None, host_inputs=(1, 2, 3),
-        check=_check_resize(TRANSFORMS_13, ("stretch", "not_larger", "not_smaller")))
+        check=_check_resize(TRANSFORMS_13, ("stretch", "not_larger", "not_smaller")),
+        family="data_movement")
 def resize(xp, x, roi=None, scales=None, sizes=None, *, antialias, axes=None,
            coordinate_transformation_mode, cubic_coeff_a, exclude_outside, extrapolation_value,
            keep_aspect_ratio_policy, mode, nearest_mode):
@@ -341,9 +343,10 @@ def resize(xp, x, roi=None, scales=None, sizes=None, *, antialias, axes=None,
     return _resize(xp, x, plan, how, extrapolation_value)
 
 
-@kernel("Resize", 13, dtypes=None, host_inputs=(1, 2, 3), check=_check_resize(TRANSFORMS_13))
+@kernel("Resize", 13, dtypes=None, host_inputs=(1, 2, 3), check=_check_resize(TRANSFORMS_13),
+        family="data_movement")
 @kernel("Resize", 11, dtypes=None, host_inputs=(1, 2, 3),
-        check=_check_resize(TRANSFORMS_13 + ("tf_half_pixel_for_nn",)))
+        check=_check_resize(TRANSFORMS_13 + ("tf_half_pixel_for_nn",)), family="data_movement")
 def resize_11(xp, x, roi=None, scales=None, sizes=None, *, coordinate_transformation_mode,
               cubic_coeff_a, exclude_outside, extrapolation_value, mode, nearest_mode):
     plan = _resize_shape(x, roi, scales, sizes, None, "stretch", coordinate_transformation_mode)
@@ -388,7 +391,7 @@ def _upsample(xp, x, factors, mode):
     return _resize(xp, x, plan, how)
 
 
-@kernel("Resize", 10, dtypes=None, host_inputs=(1,), check=_check_upsample)
+@kernel("Resize", 10, dtypes=None, host_inputs=(1,), check=_check_upsample, family="data_movement")
 @kernel("Upsample", 9, 10, dtypes=None, host_inputs=(1,), check=_check_upsample)
 def upsample(xp, x, scales, *, mode):
     return _upsample(xp, x, scales.reshape(-1).tolist(), mode)
@@ -731,7 +734,7 @@ def max_unpool(xp, x, indices, output_shape=None, *, kernel_shape, pads=None, st
 COL2IM_TYPES = NUMERIC | {"bfloat16"}
 
 
-@kernel("Col2Im", 18, dtypes=COL2IM_TYPES, host_inputs=(1, 2))
+@kernel("Col2Im", 18, dtypes=COL2IM_TYPES, host_inputs=(1, 2), family="conv")
 def col2im(xp, x, image_shape, block_shape, *, dilations=None, pads=None, strides=None):
     image, block = _ints(image_shape), _ints(block_shape)
     r = len(image)

@@ -45,11 +45,11 @@ def _prepare_matmul(xp, constants, **_):
 
 
 @kernel("MatMul", 1, dtypes=FLOATS, check=_check_matmul, flops=_matmul_flops,
-        prepare=_prepare_matmul)
+        prepare=_prepare_matmul, family="matmul")
 @kernel("MatMul", 9, dtypes=FLOATS | MATMUL_INTS, check=_check_matmul, flops=_matmul_flops,
-        prepare=_prepare_matmul)
+        prepare=_prepare_matmul, family="matmul")
 @kernel("MatMul", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_matmul,
-        flops=_matmul_flops, prepare=_prepare_matmul)
+        flops=_matmul_flops, prepare=_prepare_matmul, family="matmul")
 def matmul(xp, a, b, *, packed_b=None):
     """``packed_b``: a constant 2-D B, widened and made contiguous once; an (..., K) A then
     runs as one (rows, K) x (K, N) GEMM."""
@@ -136,7 +136,7 @@ def _gemm(xp, a, b, c, alpha, beta, trans_a, trans_b, packed_b=None, packed_c=No
 
 
 @kernel("Gemm", 1, 6, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops,
-        prepare=_prepare_gemm)
+        prepare=_prepare_gemm, family="matmul")
 def gemm_1(xp, a, b, c, *, alpha, beta, broadcast, transA, transB, packed_b=None,
            packed_c=None):
     if not broadcast:
@@ -147,11 +147,12 @@ def gemm_1(xp, a, b, c, *, alpha, beta, broadcast, transA, transB, packed_b=None
     return _gemm(xp, a, b, c, alpha, beta, transA, transB, packed_b, packed_c)
 
 
-@kernel("Gemm", 7, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops, prepare=_prepare_gemm)
+@kernel("Gemm", 7, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops, prepare=_prepare_gemm,
+        family="matmul")
 @kernel("Gemm", 9, 11, dtypes=FLOATS | MATMUL_INTS, check=_check_gemm, flops=_gemm_flops,
-        prepare=_prepare_gemm)
+        prepare=_prepare_gemm, family="matmul")
 @kernel("Gemm", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_gemm, flops=_gemm_flops,
-        prepare=_prepare_gemm)
+        prepare=_prepare_gemm, family="matmul")
 def gemm(xp, a, b, c=None, *, alpha, beta, transA, transB, packed_b=None, packed_c=None):
     """``packed_b``/``packed_c``: a constant B as the (K, N) operand and a constant C times
     beta, prepared once."""
@@ -187,8 +188,9 @@ def _einsum_flops(node):
     return max(total, 1)
 
 
-@kernel("Einsum", 28, dtypes=NUMERIC | BF16, check=check_einsum, flops=_einsum_flops)
-@kernel("Einsum", 12, dtypes=NUMERIC, check=check_einsum, flops=_einsum_flops)
+@kernel("Einsum", 28, dtypes=NUMERIC | BF16, check=check_einsum, flops=_einsum_flops,
+        family="matmul")
+@kernel("Einsum", 12, dtypes=NUMERIC, check=check_einsum, flops=_einsum_flops, family="matmul")
 def einsum(xp, *inputs, equation):
     """Without "->" the output takes the indices that occur once, in ASCII order (upper case
     first), after any ellipsis dimensions; integers wrap."""

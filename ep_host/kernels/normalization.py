@@ -124,20 +124,20 @@ def _batch_norm(xp, x, scale, b, mean, var, epsilon, affine=None, out=None):
 
 
 @kernel("BatchNormalization", 1, 6, dtypes=FLOATS, check=_check_batch_norm,
-        prepare=_prepare_batch_norm, inplace=(0,))
+        prepare=_prepare_batch_norm, inplace=(0,), family="normalization")
 def batch_norm_6(xp, x, scale, b, mean, var, *, epsilon, is_test, spatial, affine=None,
                  out=None):
     return _batch_norm(xp, x, scale, b, mean, var, epsilon, affine, out)
 
 
 @kernel("BatchNormalization", 7, dtypes=FLOATS, check=_check_batch_norm,
-        prepare=_prepare_batch_norm, inplace=(0,))
+        prepare=_prepare_batch_norm, inplace=(0,), family="normalization")
 def batch_norm_7(xp, x, scale, b, mean, var, *, epsilon, spatial, affine=None, out=None):
     return _batch_norm(xp, x, scale, b, mean, var, epsilon, affine, out)
 
 
 @kernel("BatchNormalization", 9, dtypes=FLOATS, check=_check_batch_norm,
-        prepare=_prepare_batch_norm, inplace=(0,))
+        prepare=_prepare_batch_norm, inplace=(0,), family="normalization")
 def batch_norm_9(xp, x, scale, b, mean, var, *, epsilon, affine=None, out=None):
     return _batch_norm(xp, x, scale, b, mean, var, epsilon, affine, out)
 
@@ -147,7 +147,7 @@ def _outputs_wanted(node):
 
 
 @kernel("BatchNormalization", 14, 15, dtypes=FLOATS_BF16, check=_check_batch_norm,
-        bind=_outputs_wanted, prepare=_prepare_batch_norm, inplace=(0,))
+        bind=_outputs_wanted, prepare=_prepare_batch_norm, inplace=(0,), family="normalization")
 def batch_norm(xp, x, scale, b, mean, var, *, epsilon, momentum, training_mode, wanted=(True,),
                affine=None, out=None):
     if not training_mode:
@@ -184,7 +184,8 @@ def _check_layer_norm(node, provider):
     _check_axis(node, node.attributes["axis"])
 
 
-@kernel("LayerNormalization", 17, dtypes=FLOATS_BF16, check=_check_layer_norm)
+@kernel("LayerNormalization", 17, dtypes=FLOATS_BF16, check=_check_layer_norm,
+        family="normalization")
 def layer_norm(xp, x, scale, b=None, *, axis, epsilon, stash_type):
     axes = tuple(range(axis % x.ndim, x.ndim))
     stashed = x.astype(xp.float32, copy=False)  # read only
@@ -212,7 +213,7 @@ def _check_rms_norm(node, provider):
     _check_same_types(node, provider, (1,))
 
 
-@kernel("RMSNormalization", 23, dtypes=FLOATS_BF16, check=_check_rms_norm)
+@kernel("RMSNormalization", 23, dtypes=FLOATS_BF16, check=_check_rms_norm, family="normalization")
 def rms_norm(xp, x, scale, *, axis, epsilon, stash_type):
     axes = tuple(range(axis % x.ndim, x.ndim))
     stashed = x.astype(_stash(xp, stash_type))
@@ -263,7 +264,8 @@ def _group_statistics(xp, x, num_groups, epsilon, work):
     return _standardize(xp, grouped, -1, epsilon, work)
 
 
-@kernel("GroupNormalization", 18, dtypes=FLOATS_BF16, check=_check_group_norm)
+@kernel("GroupNormalization", 18, dtypes=FLOATS_BF16, check=_check_group_norm,
+        family="normalization")
 def group_norm_18(xp, x, scale, bias, *, epsilon, num_groups):
     work = _work(xp, x)
     normed = _group_statistics(xp, x, num_groups, epsilon, work)
@@ -272,7 +274,8 @@ def group_norm_18(xp, x, scale, bias, *, epsilon, num_groups):
     return y.reshape(x.shape).astype(x.dtype)
 
 
-@kernel("GroupNormalization", 21, dtypes=FLOATS_BF16, check=_check_group_norm)
+@kernel("GroupNormalization", 21, dtypes=FLOATS_BF16, check=_check_group_norm,
+        family="normalization")
 def group_norm(xp, x, scale, bias, *, epsilon, num_groups, stash_type):
     normed = _group_statistics(xp, x, num_groups, epsilon, _stash(xp, stash_type))
     normed = normed.reshape(x.shape).astype(x.dtype)  # stage two computes in X's type
@@ -289,8 +292,10 @@ def _check_instance_norm(node, provider):
     _check_same_types(node, provider, (1, 2))
 
 
-@kernel("InstanceNormalization", 1, 6, dtypes=FLOATS, check=_check_instance_norm)
-@kernel("InstanceNormalization", 22, dtypes=FLOATS_BF16, check=_check_instance_norm)
+@kernel("InstanceNormalization", 1, 6, dtypes=FLOATS, check=_check_instance_norm,
+        family="normalization")
+@kernel("InstanceNormalization", 22, dtypes=FLOATS_BF16, check=_check_instance_norm,
+        family="normalization")
 def instance_norm(xp, x, scale, b, *, epsilon, consumed_inputs=None):
     work = _work(xp, x)
     normed = _standardize(xp, x, tuple(range(2, x.ndim)), epsilon, work)
@@ -308,8 +313,8 @@ def _check_lp_norm(node, provider):
     _check_axis(node, node.attributes["axis"])
 
 
-@kernel("LpNormalization", 1, dtypes=FLOATS, check=_check_lp_norm)
-@kernel("LpNormalization", 22, dtypes=FLOATS_BF16, check=_check_lp_norm)
+@kernel("LpNormalization", 1, dtypes=FLOATS, check=_check_lp_norm, family="normalization")
+@kernel("LpNormalization", 22, dtypes=FLOATS_BF16, check=_check_lp_norm, family="normalization")
 def lp_norm(xp, x, *, axis, p):
     xw = x.astype(_work(xp, x))
     if p == 1:
@@ -328,8 +333,9 @@ def _check_mvn(node, provider):
             rank, code="attribute")
 
 
-@kernel("MeanVarianceNormalization", 9, dtypes=FLOATS, check=_check_mvn)
-@kernel("MeanVarianceNormalization", 13, dtypes=FLOATS_BF16, check=_check_mvn)
+@kernel("MeanVarianceNormalization", 9, dtypes=FLOATS, check=_check_mvn, family="normalization")
+@kernel("MeanVarianceNormalization", 13, dtypes=FLOATS_BF16, check=_check_mvn,
+        family="normalization")
 def mean_variance_norm(xp, x, *, axes):
     """The schema's function body: (X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9)."""
     axes = tuple(a % x.ndim for a in axes)
@@ -365,22 +371,22 @@ def _softmax_2d(xp, x, axis, log):
     return _softmax(xp, x.reshape(rows, cols), 1, log).reshape(x.shape)
 
 
-@kernel("Softmax", 1, 11, dtypes=FLOATS, check=_check_softmax)
+@kernel("Softmax", 1, 11, dtypes=FLOATS, check=_check_softmax, family="normalization")
 def softmax_2d(xp, x, *, axis):
     return _softmax_2d(xp, x, axis, log=False)
 
 
-@kernel("Softmax", 13, dtypes=FLOATS_BF16, check=_check_softmax)
+@kernel("Softmax", 13, dtypes=FLOATS_BF16, check=_check_softmax, family="normalization")
 def softmax(xp, x, *, axis):
     return _softmax(xp, x, axis, log=False)
 
 
-@kernel("LogSoftmax", 1, 11, dtypes=FLOATS, check=_check_softmax)
+@kernel("LogSoftmax", 1, 11, dtypes=FLOATS, check=_check_softmax, family="normalization")
 def log_softmax_2d(xp, x, *, axis):
     return _softmax_2d(xp, x, axis, log=True)
 
 
-@kernel("LogSoftmax", 13, dtypes=FLOATS_BF16, check=_check_softmax)
+@kernel("LogSoftmax", 13, dtypes=FLOATS_BF16, check=_check_softmax, family="normalization")
 def log_softmax(xp, x, *, axis):
     return _softmax(xp, x, axis, log=True)
 
@@ -403,18 +409,19 @@ def _identity(xp, data, with_mask, mask_dtype):
     return (y, xp.ones(data.shape, dtype=mask_dtype)) if with_mask else y
 
 
-@kernel("Dropout", 1, 6, dtypes=FLOATS, check=_check_dropout_test_mode, bind=_wants_mask)
+@kernel("Dropout", 1, 6, dtypes=FLOATS, check=_check_dropout_test_mode, bind=_wants_mask,
+        family="elementwise")
 def dropout_6(xp, data, *, is_test, ratio, with_mask=False):
     return _identity(xp, data, with_mask, data.dtype)
 
 
-@kernel("Dropout", 7, dtypes=FLOATS, bind=_wants_mask)
+@kernel("Dropout", 7, dtypes=FLOATS, bind=_wants_mask, family="elementwise")
 def dropout_7(xp, data, *, ratio, with_mask=False):
     """The spec leaves the inference mask open; it is all ones (nothing dropped), as from 12."""
     return _identity(xp, data, with_mask, data.dtype)
 
 
-@kernel("Dropout", 10, dtypes=FLOATS, bind=_wants_mask)
+@kernel("Dropout", 10, dtypes=FLOATS, bind=_wants_mask, family="elementwise")
 def dropout_10(xp, data, *, ratio, with_mask=False):
     """The spec leaves the inference mask open; it is all true (nothing dropped), as from 12."""
     return _identity(xp, data, with_mask, bool)
@@ -429,9 +436,9 @@ def _check_dropout_ratio(node, provider):
 
 
 @kernel("Dropout", 12, dtypes=FLOATS, host_inputs=(1, 2), check=_check_dropout_ratio,
-        bind=_wants_mask)
+        bind=_wants_mask, family="elementwise")
 @kernel("Dropout", 13, 22, dtypes=FLOATS_BF16, host_inputs=(1, 2), check=_check_dropout_ratio,
-        bind=_wants_mask)
+        bind=_wants_mask, family="elementwise")
 def dropout(xp, data, ratio=None, training_mode=None, *, seed=None, with_mask=False):
     """Training mode keeps each element where a uniform [0, 1) draw is >= ratio and scales it by
     1 / (1 - ratio). The spec leaves the generator open: with a seed the draws come from

@@ -361,7 +361,8 @@ def _integer_matmul(xp, a, b):
     return xp.matmul(a.astype(xp.int64), b.astype(xp.int64))
 
 
-@kernel("MatMulInteger", 10, dtypes=Q8, check=_check_matmul_integer, flops=_matmul_flops)
+@kernel("MatMulInteger", 10, dtypes=Q8, check=_check_matmul_integer, flops=_matmul_flops,
+        family="matmul")
 def matmul_integer(xp, a, b, a_zero_point=None, b_zero_point=None):
     a = a.astype(xp.int64)
     b = b.astype(xp.int64)
@@ -382,9 +383,9 @@ def _check_qlinear_matmul(types, scale_types):
 
 
 @kernel("QLinearMatMul", 10, dtypes=Q8, check=_check_qlinear_matmul(Q8, SCALE10),
-        flops=_matmul_flops)
+        flops=_matmul_flops, family="matmul")
 @kernel("QLinearMatMul", 21, dtypes=Q19, check=_check_qlinear_matmul(Q19, HIGH),
-        flops=_matmul_flops)
+        flops=_matmul_flops, family="matmul")
 def qlinear_matmul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
                    y_zero_point):
     """The product of the dequantized inputs, requantized: integer inputs multiply exactly
@@ -431,7 +432,8 @@ def _qlinear_conv_flops(node):
     return 2 * element_count(y.shape if y is not None else None) * per_output
 
 
-@kernel("QLinearConv", 10, dtypes=Q8, check=_check_qlinear_conv, flops=_qlinear_conv_flops)
+@kernel("QLinearConv", 10, dtypes=Q8, check=_check_qlinear_conv, flops=_qlinear_conv_flops,
+        family="conv")
 def qlinear_conv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
                  B=None, *, auto_pad, group, dilations=None, kernel_shape=None, pads=None,
                  strides=None):

@@ -47,6 +47,8 @@ class KernelSpec:
     do.
     ``direct``: the function is exactly ``xp.<direct>(*inputs)`` (with no attributes), so the
     kernel calls that function itself, one Python call less per run.
+    ``family``: the op family whose calibrated factors a provider prices the kernel with
+    ("conv", "matmul", "elementwise", ...), or ``None`` (never calibrated).
     """
 
     domain: str
@@ -66,6 +68,7 @@ class KernelSpec:
     prepare: Callable[..., Mapping[str, Any]] | None = None
     inplace: tuple[int, ...] = ()
     direct: str | None = None
+    family: str | None = None
 
     def make(self, xp: Any, node: NodeView, context: Any = None) -> Kernel:
         attrs = node.attributes
@@ -165,11 +168,13 @@ class Registry:
         prepare: Callable[..., Mapping[str, Any]] | None = None,
         inplace: Iterable[int] = (),
         direct: str | None = None,
+        family: str | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register ``fn`` for ``op_type`` at each listed ``since_version``; stackable.
 
         ``containers``: the kernel takes sequence and optional values, not only tensors.
-        ``subgraphs``: a ``kernel_class`` that runs bodies (it gets the hook's context)."""
+        ``subgraphs``: a ``kernel_class`` that runs bodies (it gets the hook's context).
+        ``family``: the op family it is priced with (see :class:`KernelSpec`)."""
         if not versions:
             raise ValueError(f"{op_type}: list the since_versions this kernel implements")
 
@@ -182,7 +187,7 @@ class Registry:
                     host_inputs=tuple(host_inputs), check=check, flops=flops, bytes=bytes,
                     bind=bind, attributes=attributes, required=required,
                     kernel_class=kernel_class, containers=containers or subgraphs,
-                    prepare=prepare, inplace=tuple(inplace), direct=direct,
+                    prepare=prepare, inplace=tuple(inplace), direct=direct, family=family,
                 ))
             return fn
 

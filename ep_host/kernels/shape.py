@@ -74,23 +74,25 @@ def _reshape(data, shape, allowzero):
 
 
 @kernel("Reshape", 14, 19, 21, 23, 24, 25, dtypes=MOVABLE, host_inputs=(1,), flops=no_work,
-        bytes=no_work)
+        bytes=no_work, family="data_movement")
 def reshape(xp, data, shape, *, allowzero):
     return _reshape(data, shape, allowzero)
 
 
-@kernel("Reshape", 5, 13, dtypes=MOVABLE, host_inputs=(1,), flops=no_work, bytes=no_work)
+@kernel("Reshape", 5, 13, dtypes=MOVABLE, host_inputs=(1,), flops=no_work, bytes=no_work,
+        family="data_movement")
 def reshape_copying_zeros(xp, data, shape):
     return _reshape(data, shape, 0)
 
 
-@kernel("Reshape", 1, dtypes=FLOATS, flops=no_work, bytes=no_work)
+@kernel("Reshape", 1, dtypes=FLOATS, flops=no_work, bytes=no_work, family="data_movement")
 def reshape_attribute(xp, data, *, shape):
     return _reshape(data, shape, 0)
 
 
-@kernel("Flatten", 9, 11, 13, 21, 23, 24, 25, dtypes=MOVABLE, flops=no_work, bytes=no_work)
-@kernel("Flatten", 1, dtypes=FLOATS, flops=no_work, bytes=no_work)
+@kernel("Flatten", 9, 11, 13, 21, 23, 24, 25, dtypes=MOVABLE, flops=no_work, bytes=no_work,
+        family="data_movement")
+@kernel("Flatten", 1, dtypes=FLOATS, flops=no_work, bytes=no_work, family="data_movement")
 def flatten(xp, x, *, axis):
     rank = x.ndim
     if not -rank <= axis <= rank:
@@ -110,12 +112,12 @@ def _squeeze(data, axes):
 
 
 @kernel("Squeeze", 13, 21, 23, 24, 25, dtypes=MOVABLE, host_inputs=(1,), flops=no_work,
-        bytes=no_work)
+        bytes=no_work, family="data_movement")
 def squeeze(xp, data, axes=None):
     return _squeeze(data, axes)
 
 
-@kernel("Squeeze", 1, 11, dtypes=MOVABLE, flops=no_work, bytes=no_work)
+@kernel("Squeeze", 1, 11, dtypes=MOVABLE, flops=no_work, bytes=no_work, family="data_movement")
 def squeeze_axes_attribute(xp, data, *, axes=None):
     return _squeeze(data, axes)
 
@@ -133,17 +135,17 @@ def _unsqueeze(data, axes):
 
 
 @kernel("Unsqueeze", 13, 21, 23, 24, 25, dtypes=MOVABLE, host_inputs=(1,), flops=no_work,
-        bytes=no_work)
+        bytes=no_work, family="data_movement")
 def unsqueeze(xp, data, axes):
     return _unsqueeze(data, axes)
 
 
-@kernel("Unsqueeze", 1, 11, dtypes=MOVABLE, flops=no_work, bytes=no_work)
+@kernel("Unsqueeze", 1, 11, dtypes=MOVABLE, flops=no_work, bytes=no_work, family="data_movement")
 def unsqueeze_axes_attribute(xp, data, *, axes):
     return _unsqueeze(data, axes)
 
 
-@kernel("Transpose", 1, 13, 21, 23, 24, 25, dtypes=MOVABLE)
+@kernel("Transpose", 1, 13, 21, 23, 24, 25, dtypes=MOVABLE, family="data_movement")
 def transpose(xp, data, *, perm=None):
     return xp.transpose(data, None if perm is None else tuple(perm))
 
@@ -153,18 +155,20 @@ def transpose(xp, data, *, perm=None):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Shape", 15, 19, 21, 23, 24, 25, dtypes=None, flops=no_work, bytes=no_work)
+@kernel("Shape", 15, 19, 21, 23, 24, 25, dtypes=None, flops=no_work, bytes=no_work,
+        family="data_movement")
 def shape(xp, data, *, start, end=None):
     # Python slicing adds the rank to negative bounds, then clamps them to [0, rank]: the spec
     return xp.asarray(data.shape[start:end], dtype=xp.int64)
 
 
-@kernel("Shape", 1, 13, dtypes=None, flops=no_work, bytes=no_work)
+@kernel("Shape", 1, 13, dtypes=None, flops=no_work, bytes=no_work, family="data_movement")
 def shape_whole(xp, data):
     return xp.asarray(data.shape, dtype=xp.int64)
 
 
-@kernel("Size", 1, 13, 19, 21, 23, 24, 25, dtypes=None, flops=no_work, bytes=no_work)
+@kernel("Size", 1, 13, 19, 21, 23, 24, 25, dtypes=None, flops=no_work, bytes=no_work,
+        family="data_movement")
 def size(xp, data):
     return xp.asarray(_product(data.shape), dtype=xp.int64)
 
@@ -174,13 +178,13 @@ def size(xp, data):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Gather", 1, 11, 13, dtypes=MOVABLE)
+@kernel("Gather", 1, 11, 13, dtypes=MOVABLE, family="data_movement")
 def gather(xp, data, indices, *, axis):
     return xp.take(data, indices, axis=_axis(axis, data.ndim))  # indices may be negative
 
 
-@kernel("GatherND", 12, 13, dtypes=MOVABLE)
-@kernel("GatherND", 11, dtypes=MOVABLE)
+@kernel("GatherND", 12, 13, dtypes=MOVABLE, family="data_movement")
+@kernel("GatherND", 11, dtypes=MOVABLE, family="data_movement")
 def gather_nd(xp, data, indices, *, batch_dims=0):
     b, k = batch_dims, indices.shape[-1]
     if tuple(indices.shape[:b]) != tuple(data.shape[:b]) or not 1 <= k <= data.ndim - b:
@@ -218,12 +222,12 @@ def _slice(data, starts, ends, axes, steps):
     return data[tuple(index)]
 
 
-@kernel("Slice", 10, 11, 13, dtypes=MOVABLE, host_inputs=(1, 2, 3, 4))
+@kernel("Slice", 10, 11, 13, dtypes=MOVABLE, host_inputs=(1, 2, 3, 4), family="data_movement")
 def slice_(xp, data, starts, ends, axes=None, steps=None):
     return _slice(data, starts, ends, axes, steps)
 
 
-@kernel("Slice", 1, dtypes=MOVABLE)
+@kernel("Slice", 1, dtypes=MOVABLE, family="data_movement")
 def slice_attributes(xp, data, *, starts, ends, axes=None):
     return _slice(data, starts, ends, axes, None)
 
@@ -264,7 +268,8 @@ def check_split_18(node, provider):
             code="attribute")
 
 
-@kernel("Split", 18, dtypes=MOVABLE, host_inputs=(1,), bind=_outputs, check=check_split_18)
+@kernel("Split", 18, dtypes=MOVABLE, host_inputs=(1,), bind=_outputs, check=check_split_18,
+        family="data_movement")
 def split(xp, data, sizes=None, *, axis, num_outputs=None, n_outputs=None):
     if num_outputs is not None:  # parts of ceil(dim / n), the last one smaller
         dim = data.shape[_axis(axis, data.ndim)]
@@ -273,22 +278,22 @@ def split(xp, data, sizes=None, *, axis, num_outputs=None, n_outputs=None):
     return _split(xp, data, axis, sizes, n_outputs)
 
 
-@kernel("Split", 13, dtypes=MOVABLE, host_inputs=(1,), bind=_outputs)
+@kernel("Split", 13, dtypes=MOVABLE, host_inputs=(1,), bind=_outputs, family="data_movement")
 def split_13(xp, data, sizes=None, *, axis, n_outputs=None):
     return _split(xp, data, axis, sizes, n_outputs)
 
 
-@kernel("Split", 2, 11, dtypes=MOVABLE, bind=_outputs)
+@kernel("Split", 2, 11, dtypes=MOVABLE, bind=_outputs, family="data_movement")
 def split_attribute(xp, data, *, axis, split=None, n_outputs=None):
     return _split(xp, data, axis, split, n_outputs)
 
 
-@kernel("Concat", 4, 11, 13, dtypes=MOVABLE)
+@kernel("Concat", 4, 11, 13, dtypes=MOVABLE, family="data_movement")
 def concat(xp, *inputs, axis):
     return xp.concatenate(inputs, axis=_axis(axis, inputs[0].ndim))
 
 
-@kernel("Concat", 1, dtypes=FLOATS)
+@kernel("Concat", 1, dtypes=FLOATS, family="data_movement")
 def concat_1(xp, *inputs, axis=1):
     return xp.concatenate(inputs, axis=axis)
 
@@ -305,7 +310,7 @@ def _broadcast_shape(a, b):
     return out
 
 
-@kernel("Expand", 8, 13, dtypes=MOVABLE, host_inputs=(1,))
+@kernel("Expand", 8, 13, dtypes=MOVABLE, host_inputs=(1,), family="data_movement")
 def expand(xp, data, shape):
     return xp.broadcast_to(data, _broadcast_shape(data.shape, _ints(shape))).copy()
 
@@ -492,8 +497,8 @@ def cast_to(xp, x, target, *, saturate=1, round_mode="up", fnuz_inf_nan=False):
     return _to_e8m0(xp, x, target, saturate, round_mode)
 
 
-@kernel("Cast", 25, 28, dtypes=CAST_25, check=check_cast, bind=_cast_bind)
-@kernel("Cast", 24, dtypes=CAST_24, check=check_cast, bind=_cast_bind)
+@kernel("Cast", 25, 28, dtypes=CAST_25, check=check_cast, bind=_cast_bind, family="elementwise")
+@kernel("Cast", 24, dtypes=CAST_24, check=check_cast, bind=_cast_bind, family="elementwise")
 def cast(xp, x, *, to, saturate=1, round_mode="up", target=None):
     """Floats truncate toward zero into integers (out of range or NaN: undefined, as the spec
     says); integers wrap; NaN and every non-zero value become True. Float 8 targets follow the
@@ -502,17 +507,17 @@ def cast(xp, x, *, to, saturate=1, round_mode="up", target=None):
                    fnuz_inf_nan=False)
 
 
-@kernel("Cast", 19, dtypes=CAST_19, check=check_cast, bind=_cast_bind)
-@kernel("Cast", 21, dtypes=CAST_21, check=check_cast, bind=_cast_bind)
-@kernel("Cast", 23, dtypes=CAST_23, check=check_cast, bind=_cast_bind)
+@kernel("Cast", 19, dtypes=CAST_19, check=check_cast, bind=_cast_bind, family="elementwise")
+@kernel("Cast", 21, dtypes=CAST_21, check=check_cast, bind=_cast_bind, family="elementwise")
+@kernel("Cast", 23, dtypes=CAST_23, check=check_cast, bind=_cast_bind, family="elementwise")
 def cast_19(xp, x, *, to, saturate=1, target=None):
     """As Cast 24, except that a saturating cast maps +-inf to NaN in the FNUZ float 8 types."""
     return cast_to(xp, x, target, saturate=saturate, fnuz_inf_nan=True)
 
 
-@kernel("Cast", 9, dtypes=CAST_9, check=check_cast, bind=_cast_bind)
-@kernel("Cast", 13, dtypes=CAST_13, check=check_cast, bind=_cast_bind)
-@kernel("Cast", 1, 6, dtypes=ALL, check=check_cast, bind=_cast_bind)
+@kernel("Cast", 9, dtypes=CAST_9, check=check_cast, bind=_cast_bind, family="elementwise")
+@kernel("Cast", 13, dtypes=CAST_13, check=check_cast, bind=_cast_bind, family="elementwise")
+@kernel("Cast", 1, 6, dtypes=ALL, check=check_cast, bind=_cast_bind, family="elementwise")
 def cast_9(xp, x, *, to, target=None):
     return cast_to(xp, x, target)
 
@@ -523,20 +528,20 @@ def check_cast_like(node, provider):
         _check_target(node, provider, "CastLike", like.dtype, f"target_type {like.name!r}")
 
 
-@kernel("CastLike", 25, dtypes=CAST_25, check=check_cast_like)
-@kernel("CastLike", 24, dtypes=CAST_24, check=check_cast_like)
+@kernel("CastLike", 25, dtypes=CAST_25, check=check_cast_like, family="elementwise")
+@kernel("CastLike", 24, dtypes=CAST_24, check=check_cast_like, family="elementwise")
 def cast_like(xp, x, like, *, saturate, round_mode):
     return cast_to(xp, x, dtype(like.dtype), saturate=saturate, round_mode=round_mode)
 
 
-@kernel("CastLike", 23, dtypes=CAST_23, check=check_cast_like)
-@kernel("CastLike", 21, dtypes=CAST_21, check=check_cast_like)
-@kernel("CastLike", 19, dtypes=CAST_19, check=check_cast_like)
+@kernel("CastLike", 23, dtypes=CAST_23, check=check_cast_like, family="elementwise")
+@kernel("CastLike", 21, dtypes=CAST_21, check=check_cast_like, family="elementwise")
+@kernel("CastLike", 19, dtypes=CAST_19, check=check_cast_like, family="elementwise")
 def cast_like_19(xp, x, like, *, saturate):
     return cast_to(xp, x, dtype(like.dtype), saturate=saturate, fnuz_inf_nan=True)
 
 
-@kernel("CastLike", 15, dtypes=CAST_13, check=check_cast_like)
+@kernel("CastLike", 15, dtypes=CAST_13, check=check_cast_like, family="elementwise")
 def cast_like_15(xp, x, like):
     return cast_to(xp, x, dtype(like.dtype))
 
@@ -557,7 +562,7 @@ def check_constant_of_shape(node, provider):
 
 
 @kernel("ConstantOfShape", 9, 20, 21, 23, 24, 25, dtypes={"int64"}, host_inputs=(0,),
-        check=check_constant_of_shape)
+        check=check_constant_of_shape, family="data_movement")
 def constant_of_shape(xp, shape, *, value=None):
     dims = tuple(_ints(shape))
     if value is None:
@@ -574,8 +579,8 @@ def check_range(node, provider):
 
 
 @kernel("Range", 27, dtypes=RANGE_11 | {"float16", "bfloat16"}, host_inputs=(0, 1, 2),
-        check=check_range)
-@kernel("Range", 11, dtypes=RANGE_11, host_inputs=(0, 1, 2))
+        check=check_range, family="data_movement")
+@kernel("Range", 11, dtypes=RANGE_11, host_inputs=(0, 1, 2), family="data_movement")
 def range_(xp, start, limit, delta, *, stash_type=1):
     """``start + i * delta`` computed in the inputs' type (16-bit floats: in float32), as the spec's
     pseudocode says; onnxruntime accumulates ``delta`` instead, which drifts for floats.
@@ -699,25 +704,27 @@ def _check_pad(*modes):
 
 
 @kernel("Pad", 19, 21, 23, 24, 25, dtypes=MOVABLE, host_inputs=(1, 3),
-        check=_check_pad("constant", "reflect", "edge", "wrap"))
+        check=_check_pad("constant", "reflect", "edge", "wrap"), family="data_movement")
 @kernel("Pad", 18, dtypes=MOVABLE, host_inputs=(1, 3),
-        check=_check_pad("constant", "reflect", "edge"))
+        check=_check_pad("constant", "reflect", "edge"), family="data_movement")
 def pad(xp, data, pads, constant_value=None, axes=None, *, mode):
     return _pad(xp, data, pads, constant_value, mode, axes)
 
 
 @kernel("Pad", 11, 13, dtypes=MOVABLE, host_inputs=(1,),
-        check=_check_pad("constant", "reflect", "edge"))
+        check=_check_pad("constant", "reflect", "edge"), family="data_movement")
 def pad_11(xp, data, pads, constant_value=None, *, mode):
     return _pad(xp, data, pads, constant_value, mode)
 
 
-@kernel("Pad", 2, dtypes=FLOATS, check=_check_pad("constant", "reflect", "edge"))
+@kernel("Pad", 2, dtypes=FLOATS, check=_check_pad("constant", "reflect", "edge"),
+        family="data_movement")
 def pad_2(xp, data, *, pads, mode, value):
     return _pad(xp, data, pads, value, mode)
 
 
-@kernel("Pad", 1, dtypes=FLOATS, check=_check_pad("constant", "reflect", "edge"))
+@kernel("Pad", 1, dtypes=FLOATS, check=_check_pad("constant", "reflect", "edge"),
+        family="data_movement")
 def pad_1(xp, data, *, paddings, mode, value):
     return _pad(xp, data, paddings, value, mode)
 
@@ -752,7 +759,7 @@ def _element_index(xp, indices, data, axis):
     return tuple(index)
 
 
-@kernel("GatherElements", 11, 13, dtypes=MOVABLE)
+@kernel("GatherElements", 11, 13, dtypes=MOVABLE, family="data_movement")
 def gather_elements(xp, data, indices, *, axis):
     return data[_element_index(xp, indices, data, _axis(axis, data.ndim))]
 
@@ -783,14 +790,15 @@ def _check_scatter(*reductions):
 
 
 @kernel("ScatterElements", 18, dtypes=MOVABLE,
-        check=_check_scatter("none", "add", "mul", "max", "min"))
-@kernel("ScatterElements", 16, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul"))
+        check=_check_scatter("none", "add", "mul", "max", "min"), family="data_movement")
+@kernel("ScatterElements", 16, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul"),
+        family="data_movement")
 def scatter_elements(xp, data, indices, updates, *, axis, reduction):
     index = _element_index(xp, indices, data, _axis(axis, data.ndim))
     return _scatter(xp, data.copy(), index, updates, reduction)
 
 
-@kernel("ScatterElements", 11, 13, dtypes=MOVABLE)
+@kernel("ScatterElements", 11, 13, dtypes=MOVABLE, family="data_movement")
 @kernel("Scatter", 9, 11, dtypes=MOVABLE)
 def scatter_elements_11(xp, data, indices, updates, *, axis):
     index = _element_index(xp, indices, data, _axis(axis, data.ndim))
@@ -808,13 +816,15 @@ def _scatter_nd(xp, data, indices, updates, reduction):
     return _scatter(xp, data.copy(), index, values, reduction)
 
 
-@kernel("ScatterND", 18, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul", "max", "min"))
-@kernel("ScatterND", 16, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul"))
+@kernel("ScatterND", 18, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul", "max", "min"),
+        family="data_movement")
+@kernel("ScatterND", 16, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul"),
+        family="data_movement")
 def scatter_nd(xp, data, indices, updates, *, reduction):
     return _scatter_nd(xp, data, indices, updates, reduction)
 
 
-@kernel("ScatterND", 11, 13, dtypes=MOVABLE)
+@kernel("ScatterND", 11, 13, dtypes=MOVABLE, family="data_movement")
 def scatter_nd_11(xp, data, indices, updates):
     return _scatter_nd(xp, data, indices, updates, "none")
 
@@ -849,7 +859,7 @@ def tensor_scatter(xp, past_cache, update, write_indices=None, *, mode, axis):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Tile", 6, 13, dtypes=MOVABLE, host_inputs=(1,))
+@kernel("Tile", 6, 13, dtypes=MOVABLE, host_inputs=(1,), family="data_movement")
 def tile(xp, x, repeats):
     reps = _ints(repeats)
     if len(reps) != x.ndim or min(reps, default=0) < 0:
@@ -857,7 +867,7 @@ def tile(xp, x, repeats):
     return xp.tile(x, tuple(reps))
 
 
-@kernel("Tile", 1, dtypes=FLOATS, host_inputs=(1, 2))
+@kernel("Tile", 1, dtypes=FLOATS, host_inputs=(1, 2), family="data_movement")
 def tile_1(xp, x, tiles, axis):
     reps = [1] * x.ndim
     reps[_axis(_ints(axis)[0], x.ndim)] = _ints(tiles)[0]
@@ -989,7 +999,7 @@ def eye_like(xp, x, *, k, out_type=None):
     return xp.eye(x.shape[0], x.shape[1], k=k, dtype=x.dtype if out_type is None else out_type)
 
 
-@kernel("Trilu", 14, dtypes=MOVABLE, host_inputs=(1,))
+@kernel("Trilu", 14, dtypes=MOVABLE, host_inputs=(1,), family="data_movement")
 def trilu(xp, x, k=None, *, upper):
     k = 0 if k is None else _ints(k)[0]
     rows, cols = x.shape[-2:]

@@ -13,7 +13,6 @@ from ep_host import (
     ProviderContext,
     ProviderInfo,
     family_factors,
-    family_of,
     hookimpl,
 )
 from ep_host.kernels import REGISTRY, KernelSpec, check_node, work
@@ -45,11 +44,11 @@ def calibrated(cost: Cost, factors: Factors | None) -> Cost:
                 bytes_moved=cost.bytes_moved, flops=cost.flops)
 
 
-def node_factors(node: NodeView, calibration: dict[str, Factors] | None) -> Factors | None:
-    """The factors ``ep-host calibrate`` measured for the node's op family, if any."""
-    if not calibration or node.domain not in ("", "ai.onnx"):
+def node_factors(spec: KernelSpec, calibration: dict[str, Factors] | None) -> Factors | None:
+    """The factors ``ep-host calibrate`` measured for the op family ``spec`` declares, if any."""
+    if not calibration or spec.family is None:
         return None
-    return calibration.get(family_of(node.op_type))
+    return calibration.get(spec.family)
 
 
 class Claims:
@@ -74,7 +73,7 @@ class Claims:
         if profile is not self.profile or calibration is not self.calibration:
             self.profile, self.calibration, self.answers = profile, calibration, {}
         flops, nbytes = work(spec, node)
-        factors = node_factors(node, calibration)
+        factors = node_factors(spec, calibration)
         key = (flops, nbytes, spec.host_inputs, factors)
         answer = self.answers.get(key)
         if answer is None:

@@ -202,8 +202,8 @@ def _conv_variant(version: int) -> Callable[..., Any]:
 
 for _v in (1, 11, 22):
     _spec = _cpu_spec("Conv", _v)
-    cuda_kernel("Conv", _v, dtypes=_spec.dtypes, check=_spec.check, flops=_spec.flops)(
-        _conv_variant(_v))
+    cuda_kernel("Conv", _v, dtypes=_spec.dtypes, check=_spec.check, flops=_spec.flops,
+                family=_spec.family)(_conv_variant(_v))
 
 
 # GELU as one fused kernel on CuPy; elsewhere (numpy bound) the shared formula.
@@ -239,9 +239,10 @@ def _ms_gelu(xp, x):
 
 
 _spec = _cpu_spec("Gelu", 20)
-cuda_kernel("Gelu", 20, dtypes=_spec.dtypes, check=_spec.check)(_gelu_20)
+cuda_kernel("Gelu", 20, dtypes=_spec.dtypes, check=_spec.check, family=_spec.family)(_gelu_20)
 _spec = _cpu_spec("Gelu", 1, MS)
-cuda_kernel("Gelu", 1, domain=MS, dtypes=_spec.dtypes, check=_spec.check)(_ms_gelu)
+cuda_kernel("Gelu", 1, domain=MS, dtypes=_spec.dtypes, check=_spec.check,
+            family=_spec.family)(_ms_gelu)
 del _spec, _v
 
 
