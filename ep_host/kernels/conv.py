@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from ep_host import deny, element_count, record_kernel_variant, require
+from ep_host import element_count, record_kernel_variant, require
 from ep_host.kernels.conv_geometry import (
     check_window_attributes,
     check_window_geometry,
