@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ep_host.cost import Cost, structural_input_bytes
+from ep_host.cost import Cost, element_count, structural_input_bytes
 from ep_host.dtypes import DType, dtype
 from ep_host.errors import (
     HostError,
@@ -54,7 +54,6 @@ _LAZY = {
     "Factors": "ep_host.calibration",
     "cache_dir": "ep_host.calibration",
     "family_factors": "ep_host.calibration",
-    "family_of": "ep_host.calibration",
 }
 
 
@@ -73,7 +72,7 @@ __all__ = [
     "InputError", "Kernel", "KernelError", "KernelMatch", "KernelVariantSelection",
     "ModelLoadError", "ModelValidationError", "NodeView", "PlacementError", "ProviderContext",
     "ProviderError", "ProviderInfo", "ReasonCode", "ResourceLimitError", "RunCancelledError",
-    "RunOptions", "ValueView", "cache_dir", "deny", "dtype", "family_factors", "family_of",
+    "RunOptions", "ValueView", "cache_dir", "deny", "dtype", "element_count", "family_factors",
     "hookimpl", "hookspec", "load_model", "record_kernel_variant", "require",
     "structural_input_bytes",
 ]

@@ -20,46 +20,6 @@ from typing import Any
 SCHEMA = "ep-host/calibration/v1"
 FILE_NAME = "calibration.json"
 
-FAMILIES: dict[str, tuple[str, ...]] = {
-    "elementwise": (
-        "Abs", "Add", "And", "BitShift", "Cast", "CastLike", "Ceil", "Clip", "Div", "Equal",
-        "Floor", "Greater", "GreaterOrEqual", "IsInf", "IsNaN", "LeakyRelu", "Less",
-        "LessOrEqual", "Max", "Mean", "Min", "Mod", "Mul", "Neg", "Not", "Or", "PRelu",
-        "Reciprocal", "Relu", "Round", "Sign", "Sub", "Sum", "ThresholdedRelu", "Where", "Xor",
-        "Dropout",
-    ),
-    "transcendental": (
-        "Celu", "Cos", "Elu", "Erf", "Exp", "Gelu", "HardSigmoid", "HardSwish", "Log", "Mish",
-        "Pow", "Selu", "Sigmoid", "Sin", "Softplus", "Softsign", "Sqrt", "Tan", "Tanh",
-    ),
-    "matmul": ("MatMul", "Gemm", "MatMulInteger", "Einsum", "QLinearMatMul"),
-    "conv": ("Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "Col2Im"),
-    "pool": ("MaxPool", "AveragePool", "LpPool", "MaxRoiPool", "GlobalAveragePool",
-             "GlobalLpPool", "GlobalMaxPool"),
-    "reduce": (
-        "ArgMax", "ArgMin", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
-        "ReduceMax", "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare",
-        "TopK", "CumSum",
-    ),
-    "normalization": (
-        "BatchNormalization", "GroupNormalization", "Hardmax", "InstanceNormalization",
-        "LayerNormalization", "LogSoftmax", "LpNormalization", "LRN",
-        "MeanVarianceNormalization", "RMSNormalization", "Softmax",
-    ),
-    "data_movement": (
-        "Concat", "DepthToSpace", "Expand", "Flatten", "Gather", "GatherElements", "GatherND",
-        "Identity", "Pad", "Reshape", "Resize", "ScatterElements", "ScatterND", "Slice",
-        "SpaceToDepth", "Split", "Squeeze", "Tile", "Transpose", "Unsqueeze", "Shape", "Size",
-        "ConstantOfShape", "Range", "Trilu",
-    ),
-}
-_FAMILY_OF = {op: family for family, ops in FAMILIES.items() for op in ops}
-
-
-def family_of(op_type: str) -> str | None:
-    """The op family a default-domain op belongs to, or ``None`` (not calibrated)."""
-    return _FAMILY_OF.get(op_type)
-
 
 def cache_dir() -> Path:
     override = os.environ.get("EP_HOST_CACHE_DIR")
@@ -283,7 +243,7 @@ def calibrate(
             if on_case is not None:
                 on_case(provider, case.name, result)
         entry = profile["providers"].setdefault(provider, {"families": {}})
-        for family in FAMILIES:
+        for family in dict.fromkeys(s.family for s in samples):  # in the cases' order
             mine = [s for s in samples if s.family == family]
             if not mine:
                 continue

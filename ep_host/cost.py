@@ -109,8 +109,16 @@ class Cost:
 Cost.ZERO = Cost()  # type: ignore[attr-defined]
 
 
-def element_count(shape: Iterable[int | str | None]) -> int:
-    """Elements in a tensor of ``shape``; symbolic or unknown dims count as 1."""
+def element_count(shape: Iterable[int | str | None] | None) -> int:
+    """Elements in a tensor of ``shape``: the one rule every estimate counts elements by.
+
+    A 0 dim gives 0 (an empty tensor has no elements, so no work and no bytes); a symbolic or
+    unknown dim (a ``str``, ``None`` or a negative int) counts as 1, and so does an unknown shape
+    (``None``): an estimate made before the size is known prices one element per such dim rather
+    than guessing, so a dynamic model is never priced as free nor as huge.
+    """
+    if shape is None:
+        return 1
     count = 1
     for dim in shape:
         if isinstance(dim, int) and dim >= 0:

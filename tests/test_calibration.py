@@ -97,14 +97,6 @@ def test_recalibrating_composes_instead_of_compounding():
     assert compose(new, old).apply(raw) == pytest.approx(new.apply(old.apply(raw)))
 
 
-def test_family_of_groups_ops():
-    assert calibration.family_of("Conv") == "conv"
-    assert calibration.family_of("Gemm") == "matmul"
-    assert calibration.family_of("Sigmoid") == "transcendental"
-    assert calibration.family_of("Transpose") == "data_movement"
-    assert calibration.family_of("NoSuchOp") is None
-
-
 def test_calibrate_command_rejects_an_unknown_provider(cache, capsys):
     assert main(["calibrate", "--provider", "nosuch"]) == 1
     assert "'nosuch' is not available" in capsys.readouterr().err

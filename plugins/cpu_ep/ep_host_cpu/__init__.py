@@ -1,5 +1,4 @@
-"""ep-host's CPU execution provider: ONNX kernels written against an array namespace, bound to
-numpy. The provider hooks live in :mod:`ep_host_cpu.provider`; kernels in
-:mod:`ep_host_cpu.kernels`, one module per op family."""
+"""ep-host's CPU execution provider: the kernel library :mod:`ep_host.kernels` bound to numpy.
+The provider hooks and the roofline pricing live in :mod:`ep_host_cpu.provider`."""
 
 __version__ = "0.1.0"

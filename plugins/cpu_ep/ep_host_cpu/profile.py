@@ -7,19 +7,15 @@ Measured once per machine (about 0.2 s) and cached as JSON under the user cache 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
-import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from ep_host import cache_dir
+from ep_host.kernels import best_seconds, cached_figures
 
 PROFILE_VERSION = 1
 
@@ -36,16 +32,6 @@ def _machine_key() -> str:
     raw = "|".join([platform.node(), platform.machine(), platform.processor(), str(os.cpu_count()),
                     np.__version__, str(PROFILE_VERSION)])
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
-
-
-def best_seconds(fn, repeat: int) -> float:
-    """The fastest of ``repeat`` calls of ``fn``, in seconds."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 def measure() -> MachineProfile:
@@ -80,23 +66,3 @@ def machine_profile() -> MachineProfile:
     """The cached profile, measuring and storing it the first time."""
     return cached_figures(cache_dir() / f"cpu-profile-{_machine_key()}.json", MachineProfile,
                           measure)
-
-
-def cached_figures(path: Path, cls: type[Any], measure: Callable[[], Any]) -> Any:
-    """A dataclass of measured figures read from the JSON at ``path`` (``source`` set to the
-    path), or ``measure()`` stored there for next time (atomically; an unwritable cache only
-    costs a measurement next time). Shared with the CUDA EP's device figures."""
-    try:
-        data = json.loads(path.read_text())
-        return cls(**{**data, "source": str(path)})
-    except (OSError, ValueError, TypeError):
-        pass
-    figures = measure()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({k: v for k, v in asdict(figures).items() if k != "source"}))
-        os.replace(tmp, path)
-    except OSError:
-        pass
-    return figures

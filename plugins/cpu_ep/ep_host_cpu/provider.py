@@ -13,49 +13,15 @@ from ep_host import (
     ProviderContext,
     ProviderInfo,
     family_factors,
-    family_of,
     hookimpl,
 )
+from ep_host.kernels import REGISTRY, KernelSpec, check_node, work
 from ep_host_cpu import __version__
 from ep_host_cpu.allocator import keep_freed_memory
-from ep_host_cpu.kernels import REGISTRY
 from ep_host_cpu.profile import MachineProfile, machine_profile
-from ep_host_cpu.registry import KernelSpec, check_node
 from ep_host_cpu.xp import numpy_xp
 
 NAME = "CPU EP"
-
-
-def output_elements(node: NodeView) -> int:
-    total = 0
-    for v in node.outputs:
-        if v is not None and v.shape is not None:
-            n = 1
-            for d in v.shape:
-                if isinstance(d, int) and d >= 0:
-                    n *= d
-            total += n
-    return total
-
-
-def traffic_bytes(node: NodeView) -> int:
-    """The bytes of every input and output (``ValueView.nbytes``, which counts as
-    ``structural_input_bytes`` does and is computed once per value)."""
-    total = 0
-    for v in node.inputs:
-        if v is not None:
-            total += v.nbytes
-    for v in node.outputs:
-        if v is not None:
-            total += v.nbytes
-    return total
-
-
-def work(spec: KernelSpec, node: NodeView) -> tuple[float, int]:
-    """The node's flops and bytes moved, for the roofline."""
-    flops = spec.flops(node) if spec.flops is not None else output_elements(node)
-    nbytes = spec.bytes(node) if spec.bytes is not None else traffic_bytes(node)
-    return flops, nbytes
 
 
 def roofline(flops: float, nbytes: int, profile: MachineProfile) -> Cost:
@@ -78,11 +44,11 @@ def calibrated(cost: Cost, factors: Factors | None) -> Cost:
                 bytes_moved=cost.bytes_moved, flops=cost.flops)
 
 
-def node_factors(node: NodeView, calibration: dict[str, Factors] | None) -> Factors | None:
-    """The factors ``ep-host calibrate`` measured for the node's op family, if any."""
-    if not calibration or node.domain not in ("", "ai.onnx"):
+def node_factors(spec: KernelSpec, calibration: dict[str, Factors] | None) -> Factors | None:
+    """The factors ``ep-host calibrate`` measured for the op family ``spec`` declares, if any."""
+    if not calibration or spec.family is None:
         return None
-    return calibration.get(family_of(node.op_type))
+    return calibration.get(spec.family)
 
 
 class Claims:
@@ -107,7 +73,7 @@ class Claims:
         if profile is not self.profile or calibration is not self.calibration:
             self.profile, self.calibration, self.answers = profile, calibration, {}
         flops, nbytes = work(spec, node)
-        factors = node_factors(node, calibration)
+        factors = node_factors(spec, calibration)
         key = (flops, nbytes, spec.host_inputs, factors)
         answer = self.answers.get(key)
         if answer is None:

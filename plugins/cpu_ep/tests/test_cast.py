@@ -16,7 +16,7 @@ from cpukit import (
     run_ep_host,
     run_onnxruntime,
 )
-from ep_host_cpu.kernels import REGISTRY
+from ep_host.kernels import REGISTRY
 from onnx import TensorProto, helper
 
 import ep_host

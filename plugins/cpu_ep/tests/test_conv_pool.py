@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cpukit import assert_declines, assert_matches_onnxruntime, cpu_answer, make_model, run_ep_host
-from ep_host_cpu.kernels import REGISTRY
+from ep_host.kernels import REGISTRY
 from onnx import TensorProto, helper
 
 import ep_host

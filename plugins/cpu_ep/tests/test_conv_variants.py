@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 from cpukit import assert_matches_onnxruntime, make_model, run_ep_host
-from ep_host_cpu.kernels import conv as conv_kernels
+from ep_host.kernels import conv as conv_kernels
 from ep_host_cpu.xp import numpy_xp
 from onnx import TensorProto, helper, numpy_helper
 

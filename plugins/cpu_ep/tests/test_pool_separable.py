@@ -7,7 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
-from ep_host_cpu.kernels import conv as conv_kernels
+from ep_host.kernels import conv as conv_kernels
 from ep_host_cpu.xp import numpy_xp
 
 

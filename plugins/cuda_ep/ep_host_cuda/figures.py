@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from ep_host_cpu.profile import best_seconds, cached_figures
-
 from ep_host import cache_dir
+from ep_host.kernels import best_seconds, cached_figures
 
 FIGURES_VERSION = 1
 

@@ -1,4 +1,5 @@
-"""What the CUDA EP computes: an allow-list of op families over the CPU EP's ``xp`` kernels, the
+"""What the CUDA EP computes: an allow-list of op families over the shared ``xp`` kernels of
+:mod:`ep_host.kernels`, the
 element types it takes for each, and the GPU-specific kernels that replace a shared one under
 the same key.
 
@@ -16,13 +17,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ep_host_cpu.kernels import REGISTRY
-from ep_host_cpu.registry import ALL, FLOATS, NUMERIC, KernelSpec, Registry
-
 from ep_host import CaptureSupport, NodeView, deny, require
+from ep_host.kernels import (
+    ALL,
+    FLOATS,
+    NUMERIC,
+    REGISTRY,
+    KernelSpec,
+    Registry,
+    pad_spatial,
+    strides_and_dilations,
+    tap_slices,
+    window_geometry,
+)
 from ep_host_cuda.xp import is_cupy
 
-# What CuPy stores is the CPU EP's numeric types and bool: no bfloat16, float8, 4-bit or
+# What CuPy stores is the library's numeric types and bool: no bfloat16, float8, 4-bit or
 # strings.
 DEVICE_TYPES = ALL
 
@@ -114,7 +124,7 @@ def _cpu_spec(op_type: str, since_version: int, domain: str = "ai.onnx") -> Kern
 
 
 def shared(op_type: str, since_version: int, domain: str = "ai.onnx") -> Callable[..., Any]:
-    """The CPU EP's kernel function for a key, looked up when called (never copied)."""
+    """The shared library's kernel function for a key, looked up when called (never copied)."""
     return _cpu_spec(op_type, since_version, domain).fn
 
 
@@ -156,20 +166,18 @@ def size(xp, data, *, cache=None):
 def _depthwise(xp, x, w, b, *, auto_pad, dilations, pads, strides):
     """Conv with one filter per channel (group == C == M): one multiply-add per kernel tap over
     the whole tensor, instead of a batched GEMM whose inner dimension is the tap count."""
-    from ep_host_cpu.kernels.conv import _attrs, _geometry, _pad, _tap_slices
-
     dtype = x.dtype
     work = xp.float32 if dtype.itemsize < 4 else dtype
     x, w = x.astype(work, copy=False), w.astype(work, copy=False)
     n_spatial = x.ndim - 2
     kernel = tuple(w.shape[2:])
-    strides, dilations = _attrs(n_spatial, strides, dilations)
-    out, begin, end = _geometry(x.shape[2:], kernel, strides, dilations, pads, auto_pad)
-    padded = _pad(xp, x, begin, end)
+    strides, dilations = strides_and_dilations(n_spatial, strides, dilations)
+    out, begin, end = window_geometry(x.shape[2:], kernel, strides, dilations, pads, auto_pad)
+    padded = pad_spatial(xp, x, begin, end)
     weights = w.reshape((w.shape[0], -1))
     y = None
     for t, offsets in enumerate(itertools.product(*(range(k) for k in kernel))):
-        term = padded[_tap_slices(offsets, out, strides, dilations)] * weights[:, t].reshape(
+        term = padded[tap_slices(offsets, out, strides, dilations)] * weights[:, t].reshape(
             (-1,) + (1,) * n_spatial)
         y = term if y is None else xp.add(y, term, out=y)
     if b is not None:
@@ -194,8 +202,8 @@ def _conv_variant(version: int) -> Callable[..., Any]:
 
 for _v in (1, 11, 22):
     _spec = _cpu_spec("Conv", _v)
-    cuda_kernel("Conv", _v, dtypes=_spec.dtypes, check=_spec.check, flops=_spec.flops)(
-        _conv_variant(_v))
+    cuda_kernel("Conv", _v, dtypes=_spec.dtypes, check=_spec.check, flops=_spec.flops,
+                family=_spec.family)(_conv_variant(_v))
 
 
 # GELU as one fused kernel on CuPy; elsewhere (numpy bound) the shared formula.
@@ -231,29 +239,30 @@ def _ms_gelu(xp, x):
 
 
 _spec = _cpu_spec("Gelu", 20)
-cuda_kernel("Gelu", 20, dtypes=_spec.dtypes, check=_spec.check)(_gelu_20)
+cuda_kernel("Gelu", 20, dtypes=_spec.dtypes, check=_spec.check, family=_spec.family)(_gelu_20)
 _spec = _cpu_spec("Gelu", 1, MS)
-cuda_kernel("Gelu", 1, domain=MS, dtypes=_spec.dtypes, check=_spec.check)(_ms_gelu)
+cuda_kernel("Gelu", 1, domain=MS, dtypes=_spec.dtypes, check=_spec.check,
+            family=_spec.family)(_ms_gelu)
 del _spec, _v
 
 
 # -- checks the CUDA EP adds ------------------------------------------------------------------
 
 
-def check_dropout(node: NodeView) -> None:
+def check_dropout(node: NodeView, provider: str) -> None:
     """Dropout in training mode draws a random mask; CuPy's generator is not numpy's, so only
     inference (training_mode absent or a constant false) is claimed."""
     mode = node.inputs[2] if len(node.inputs) > 2 else None
     if mode is None:
         return
     require(mode.is_constant and not bool(mode.value.reshape(-1)[0]),
-            "Dropout: CUDA EP computes inference mode only (training_mode absent or a constant "
-            "false), got {} training_mode {!r}; training runs on cpu",
+            "Dropout: {} computes inference mode only (training_mode absent or a constant "
+            "false), got {} training_mode {!r}; training runs on cpu", provider,
             "a constant true" if mode.is_constant else "a run-time", mode.name,
             code="attribute")
 
 
-EXTRA_CHECKS: dict[tuple[str, str], Callable[[NodeView], None]] = {
+EXTRA_CHECKS: dict[tuple[str, str], Callable[[NodeView, str], None]] = {
     ("ai.onnx", "Dropout"): check_dropout,
 }
 
@@ -265,7 +274,7 @@ def lookup(node: NodeView, provider: str) -> tuple[KernelSpec, Family]:
         elsewhere = REGISTRY.versions(node.domain, node.op_type)
         deny("{}: the {} has no kernel for this op{}", node.qualified_op, provider,
              "; it runs on cpu" if elsewhere else "", code="op")
-    # the CPU EP's registry resolves the version (exact, or newest <= opset for com.microsoft)
+    # the shared registry resolves the version (exact, or newest <= opset for com.microsoft)
     # and declines a miss; a GPU-specific kernel under the resolved key replaces the shared one
     spec = REGISTRY.lookup(node, provider)
     spec = CUDA_KERNELS.specs.get((spec.domain, spec.op_type, spec.since_version), spec)

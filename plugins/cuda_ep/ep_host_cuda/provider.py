@@ -9,13 +9,9 @@ from dataclasses import replace
 from functools import cache
 from typing import Any
 
-from ep_host_cpu.provider import work
-from ep_host_cpu.registry import KernelSpec, check_node
-
 from ep_host import (
     CaptureSupport,
     Cost,
-    Decline,
     Device,
     Kernel,
     KernelMatch,
@@ -27,6 +23,7 @@ from ep_host import (
     deny,
     hookimpl,
 )
+from ep_host.kernels import KernelSpec, check_node, work
 from ep_host_cuda import __version__
 from ep_host_cuda.device import cuda_device, simulated_device
 from ep_host_cuda.figures import UNMEASURED_LINK, DeviceFigures, device_figures
@@ -168,13 +165,10 @@ class CudaProvider:
         spec, family = lookup(node, NAME)
         _device_types(spec, node)
         _compute_types(spec, family, node)
-        try:
-            check_node(_narrowed(spec, family), node, NAME)
-            extra = EXTRA_CHECKS.get((node.domain, node.op_type))
-            if extra is not None:
-                extra(node)
-        except Decline as exc:  # the shared checks name the CPU EP; they decide for us too
-            raise Decline(exc.reason.replace("CPU EP", NAME), code=exc.code) from None
+        check_node(_narrowed(spec, family), node, NAME)
+        extra = EXTRA_CHECKS.get((node.domain, node.op_type))
+        if extra is not None:
+            extra(node, NAME)
         return spec, family
 
     def cost(self, node: NodeView) -> Cost:

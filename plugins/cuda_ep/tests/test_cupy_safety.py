@@ -8,7 +8,7 @@ import textwrap
 import types
 
 import pytest
-from ep_host_cpu.kernels import REGISTRY
+from ep_host.kernels import REGISTRY
 from ep_host_cuda.kernels import CUDA_KERNELS, FAMILIES
 from ep_host_cuda.xp import CUPY_NAMES
 
@@ -38,7 +38,7 @@ def _functions(fn, seen):
         if isinstance(node, ast.Name):
             target = fn.__globals__.get(node.id)
             if isinstance(target, types.FunctionType) and target.__module__.startswith(
-                    ("ep_host_cpu.kernels", "ep_host_cuda.kernels")):
+                    ("ep_host.kernels", "ep_host_cuda.kernels")):
                 _functions(target, seen)
     return seen
 

@@ -8,8 +8,8 @@ once; Softmax and LogSoftmax compute each step in the input's type, as their fun
 
 from __future__ import annotations
 
-from ep_host import require
-from ep_host_cpu.registry import FLOATS, kernel
+from ep_host import element_count, require
+from ep_host.kernels.registry import FLOATS, kernel
 
 FLOATS_BF16 = FLOATS | {"bfloat16"}
 STASH_TYPES = {1: "float32", 11: "float64"}  # TensorProto codes a stash may name here
@@ -33,21 +33,21 @@ def _stash(xp, stash_type):
     return xp.float64 if stash_type == 11 else xp.float32
 
 
-def _check_stash(node):
+def _check_stash(node, provider):
     stash = node.attributes["stash_type"]
-    require(stash in STASH_TYPES, "{}: CPU EP computes stash_type 1 (float32) or 11 (float64), "
-            "got {}", node.op_type, stash, code="attribute")
+    require(stash in STASH_TYPES, "{}: {} computes stash_type 1 (float32) or 11 (float64), "
+            "got {}", node.op_type, provider, stash, code="attribute")
 
 
-def _check_same_types(node, names):
+def _check_same_types(node, provider, names):
     """Inputs that the spec combines arithmetically must share X's element type."""
     x = node.inputs[0]
     for i in names:
         value = node.inputs[i] if len(node.inputs) > i else None
         if x is None or value is None or x.dtype is None or value.dtype is None:
             continue
-        require(value.dtype == x.dtype, "{}: CPU EP takes {!r} of X's type {}, got {}",
-                node.op_type, value.name, x.dtype.name, value.dtype.name, code="dtype")
+        require(value.dtype == x.dtype, "{}: {} takes {!r} of X's type {}, got {}",
+                node.op_type, provider, value.name, x.dtype.name, value.dtype.name, code="dtype")
 
 
 def _channel_shape(x):
@@ -57,30 +57,32 @@ def _channel_shape(x):
 # -- BatchNormalization -----------------------------------------------------------------------
 
 
-def _check_batch_norm(node):
+def _check_batch_norm(node, provider):
     attrs = node.attributes
     v = node.since_version
     if v < 7:
         require(attrs["is_test"] != 0,
-                "BatchNormalization-{}: CPU EP computes test mode only (is_test=1, estimated "
-                "statistics), got is_test=0 (batch statistics)", v, code="attribute")
+                "BatchNormalization-{}: {} computes test mode only (is_test=1, estimated "
+                "statistics), got is_test=0 (batch statistics)", v, provider, code="attribute")
     if v < 9:
         spatial = attrs["spatial"]
         allowed = (1,) if v < 7 else (0, 1)
-        require(spatial in allowed, "BatchNormalization-{}: CPU EP takes spatial={}, got {}", v,
+        require(spatial in allowed, "BatchNormalization-{}: {} takes spatial={}, got {}", v,
+                provider,
                 " or ".join(map(str, allowed)), spatial, code="attribute")
     extra = _extra_outputs(node)
     training = v >= 14 and attrs["training_mode"] != 0
-    require(training or not extra, "BatchNormalization-{}: CPU EP computes inference mode, whose "
+    require(training or not extra, "BatchNormalization-{}: {} computes inference mode, whose "
             "only output is Y, and training mode (training_mode=1, from version 14); got "
-            "training outputs {}", v, extra, code="attribute")
+            "training outputs {}", v, provider, extra, code="attribute")
     require(_rank(node) is None or _rank(node) >= 2, "BatchNormalization: input must have rank "
             ">= 2 (N, C, ...), got rank {}", _rank(node), code="shape")
     accepted = FLOATS_BF16 if v >= 14 else FLOATS
     for value in node.inputs[1:]:
         if value is not None and value.dtype is not None:
-            require(value.dtype.name in accepted, "BatchNormalization: CPU EP takes {} scale, "
-                    "bias and statistics, got {} for input {!r}", "/".join(sorted(accepted)),
+            require(value.dtype.name in accepted, "BatchNormalization: {} takes {} scale, "
+                    "bias and statistics, got {} for input {!r}", provider,
+                    "/".join(sorted(accepted)),
                     value.dtype.name, value.name, code="dtype")
 
 
@@ -122,20 +124,20 @@ def _batch_norm(xp, x, scale, b, mean, var, epsilon, affine=None, out=None):
 
 
 @kernel("BatchNormalization", 1, 6, dtypes=FLOATS, check=_check_batch_norm,
-        prepare=_prepare_batch_norm, inplace=(0,))
+        prepare=_prepare_batch_norm, inplace=(0,), family="normalization")
 def batch_norm_6(xp, x, scale, b, mean, var, *, epsilon, is_test, spatial, affine=None,
                  out=None):
     return _batch_norm(xp, x, scale, b, mean, var, epsilon, affine, out)
 
 
 @kernel("BatchNormalization", 7, dtypes=FLOATS, check=_check_batch_norm,
-        prepare=_prepare_batch_norm, inplace=(0,))
+        prepare=_prepare_batch_norm, inplace=(0,), family="normalization")
 def batch_norm_7(xp, x, scale, b, mean, var, *, epsilon, spatial, affine=None, out=None):
     return _batch_norm(xp, x, scale, b, mean, var, epsilon, affine, out)
 
 
 @kernel("BatchNormalization", 9, dtypes=FLOATS, check=_check_batch_norm,
-        prepare=_prepare_batch_norm, inplace=(0,))
+        prepare=_prepare_batch_norm, inplace=(0,), family="normalization")
 def batch_norm_9(xp, x, scale, b, mean, var, *, epsilon, affine=None, out=None):
     return _batch_norm(xp, x, scale, b, mean, var, epsilon, affine, out)
 
@@ -145,7 +147,7 @@ def _outputs_wanted(node):
 
 
 @kernel("BatchNormalization", 14, 15, dtypes=FLOATS_BF16, check=_check_batch_norm,
-        bind=_outputs_wanted, prepare=_prepare_batch_norm, inplace=(0,))
+        bind=_outputs_wanted, prepare=_prepare_batch_norm, inplace=(0,), family="normalization")
 def batch_norm(xp, x, scale, b, mean, var, *, epsilon, momentum, training_mode, wanted=(True,),
                affine=None, out=None):
     if not training_mode:
@@ -175,14 +177,15 @@ def _check_axis(node, axis):
                 node.op_type, -rank, rank - 1, rank, axis, code="attribute")
 
 
-def _check_layer_norm(node):
+def _check_layer_norm(node, provider):
     stash = node.attributes["stash_type"]
-    require(stash == 1, "LayerNormalization: CPU EP computes stash_type=1 (float32), got {}",
+    require(stash == 1, "LayerNormalization: {} computes stash_type=1 (float32), got {}", provider,
             stash, code="attribute")
     _check_axis(node, node.attributes["axis"])
 
 
-@kernel("LayerNormalization", 17, dtypes=FLOATS_BF16, check=_check_layer_norm)
+@kernel("LayerNormalization", 17, dtypes=FLOATS_BF16, check=_check_layer_norm,
+        family="normalization")
 def layer_norm(xp, x, scale, b=None, *, axis, epsilon, stash_type):
     axes = tuple(range(axis % x.ndim, x.ndim))
     stashed = x.astype(xp.float32, copy=False)  # read only
@@ -204,13 +207,13 @@ def layer_norm(xp, x, scale, b=None, *, axis, epsilon, stash_type):
 # -- RMSNormalization -------------------------------------------------------------------------
 
 
-def _check_rms_norm(node):
-    _check_stash(node)
+def _check_rms_norm(node, provider):
+    _check_stash(node, provider)
     _check_axis(node, node.attributes["axis"])
-    _check_same_types(node, (1,))
+    _check_same_types(node, provider, (1,))
 
 
-@kernel("RMSNormalization", 23, dtypes=FLOATS_BF16, check=_check_rms_norm)
+@kernel("RMSNormalization", 23, dtypes=FLOATS_BF16, check=_check_rms_norm, family="normalization")
 def rms_norm(xp, x, scale, *, axis, epsilon, stash_type):
     axes = tuple(range(axis % x.ndim, x.ndim))
     stashed = x.astype(_stash(xp, stash_type))
@@ -228,10 +231,10 @@ def _standardize(xp, x, axes, epsilon, work):
     return d / xp.sqrt((d * d).mean(axis=axes, keepdims=True) + epsilon)
 
 
-def _check_group_norm(node):
+def _check_group_norm(node, provider):
     v = node.since_version
     if v >= 21:
-        _check_stash(node)
+        _check_stash(node, provider)
     groups = node.attributes.get("num_groups")
     require(groups is not None and groups >= 1, "GroupNormalization: num_groups must be >= 1, "
             "got {}", groups, code="attribute")
@@ -252,7 +255,7 @@ def _check_group_norm(node):
                 "GroupNormalization-{}: {!r} must hold one value per group of channels ({}={})"
                 if v < 21 else "GroupNormalization-{}: {!r} must hold one value per channel "
                 "({}={})", v, value.name, want, size, code="shape")
-    _check_same_types(node, (1, 2))
+    _check_same_types(node, provider, (1, 2))
 
 
 def _group_statistics(xp, x, num_groups, epsilon, work):
@@ -261,7 +264,8 @@ def _group_statistics(xp, x, num_groups, epsilon, work):
     return _standardize(xp, grouped, -1, epsilon, work)
 
 
-@kernel("GroupNormalization", 18, dtypes=FLOATS_BF16, check=_check_group_norm)
+@kernel("GroupNormalization", 18, dtypes=FLOATS_BF16, check=_check_group_norm,
+        family="normalization")
 def group_norm_18(xp, x, scale, bias, *, epsilon, num_groups):
     work = _work(xp, x)
     normed = _group_statistics(xp, x, num_groups, epsilon, work)
@@ -270,25 +274,28 @@ def group_norm_18(xp, x, scale, bias, *, epsilon, num_groups):
     return y.reshape(x.shape).astype(x.dtype)
 
 
-@kernel("GroupNormalization", 21, dtypes=FLOATS_BF16, check=_check_group_norm)
+@kernel("GroupNormalization", 21, dtypes=FLOATS_BF16, check=_check_group_norm,
+        family="normalization")
 def group_norm(xp, x, scale, bias, *, epsilon, num_groups, stash_type):
     normed = _group_statistics(xp, x, num_groups, epsilon, _stash(xp, stash_type))
     normed = normed.reshape(x.shape).astype(x.dtype)  # stage two computes in X's type
     return normed * scale.reshape(_channel_shape(x)) + bias.reshape(_channel_shape(x))
 
 
-def _check_instance_norm(node):
+def _check_instance_norm(node, provider):
     rank = _rank(node)
     if node.since_version < 6:
         require(rank is None or rank == 4, "InstanceNormalization-1: input must be 4-D (N, C, "
                 "H, W), got rank {}", rank, code="shape")
     require(rank is None or rank >= 3, "InstanceNormalization: input must have rank >= 3 (N, C, "
             "D1, ...), got rank {}", rank, code="shape")
-    _check_same_types(node, (1, 2))
+    _check_same_types(node, provider, (1, 2))
 
 
-@kernel("InstanceNormalization", 1, 6, dtypes=FLOATS, check=_check_instance_norm)
-@kernel("InstanceNormalization", 22, dtypes=FLOATS_BF16, check=_check_instance_norm)
+@kernel("InstanceNormalization", 1, 6, dtypes=FLOATS, check=_check_instance_norm,
+        family="normalization")
+@kernel("InstanceNormalization", 22, dtypes=FLOATS_BF16, check=_check_instance_norm,
+        family="normalization")
 def instance_norm(xp, x, scale, b, *, epsilon, consumed_inputs=None):
     work = _work(xp, x)
     normed = _standardize(xp, x, tuple(range(2, x.ndim)), epsilon, work)
@@ -300,14 +307,14 @@ def instance_norm(xp, x, scale, b, *, epsilon, consumed_inputs=None):
 # -- LpNormalization, MeanVarianceNormalization -----------------------------------------------
 
 
-def _check_lp_norm(node):
+def _check_lp_norm(node, provider):
     p = node.attributes["p"]
     require(p in (1, 2), "LpNormalization: p must be 1 or 2, got {}", p, code="attribute")
     _check_axis(node, node.attributes["axis"])
 
 
-@kernel("LpNormalization", 1, dtypes=FLOATS, check=_check_lp_norm)
-@kernel("LpNormalization", 22, dtypes=FLOATS_BF16, check=_check_lp_norm)
+@kernel("LpNormalization", 1, dtypes=FLOATS, check=_check_lp_norm, family="normalization")
+@kernel("LpNormalization", 22, dtypes=FLOATS_BF16, check=_check_lp_norm, family="normalization")
 def lp_norm(xp, x, *, axis, p):
     xw = x.astype(_work(xp, x))
     if p == 1:
@@ -318,7 +325,7 @@ def lp_norm(xp, x, *, axis, p):
     return xp.where(zero, 0, xw / xp.where(zero, 1, norm)).astype(x.dtype)
 
 
-def _check_mvn(node):
+def _check_mvn(node, provider):
     rank = _rank(node)
     axes = node.attributes["axes"]
     require(rank is None or all(-rank <= a < rank for a in axes),
@@ -326,8 +333,9 @@ def _check_mvn(node):
             rank, code="attribute")
 
 
-@kernel("MeanVarianceNormalization", 9, dtypes=FLOATS, check=_check_mvn)
-@kernel("MeanVarianceNormalization", 13, dtypes=FLOATS_BF16, check=_check_mvn)
+@kernel("MeanVarianceNormalization", 9, dtypes=FLOATS, check=_check_mvn, family="normalization")
+@kernel("MeanVarianceNormalization", 13, dtypes=FLOATS_BF16, check=_check_mvn,
+        family="normalization")
 def mean_variance_norm(xp, x, *, axes):
     """The schema's function body: (X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9)."""
     axes = tuple(a % x.ndim for a in axes)
@@ -340,7 +348,7 @@ def mean_variance_norm(xp, x, *, axes):
 # -- Softmax, LogSoftmax ----------------------------------------------------------------------
 
 
-def _check_softmax(node):
+def _check_softmax(node, provider):
     _check_axis(node, node.attributes["axis"])
 
 
@@ -359,31 +367,26 @@ def _softmax(xp, x, axis, log):
 def _softmax_2d(xp, x, axis, log):
     """Versions before 13: coerce to 2-D at ``axis``, normalize each row, restore the shape."""
     axis %= max(x.ndim, 1)
-    rows = cols = 1
-    for i, d in enumerate(x.shape):
-        if i < axis:
-            rows *= d
-        else:
-            cols *= d
+    rows, cols = element_count(x.shape[:axis]), element_count(x.shape[axis:])
     return _softmax(xp, x.reshape(rows, cols), 1, log).reshape(x.shape)
 
 
-@kernel("Softmax", 1, 11, dtypes=FLOATS, check=_check_softmax)
+@kernel("Softmax", 1, 11, dtypes=FLOATS, check=_check_softmax, family="normalization")
 def softmax_2d(xp, x, *, axis):
     return _softmax_2d(xp, x, axis, log=False)
 
 
-@kernel("Softmax", 13, dtypes=FLOATS_BF16, check=_check_softmax)
+@kernel("Softmax", 13, dtypes=FLOATS_BF16, check=_check_softmax, family="normalization")
 def softmax(xp, x, *, axis):
     return _softmax(xp, x, axis, log=False)
 
 
-@kernel("LogSoftmax", 1, 11, dtypes=FLOATS, check=_check_softmax)
+@kernel("LogSoftmax", 1, 11, dtypes=FLOATS, check=_check_softmax, family="normalization")
 def log_softmax_2d(xp, x, *, axis):
     return _softmax_2d(xp, x, axis, log=True)
 
 
-@kernel("LogSoftmax", 13, dtypes=FLOATS_BF16, check=_check_softmax)
+@kernel("LogSoftmax", 13, dtypes=FLOATS_BF16, check=_check_softmax, family="normalization")
 def log_softmax(xp, x, *, axis):
     return _softmax(xp, x, axis, log=True)
 
@@ -395,10 +398,10 @@ def _wants_mask(node):
     return {"with_mask": len(node.outputs) > 1 and node.outputs[1] is not None}
 
 
-def _check_dropout_test_mode(node):
+def _check_dropout_test_mode(node, provider):
     is_test = node.attributes["is_test"]
-    require(is_test != 0, "Dropout-{}: CPU EP computes test mode only (is_test=1, Y = X), got "
-            "is_test=0 (random dropout)", node.since_version, code="attribute")
+    require(is_test != 0, "Dropout-{}: {} computes test mode only (is_test=1, Y = X), got "
+            "is_test=0 (random dropout)", node.since_version, provider, code="attribute")
 
 
 def _identity(xp, data, with_mask, mask_dtype):
@@ -406,24 +409,25 @@ def _identity(xp, data, with_mask, mask_dtype):
     return (y, xp.ones(data.shape, dtype=mask_dtype)) if with_mask else y
 
 
-@kernel("Dropout", 1, 6, dtypes=FLOATS, check=_check_dropout_test_mode, bind=_wants_mask)
+@kernel("Dropout", 1, 6, dtypes=FLOATS, check=_check_dropout_test_mode, bind=_wants_mask,
+        family="elementwise")
 def dropout_6(xp, data, *, is_test, ratio, with_mask=False):
     return _identity(xp, data, with_mask, data.dtype)
 
 
-@kernel("Dropout", 7, dtypes=FLOATS, bind=_wants_mask)
+@kernel("Dropout", 7, dtypes=FLOATS, bind=_wants_mask, family="elementwise")
 def dropout_7(xp, data, *, ratio, with_mask=False):
     """The spec leaves the inference mask open; it is all ones (nothing dropped), as from 12."""
     return _identity(xp, data, with_mask, data.dtype)
 
 
-@kernel("Dropout", 10, dtypes=FLOATS, bind=_wants_mask)
+@kernel("Dropout", 10, dtypes=FLOATS, bind=_wants_mask, family="elementwise")
 def dropout_10(xp, data, *, ratio, with_mask=False):
     """The spec leaves the inference mask open; it is all true (nothing dropped), as from 12."""
     return _identity(xp, data, with_mask, bool)
 
 
-def _check_dropout_ratio(node):
+def _check_dropout_ratio(node, provider):
     ratio = node.inputs[1] if len(node.inputs) > 1 else None
     if ratio is not None and ratio.is_constant:
         r = float(ratio.value.reshape(-1)[0]) if ratio.value.size else None
@@ -432,9 +436,9 @@ def _check_dropout_ratio(node):
 
 
 @kernel("Dropout", 12, dtypes=FLOATS, host_inputs=(1, 2), check=_check_dropout_ratio,
-        bind=_wants_mask)
+        bind=_wants_mask, family="elementwise")
 @kernel("Dropout", 13, 22, dtypes=FLOATS_BF16, host_inputs=(1, 2), check=_check_dropout_ratio,
-        bind=_wants_mask)
+        bind=_wants_mask, family="elementwise")
 def dropout(xp, data, ratio=None, training_mode=None, *, seed=None, with_mask=False):
     """Training mode keeps each element where a uniform [0, 1) draw is >= ratio and scales it by
     1 / (1 - ratio). The spec leaves the generator open: with a seed the draws come from

@@ -11,8 +11,8 @@ import itertools
 import math
 
 from ep_host import require
-from ep_host_cpu.kernels.shape import EXOTIC, MOVABLE, _axis, _ints, _pad, _product, _zero
-from ep_host_cpu.registry import FLOATS, NUMERIC, kernel
+from ep_host.kernels.registry import FLOATS, NUMERIC, kernel
+from ep_host.kernels.shape import EXOTIC, MOVABLE, _axis, _ints, _pad, _product, _zero
 
 REAL = FLOATS | {"bfloat16"}  # interpolated in float32 (float64 for float64) and cast back
 NEAREST_TYPES = MOVABLE - EXOTIC | {"bfloat16"}
@@ -38,13 +38,14 @@ def _nchw(x):
     return x.shape
 
 
-def _check_layout_mode(node):
+def _check_layout_mode(node, provider):
     mode = node.attributes.get("mode", "DCR")
     require(mode in ("DCR", "CRD"), "{}: mode is DCR or CRD, got {!r}", node.op_type, mode,
             code="attribute")
 
 
-@kernel("DepthToSpace", 11, 13, 28, dtypes=MOVABLE, check=_check_layout_mode)
+@kernel("DepthToSpace", 11, 13, 28, dtypes=MOVABLE, check=_check_layout_mode,
+        family="data_movement")
 def depth_to_space(xp, x, *, blocksize, mode):
     n, c, h, w = _nchw(x)
     b = blocksize
@@ -57,12 +58,12 @@ def depth_to_space(xp, x, *, blocksize, mode):
     return y.reshape(n, c // (b * b), h * b, w * b)
 
 
-@kernel("DepthToSpace", 1, dtypes=MOVABLE)
+@kernel("DepthToSpace", 1, dtypes=MOVABLE, family="data_movement")
 def depth_to_space_1(xp, x, *, blocksize):
     return depth_to_space(xp, x, blocksize=blocksize, mode="DCR")
 
 
-@kernel("SpaceToDepth", 28, dtypes=MOVABLE, check=_check_layout_mode)
+@kernel("SpaceToDepth", 28, dtypes=MOVABLE, check=_check_layout_mode, family="data_movement")
 def space_to_depth(xp, x, *, blocksize, mode):
     n, c, h, w = _nchw(x)
     b = blocksize
@@ -73,7 +74,7 @@ def space_to_depth(xp, x, *, blocksize, mode):
     return y.reshape(n, c * b * b, h // b, w // b)
 
 
-@kernel("SpaceToDepth", 1, 13, dtypes=MOVABLE)
+@kernel("SpaceToDepth", 1, 13, dtypes=MOVABLE, family="data_movement")
 def space_to_depth_1(xp, x, *, blocksize):
     return space_to_depth(xp, x, blocksize=blocksize, mode="DCR")
 
@@ -263,7 +264,7 @@ NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
 def _check_resize(transforms, policies=("stretch",)):
-    def check(node):
+    def check(node, provider):
         attrs = node.attributes
         mode = attrs.get("mode")
         require(mode in ("nearest", "linear", "cubic"), "Resize: mode is nearest, linear or "
@@ -279,13 +280,13 @@ def _check_resize(transforms, policies=("stretch",)):
                 "/".join(policies), policy, code="attribute")
         kind = _data_type(node)
         allowed = NEAREST_TYPES if mode == "nearest" else REAL
-        require(kind is None or kind in allowed, "Resize: CPU EP resizes {} data in {} mode, got "
-                "{}", "/".join(sorted(allowed)), mode, kind, code="dtype")
-        _check_scaled_lengths(node, transform)
+        require(kind is None or kind in allowed, "Resize: {} resizes {} data in {} mode, got "
+                "{}", provider, "/".join(sorted(allowed)), mode, kind, code="dtype")
+        _check_scaled_lengths(node, provider, transform)
     return check
 
 
-def _check_scaled_lengths(node, transform):
+def _check_scaled_lengths(node, provider, transform):
     """tf_crop_and_resize divides by the resized length and pytorch_half_pixel compares it with
     1; when 'scales' make that length fractional the spec does not say whether the fraction or
     the output length is meant, so such nodes are declined."""
@@ -301,8 +302,9 @@ def _check_scaled_lengths(node, transform):
     bounds = roi.value if roi is not None and roi.is_constant else None
     require(factors is not None and x.is_static and
             (transform != "tf_crop_and_resize" or bounds is not None),
-            "Resize: with {} and 'scales', CPU EP needs constant scales{}, and a static input "
+            "Resize: with {} and 'scales', {} needs constant scales{}, and a static input "
             "shape to check the resized lengths are whole; give 'sizes' instead", transform,
+            provider,
             " and roi" if transform == "tf_crop_and_resize" else "", code="shape")
     axes = node.attributes.get("axes") or range(x.rank)
     factors = [float(f) for f in factors.reshape(-1).tolist()]
@@ -327,9 +329,10 @@ def _how(mode, transform, nearest_mode="round_prefer_floor", cubic_coeff_a=-0.75
 
 @kernel("Resize", 19, dtypes=None, host_inputs=(1, 2, 3),
         check=_check_resize(TRANSFORMS_13 + ("half_pixel_symmetric",),
-                            ("stretch", "not_larger", "not_smaller")))
+                            ("stretch", "not_larger", "not_smaller")), family="data_movement")
 @kernel("Resize", 18, dtypes=None, host_inputs=(1, 2, 3),
-        check=_check_resize(TRANSFORMS_13, ("stretch", "not_larger", "not_smaller")))
+        check=_check_resize(TRANSFORMS_13, ("stretch", "not_larger", "not_smaller")),
+        family="data_movement")
 def resize(xp, x, roi=None, scales=None, sizes=None, *, antialias, axes=None,
            coordinate_transformation_mode, cubic_coeff_a, exclude_outside, extrapolation_value,
            keep_aspect_ratio_policy, mode, nearest_mode):
@@ -340,9 +343,10 @@ def resize(xp, x, roi=None, scales=None, sizes=None, *, antialias, axes=None,
     return _resize(xp, x, plan, how, extrapolation_value)
 
 
-@kernel("Resize", 13, dtypes=None, host_inputs=(1, 2, 3), check=_check_resize(TRANSFORMS_13))
+@kernel("Resize", 13, dtypes=None, host_inputs=(1, 2, 3), check=_check_resize(TRANSFORMS_13),
+        family="data_movement")
 @kernel("Resize", 11, dtypes=None, host_inputs=(1, 2, 3),
-        check=_check_resize(TRANSFORMS_13 + ("tf_half_pixel_for_nn",)))
+        check=_check_resize(TRANSFORMS_13 + ("tf_half_pixel_for_nn",)), family="data_movement")
 def resize_11(xp, x, roi=None, scales=None, sizes=None, *, coordinate_transformation_mode,
               cubic_coeff_a, exclude_outside, extrapolation_value, mode, nearest_mode):
     plan = _resize_shape(x, roi, scales, sizes, None, "stretch", coordinate_transformation_mode)
@@ -351,14 +355,14 @@ def resize_11(xp, x, roi=None, scales=None, sizes=None, *, coordinate_transforma
     return _resize(xp, x, plan, how, extrapolation_value)
 
 
-def _check_upsample(node):
+def _check_upsample(node, provider):
     mode = node.attributes.get("mode")
     require(mode in ("nearest", "linear", "bilinear"), "{}: mode is nearest or linear, got {!r}",
             node.op_type, mode, code="attribute")
     kind = _data_type(node)
     allowed = NEAREST_TYPES if mode == "nearest" else REAL
-    require(kind is None or kind in allowed, "{}: CPU EP resizes {} data in {} mode, got {}",
-            node.op_type, "/".join(sorted(allowed)), mode, kind, code="dtype")
+    require(kind is None or kind in allowed, "{}: {} resizes {} data in {} mode, got {}",
+            node.op_type, provider, "/".join(sorted(allowed)), mode, kind, code="dtype")
     attrs = node.attributes
     if "scales" in attrs:
         factors = list(attrs["scales"])
@@ -369,8 +373,9 @@ def _check_upsample(node):
         factors = (scales.value.reshape(-1).tolist()
                    if scales is not None and scales.is_constant else [])
     require(min(factors, default=1) >= 1, "{}: version {} maps output positions to input ones by "
-            "a rule the spec leaves unstated; CPU EP follows onnxruntime's, which is settled only "
-            "for scales >= 1, got {}", node.op_type, node.since_version, factors, code="attribute")
+            "a rule the spec leaves unstated; {} follows onnxruntime's, which is settled only "
+            "for scales >= 1, got {}", node.op_type, node.since_version, provider, factors,
+            code="attribute")
 
 
 def _upsample(xp, x, factors, mode):
@@ -386,7 +391,7 @@ def _upsample(xp, x, factors, mode):
     return _resize(xp, x, plan, how)
 
 
-@kernel("Resize", 10, dtypes=None, host_inputs=(1,), check=_check_upsample)
+@kernel("Resize", 10, dtypes=None, host_inputs=(1,), check=_check_upsample, family="data_movement")
 @kernel("Upsample", 9, 10, dtypes=None, host_inputs=(1,), check=_check_upsample)
 def upsample(xp, x, scales, *, mode):
     return _upsample(xp, x, scales.reshape(-1).tolist(), mode)
@@ -461,7 +466,7 @@ def _grid_taps(xp, coord, size, mode, padding, align):
 
 
 def _check_grid_sample(modes):
-    def check(node):
+    def check(node, provider):
         attrs = node.attributes
         mode = attrs.get("mode")
         require(mode in modes, "GridSample: version {} interpolates by {}, got {!r}",
@@ -471,8 +476,8 @@ def _check_grid_sample(modes):
                 "zeros, border or reflection, got {!r}", padding, code="attribute")
         kind = _data_type(node)
         allowed = NUMERIC | {"bool", "bfloat16"} if mode == "nearest" else REAL
-        require(kind is None or kind in allowed, "GridSample: CPU EP samples {} data in {} mode, "
-                "got {}", "/".join(sorted(allowed)), mode, kind, code="dtype")
+        require(kind is None or kind in allowed, "GridSample: {} samples {} data in {} mode, "
+                "got {}", provider, "/".join(sorted(allowed)), mode, kind, code="dtype")
         grid = node.inputs[1].dtype
         require(grid is None or grid.name in REAL, "GridSample: the grid is {}, got {}",
                 "/".join(sorted(REAL)), grid, code="dtype")
@@ -531,13 +536,13 @@ def _grid_line(xp, n, align):
 
 SINGLE_ALIGNED = ("AffineGrid: with align_corners=1 an axis of size 1 has no agreed position "
                   "(the spec's function body gives -1 for a depth and NaN for a height or width, "
-                  "onnxruntime +1, PyTorch 0); CPU EP declines it")
+                  "onnxruntime +1, PyTorch 0); {} declines it")
 
 
-def check_affine_grid(node):
+def check_affine_grid(node, provider):
     size = node.inputs[1]
     if node.attributes.get("align_corners") and size.is_constant:
-        require(1 not in _ints(size.value)[2:], SINGLE_ALIGNED, code="shape")
+        require(1 not in _ints(size.value)[2:], SINGLE_ALIGNED, provider, code="shape")
 
 
 @kernel("AffineGrid", 20, dtypes=REAL, host_inputs=(1,), check=check_affine_grid)
@@ -547,7 +552,7 @@ def affine_grid(xp, theta, size, *, align_corners):
     if r not in (2, 3) or theta.shape[1:] != (r, r + 1):
         raise ValueError(f"theta of shape {theta.shape} for size {_ints(size)}")
     if align_corners and 1 in dims:
-        raise ValueError(SINGLE_ALIGNED)
+        raise ValueError(SINGLE_ALIGNED.format("this kernel"))
     lines = [_grid_line(xp, n, align_corners) for n in dims]
     mesh = xp.meshgrid(*lines, indexing="ij")  # per spatial axis, outermost first
     points = xp.stack([*reversed(mesh), xp.ones(tuple(dims))], axis=-1)  # (x, y[, z], 1)
@@ -579,7 +584,7 @@ def _roi_samples(xp, start, bin_size, bins, grid, size, work):
     return low, high, (1 - frac) * keep, frac * keep
 
 
-def check_roi_align(node):
+def check_roi_align(node, provider):
     mode = node.attributes.get("mode")
     require(mode in ("avg", "max"), "RoiAlign: mode is avg or max, got {!r}", mode,
             code="attribute")
@@ -729,7 +734,7 @@ def max_unpool(xp, x, indices, output_shape=None, *, kernel_shape, pads=None, st
 COL2IM_TYPES = NUMERIC | {"bfloat16"}
 
 
-@kernel("Col2Im", 18, dtypes=COL2IM_TYPES, host_inputs=(1, 2))
+@kernel("Col2Im", 18, dtypes=COL2IM_TYPES, host_inputs=(1, 2), family="conv")
 def col2im(xp, x, image_shape, block_shape, *, dilations=None, pads=None, strides=None):
     image, block = _ints(image_shape), _ints(block_shape)
     r = len(image)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from ep_host import NodeView, require
-from ep_host_cpu.kernels.control_flow import _BodyKernel
-from ep_host_cpu.registry import kernel
+from ep_host.kernels.control_flow import _BodyKernel
+from ep_host.kernels.registry import kernel
 
 NO_FLOPS = {"flops": lambda node: 0, "bytes": lambda node: 0}
 
@@ -93,7 +93,7 @@ def split_to_sequence(xp, x, split=None, *, axis=0, keepdims=1):
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_optional(node: NodeView) -> None:
+def _check_optional(node: NodeView, provider: str) -> None:
     require(node.inputs and node.inputs[0] is not None or "type" in node.attributes,
             "Optional: needs an input or a 'type' attribute", code="attribute")
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ep_host import Kernel, NodeView, ProviderContext, require
+from ep_host import Kernel, NodeView, ProviderContext, element_count, require
 from ep_host import dtype as onnx_dtype
-from ep_host_cpu.registry import FLOATS, kernel
+from ep_host.kernels.registry import FLOATS, kernel
 
 FLOATS_BF16 = FLOATS | {"bfloat16"}
 
@@ -51,7 +51,7 @@ def _sigmoid(xp, x):
 SOFTMAX_PRECISIONS = {1: "float32", 10: "float16", 11: "float64", 16: "bfloat16"}
 
 
-def _check_attention(node):
+def _check_attention(node, provider):
     v = node.since_version
     attrs = node.attributes
     q, k, val = node.inputs[:3]
@@ -80,8 +80,8 @@ def _check_attention(node):
     mask = _input(node, 3)
     if mask is not None and mask.dtype is not None:
         require(mask.dtype.name == "bool" or mask.dtype.is_float,
-                "Attention: CPU EP takes a bool or floating attn_mask (the two kinds the spec "
-                "defines), got {}", mask.dtype.name, code="dtype")
+                "Attention: {} takes a bool or floating attn_mask (the two kinds the spec "
+                "defines), got {}", provider, mask.dtype.name, code="dtype")
     past_key, past_value = _input(node, 4), _input(node, 5)
     require((past_key is None) == (past_value is None),
             "Attention: past_key and past_value must be given together, got only {!r}",
@@ -135,8 +135,8 @@ def _attention_flops(node):
     y = node.outputs[0]
     if any(x is None or x.shape is None for x in (q, k, val, y)):
         return 1.0
-    n_y = math.prod(d if isinstance(d, int) else 1 for d in y.shape)
-    n_q = math.prod(d if isinstance(d, int) else 1 for d in q.shape)
+    n_y = element_count(y.shape)
+    n_q = element_count(q.shape)
     total = _total_length(node, len(q.shape)) or 1
     return 2.0 * (n_q + n_y) * total
 
@@ -294,7 +294,7 @@ def attention_25(xp, q, k, v, attn_mask=None, past_key=None, past_value=None,
 # -- FlexAttention (ai.onnx.preview) ----------------------------------------------------------
 
 
-def _check_flex(node):
+def _check_flex(node, provider):
     q, k, val = node.inputs[:3]
     ranks = [_rank(x) for x in (q, k, val)]
     require(all(r in (None, 4) for r in ranks), "FlexAttention: Q, K and V must be rank 4, got "
@@ -365,7 +365,7 @@ def flex_attention(xp, q, k, v, *, scale=None, softmax_precision=None, score_mod
 UPDATE_RULES = ("linear", "gated", "delta", "gated_delta")
 
 
-def _check_linear_attention(node):
+def _check_linear_attention(node, provider):
     attrs = node.attributes
     rule = attrs["update_rule"]
     require(rule in UPDATE_RULES, "LinearAttention: update_rule must be one of {}, got {!r}",
@@ -466,7 +466,7 @@ def linear_attention(xp, query, key, value, past_state=None, decay=None, beta=No
 # -- RotaryEmbedding --------------------------------------------------------------------------
 
 
-def _check_rotary(node):
+def _check_rotary(node, provider):
     attrs = node.attributes
     x = node.inputs[0]
     rank = _rank(x)
@@ -534,7 +534,7 @@ def rotary_embedding(xp, x, cos_cache, sin_cache, position_ids=None, *, interlea
 # -- SwiGLU -----------------------------------------------------------------------------------
 
 
-def _check_swiglu(node):
+def _check_swiglu(node, provider):
     a, b = node.inputs[:2]
     if a is not None and b is not None and a.shape is not None and b.shape is not None:
         known = all(isinstance(d, int) for d in (*a.shape, *b.shape))

@@ -5,13 +5,13 @@ in float32 and rounded once."""
 from __future__ import annotations
 
 from ep_host import require
-from ep_host_cpu.registry import FLOATS, kernel
+from ep_host.kernels.registry import FLOATS, kernel
 
 FLOATS_BF16 = FLOATS | {"bfloat16"}
 REDUCTIONS = ("none", "sum", "mean")
 
 
-def _check_loss(node):
+def _check_loss(node, provider):
     op = node.op_type
     reduction = node.attributes["reduction"]
     require(reduction in REDUCTIONS, "{}: reduction must be one of {}, got {!r}", op,

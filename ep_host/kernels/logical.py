@@ -8,8 +8,8 @@ arithmetic ops of that era do.
 from __future__ import annotations
 
 from ep_host import require
-from ep_host_cpu.kernels.elementwise import BF16, legacy_rhs, upcast
-from ep_host_cpu.registry import ALL, ALL_WITH_STRING, FLOATS, INTS, NUMERIC, UNSIGNED, kernel
+from ep_host.kernels.elementwise import BF16, legacy_rhs, upcast
+from ep_host.kernels.registry import ALL, ALL_WITH_STRING, FLOATS, INTS, NUMERIC, UNSIGNED, kernel
 
 BOOL = frozenset({"bool"})
 EQUAL_1 = frozenset({"bool", "int32", "int64"})  # Equal 1 and 7
@@ -20,51 +20,51 @@ FLOAT8 = frozenset({"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2f
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Equal", 19, dtypes=ALL_WITH_STRING | BF16, direct="equal")
-@kernel("Equal", 13, dtypes=ALL | BF16, direct="equal")
-@kernel("Equal", 11, dtypes=ALL, direct="equal")
-@kernel("Equal", 7, dtypes=EQUAL_1, direct="equal")
+@kernel("Equal", 19, dtypes=ALL_WITH_STRING | BF16, direct="equal", family="elementwise")
+@kernel("Equal", 13, dtypes=ALL | BF16, direct="equal", family="elementwise")
+@kernel("Equal", 11, dtypes=ALL, direct="equal", family="elementwise")
+@kernel("Equal", 7, dtypes=EQUAL_1, direct="equal", family="elementwise")
 def equal(xp, a, b):
     return xp.equal(a, b)
 
 
-@kernel("Less", 13, dtypes=NUMERIC | BF16, direct="less")
-@kernel("Less", 9, dtypes=NUMERIC, direct="less")
-@kernel("Less", 7, dtypes=FLOATS, direct="less")
+@kernel("Less", 13, dtypes=NUMERIC | BF16, direct="less", family="elementwise")
+@kernel("Less", 9, dtypes=NUMERIC, direct="less", family="elementwise")
+@kernel("Less", 7, dtypes=FLOATS, direct="less", family="elementwise")
 def less(xp, a, b):
     return xp.less(a, b)
 
 
-@kernel("LessOrEqual", 16, dtypes=NUMERIC | BF16, direct="less_equal")
-@kernel("LessOrEqual", 12, dtypes=NUMERIC, direct="less_equal")
+@kernel("LessOrEqual", 16, dtypes=NUMERIC | BF16, direct="less_equal", family="elementwise")
+@kernel("LessOrEqual", 12, dtypes=NUMERIC, direct="less_equal", family="elementwise")
 def less_or_equal(xp, a, b):
     return xp.less_equal(a, b)
 
 
-@kernel("Greater", 13, dtypes=NUMERIC | BF16, direct="greater")
-@kernel("Greater", 9, dtypes=NUMERIC, direct="greater")
-@kernel("Greater", 7, dtypes=FLOATS, direct="greater")
+@kernel("Greater", 13, dtypes=NUMERIC | BF16, direct="greater", family="elementwise")
+@kernel("Greater", 9, dtypes=NUMERIC, direct="greater", family="elementwise")
+@kernel("Greater", 7, dtypes=FLOATS, direct="greater", family="elementwise")
 def greater(xp, a, b):
     return xp.greater(a, b)
 
 
-@kernel("GreaterOrEqual", 16, dtypes=NUMERIC | BF16, direct="greater_equal")
-@kernel("GreaterOrEqual", 12, dtypes=NUMERIC, direct="greater_equal")
+@kernel("GreaterOrEqual", 16, dtypes=NUMERIC | BF16, direct="greater_equal", family="elementwise")
+@kernel("GreaterOrEqual", 12, dtypes=NUMERIC, direct="greater_equal", family="elementwise")
 def greater_or_equal(xp, a, b):
     return xp.greater_equal(a, b)
 
 
-@kernel("Equal", 1, dtypes=EQUAL_1)
+@kernel("Equal", 1, dtypes=EQUAL_1, family="elementwise")
 def equal_legacy(xp, a, b, *, broadcast, axis=None):
     return xp.equal(a, legacy_rhs(a, b, broadcast, axis))
 
 
-@kernel("Less", 1, dtypes=FLOATS)
+@kernel("Less", 1, dtypes=FLOATS, family="elementwise")
 def less_legacy(xp, a, b, *, broadcast, axis=None):
     return xp.less(a, legacy_rhs(a, b, broadcast, axis))
 
 
-@kernel("Greater", 1, dtypes=FLOATS)
+@kernel("Greater", 1, dtypes=FLOATS, family="elementwise")
 def greater_legacy(xp, a, b, *, broadcast, axis=None):
     return xp.greater(a, legacy_rhs(a, b, broadcast, axis))
 
@@ -74,37 +74,37 @@ def greater_legacy(xp, a, b, *, broadcast, axis=None):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("And", 7, dtypes=BOOL, direct="logical_and")
+@kernel("And", 7, dtypes=BOOL, direct="logical_and", family="elementwise")
 def and_(xp, a, b):
     return xp.logical_and(a, b)
 
 
-@kernel("Or", 7, dtypes=BOOL, direct="logical_or")
+@kernel("Or", 7, dtypes=BOOL, direct="logical_or", family="elementwise")
 def or_(xp, a, b):
     return xp.logical_or(a, b)
 
 
-@kernel("Xor", 7, dtypes=BOOL, direct="logical_xor")
+@kernel("Xor", 7, dtypes=BOOL, direct="logical_xor", family="elementwise")
 def xor(xp, a, b):
     return xp.logical_xor(a, b)
 
 
-@kernel("And", 1, dtypes=BOOL)
+@kernel("And", 1, dtypes=BOOL, family="elementwise")
 def and_legacy(xp, a, b, *, broadcast, axis=None):
     return xp.logical_and(a, legacy_rhs(a, b, broadcast, axis))
 
 
-@kernel("Or", 1, dtypes=BOOL)
+@kernel("Or", 1, dtypes=BOOL, family="elementwise")
 def or_legacy(xp, a, b, *, broadcast, axis=None):
     return xp.logical_or(a, legacy_rhs(a, b, broadcast, axis))
 
 
-@kernel("Xor", 1, dtypes=BOOL)
+@kernel("Xor", 1, dtypes=BOOL, family="elementwise")
 def xor_legacy(xp, a, b, *, broadcast, axis=None):
     return xp.logical_xor(a, legacy_rhs(a, b, broadcast, axis))
 
 
-@kernel("Not", 1, dtypes=BOOL, direct="logical_not")
+@kernel("Not", 1, dtypes=BOOL, direct="logical_not", family="elementwise")
 def not_(xp, x):
     return xp.logical_not(x)
 
@@ -134,14 +134,14 @@ def bitwise_not(xp, x):
     return xp.invert(x)
 
 
-def check_bit_shift(node):
+def check_bit_shift(node, provider):
     direction = node.attributes["direction"]
     require(direction in ("LEFT", "RIGHT"), "BitShift: direction must be 'LEFT' or 'RIGHT', got "
             "{!r}", direction, code="attribute")
 
 
-@kernel("BitShift", 28, dtypes=INTS, check=check_bit_shift)
-@kernel("BitShift", 11, dtypes=UNSIGNED, check=check_bit_shift)
+@kernel("BitShift", 28, dtypes=INTS, check=check_bit_shift, family="elementwise")
+@kernel("BitShift", 11, dtypes=UNSIGNED, check=check_bit_shift, family="elementwise")
 def bit_shift(xp, x, y, *, direction):
     """Right shifts of signed values are arithmetic. A shift by a negative amount or by the
     type's width or more leaves only the sign fill: -1 for a right shift of a negative X, else 0
@@ -163,8 +163,8 @@ def bit_shift(xp, x, y, *, direction):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("IsInf", 20, dtypes=FLOATS | BF16 | FLOAT8)
-@kernel("IsInf", 10, dtypes={"float32", "float64"})
+@kernel("IsInf", 20, dtypes=FLOATS | BF16 | FLOAT8, family="elementwise")
+@kernel("IsInf", 10, dtypes={"float32", "float64"}, family="elementwise")
 def is_inf(xp, x, *, detect_negative, detect_positive):
     y = upcast(xp, x)
     out = xp.zeros(y.shape, dtype=bool)
@@ -175,9 +175,9 @@ def is_inf(xp, x, *, detect_negative, detect_positive):
     return out
 
 
-@kernel("IsNaN", 20, dtypes=FLOATS | BF16 | FLOAT8)
-@kernel("IsNaN", 13, dtypes=FLOATS | BF16)
-@kernel("IsNaN", 9, dtypes=FLOATS)
+@kernel("IsNaN", 20, dtypes=FLOATS | BF16 | FLOAT8, family="elementwise")
+@kernel("IsNaN", 13, dtypes=FLOATS | BF16, family="elementwise")
+@kernel("IsNaN", 9, dtypes=FLOATS, family="elementwise")
 def is_nan(xp, x):
     return xp.isnan(upcast(xp, x))
 
@@ -189,14 +189,15 @@ def is_nan(xp, x):
 VALUES = ALL_WITH_STRING | {"complex64", "complex128"}  # Where 9; Where 16 adds bfloat16
 
 
-def check_where(node):
+def check_where(node, provider):
     allowed = VALUES | BF16 if node.since_version >= 16 else VALUES
     for value in node.inputs[1:]:
         if value is not None and value.dtype is not None:
-            require(value.dtype.name in allowed, "Where: CPU EP takes {} values, got {} for {!r}",
+            require(value.dtype.name in allowed, "Where: {} takes {} values, got {} for {!r}",
+                    provider,
                     "/".join(sorted(allowed)), value.dtype.name, value.name, code="dtype")
 
 
-@kernel("Where", 9, 16, dtypes=BOOL, check=check_where)
+@kernel("Where", 9, 16, dtypes=BOOL, check=check_where, family="elementwise")
 def where(xp, condition, x, y):
     return xp.where(condition, x, y)

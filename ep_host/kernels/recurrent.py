@@ -9,8 +9,8 @@ float16 and bfloat16 compute in float32. Versions 1 (and GRU 3) write the recurr
 
 from __future__ import annotations
 
-from ep_host import require
-from ep_host_cpu.registry import FLOATS, kernel
+from ep_host import element_count, require
+from ep_host.kernels.registry import FLOATS, kernel
 
 RNN_TYPES = FLOATS | {"bfloat16"}
 DIRECTIONS = ("forward", "reverse", "bidirectional")
@@ -97,14 +97,14 @@ def _one_direction(names, per, dirs):
 
 
 def check_recurrent(n_functions):
-    def check(node):
+    def check(node, provider):
         op, attrs = node.op_type, node.attributes
         direction = attrs.get("direction", "forward")
         require(direction in DIRECTIONS, "{}: direction must be one of {}, got {!r}", op,
                 "/".join(DIRECTIONS), direction, code="attribute")
         require(attrs.get("layout", 0) in (0, 1), "{}: layout must be 0 or 1, got {}", op,
                 attrs.get("layout"), code="attribute")
-        require("hidden_size" in attrs, "{}: CPU EP needs the hidden_size attribute", op,
+        require("hidden_size" in attrs, "{}: {} needs the hidden_size attribute", op, provider,
                 code="attribute")
         dirs = 2 if direction == "bidirectional" else 1
         activations = attrs.get("activations")
@@ -114,7 +114,7 @@ def check_recurrent(n_functions):
                     "{}: {} activations are needed for direction {!r}, got {}", op,
                     n_functions * dirs, direction, list(activations), code="attribute")
             unknown = [a for a in activations if a.lower() not in ACTIVATIONS]
-            require(not unknown, "{}: CPU EP implements the activations {}, got {}", op,
+            require(not unknown, "{}: {} implements the activations {}, got {}", op, provider,
                     ", ".join(sorted(ACTIVATIONS)), unknown, code="attribute")
         clip = attrs.get("clip")
         require(clip is None or clip > 0, "{}: clip must be positive, got {}", op, clip,
@@ -133,9 +133,7 @@ def _recurrent_flops(n_gates):
         hidden = node.attributes.get("hidden_size", 1)
         if x is None or x.shape is None or w is None or w.shape is None or len(x.shape) != 3:
             return 0
-        n = 1
-        for d in x.shape[:2]:
-            n *= d if isinstance(d, int) and d > 0 else 1
+        n = element_count(x.shape[:2])
         dirs = w.shape[0] if isinstance(w.shape[0], int) else 1
         inp = x.shape[2] if isinstance(x.shape[2], int) else 1
         return 2 * n * dirs * n_gates * hidden * (inp + hidden)

@@ -7,7 +7,7 @@ then all G, then each state), and returns the new X for every tensor, then each 
 from __future__ import annotations
 
 from ep_host import require
-from ep_host_cpu.registry import kernel
+from ep_host.kernels.registry import kernel
 
 TRAINING = "ai.onnx.preview.training"
 REALS = frozenset({"float32", "float64"})
@@ -21,7 +21,7 @@ def _groups(tensors, roles):
 
 
 def _check_groups(roles, outputs_per_tensor):
-    def check(node):
+    def check(node, provider):
         tensors = len(node.inputs) - 2
         require(tensors > 0 and tensors % roles == 0,
                 "{}: after R and T the inputs must be {} equal groups, got {} tensors",
@@ -32,8 +32,8 @@ def _check_groups(roles, outputs_per_tensor):
                 n * outputs_per_tensor, len(node.outputs), code="shape")
         for v in node.inputs[2:]:
             if v is not None and v.dtype is not None:
-                require(v.dtype.name in REALS, "{}: CPU EP takes float32/float64 tensors, got "
-                        "{} for {!r}", node.op_type, v.dtype.name, v.name, code="dtype")
+                require(v.dtype.name in REALS, "{}: {} takes float32/float64 tensors, got "
+                        "{} for {!r}", node.op_type, provider, v.dtype.name, v.name, code="dtype")
 
     return check
 
@@ -75,8 +75,8 @@ def adam(xp, r, t, *tensors, alpha, beta, epsilon, norm_coefficient, norm_coeffi
     return tuple(new_x + new_v + new_h)
 
 
-def _check_momentum(node):
-    _check_groups(3, 2)(node)
+def _check_momentum(node, provider):
+    _check_groups(3, 2)(node, provider)
     mode = node.attributes.get("mode")
     require(mode in ("standard", "nesterov"), "Momentum: mode must be 'standard' or 'nesterov', "
             "got {!r}", mode, code="attribute")

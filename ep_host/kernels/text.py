@@ -14,7 +14,7 @@ import importlib.util
 import re
 
 from ep_host import deny, require
-from ep_host_cpu.registry import kernel
+from ep_host.kernels.registry import kernel
 
 STRING = frozenset({"string"})
 
@@ -38,14 +38,14 @@ def _strings(xp, values, shape):
 LOCALES = ("", "en_US", "en_US.UTF-8", "en_US.utf8", "C", "C.UTF-8", "POSIX")
 
 
-def _check_normalizer(node):
+def _check_normalizer(node, provider):
     attrs = node.attributes
     action = attrs.get("case_change_action", "NONE")
     require(action in ("NONE", "LOWER", "UPPER"), "StringNormalizer: case_change_action must be "
             "NONE, LOWER or UPPER, got {!r}", action, code="attribute")
     locale = attrs.get("locale", "")
-    require(locale in LOCALES, "StringNormalizer: CPU EP changes case as en_US does; locale {!r} "
-            "may differ (accepted: {})", locale, ", ".join(repr(v) for v in LOCALES),
+    require(locale in LOCALES, "StringNormalizer: {} changes case as en_US does; locale {!r} "
+            "may differ (accepted: {})", provider, locale, ", ".join(repr(v) for v in LOCALES),
             code="attribute")
     shape = node.inputs[0].shape if node.inputs[0] is not None else None
     if shape is not None:
@@ -273,15 +273,15 @@ def translate_re2(pattern: str) -> tuple[str, int]:
     return translated, flags
 
 
-def _check_regex(node):
+def _check_regex(node, provider):
     pattern = node.attributes.get("pattern")
     require(pattern is not None, "RegexFullMatch: the pattern attribute is required",
             code="attribute")
     try:
         translate_re2(pattern)
     except Untranslatable as exc:
-        deny("RegexFullMatch: CPU EP runs RE2 patterns on Python's re and cannot match {} "
-             "exactly (pattern {!r})", exc, pattern, code="attribute")
+        deny("RegexFullMatch: {} runs RE2 patterns on Python's re and cannot match {} "
+             "exactly (pattern {!r})", provider, exc, pattern, code="attribute")
     except re.error as exc:
         deny("RegexFullMatch: pattern {!r} does not compile: {}", pattern, exc, code="attribute")
 
@@ -302,7 +302,7 @@ def regex_full_match(xp, x, *, pattern=None, compiled=None):
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_tfidf(node):
+def _check_tfidf(node, provider):
     attrs = node.attributes
     mode = attrs.get("mode")
     require(mode in ("TF", "IDF", "TFIDF"), "TfIdfVectorizer: mode must be TF, IDF or TFIDF, "
@@ -396,10 +396,10 @@ def tfidf_vectorizer(xp, x, *, max_gram_length, max_skip_count, min_gram_length,
 PIXEL_FORMATS = {"RGB": ("RGB", 3), "BGR": ("RGB", 3), "Grayscale": ("L", 1)}
 
 
-def _check_image_decoder(node):
+def _check_image_decoder(node, provider):
     require(importlib.util.find_spec("PIL") is not None,
-            "ImageDecoder: CPU EP decodes images with Pillow, which is not installed (pip install "
-            "pillow to decode BMP, JPEG, JPEG 2000, TIFF, PNG, WebP and PNM)", code="op")
+            "ImageDecoder: {} decodes images with Pillow, which is not installed (pip install "
+            "pillow to decode BMP, JPEG, JPEG 2000, TIFF, PNG, WebP and PNM)", provider, code="op")
     pixel_format = node.attributes.get("pixel_format", "RGB")
     require(pixel_format in PIXEL_FORMATS, "ImageDecoder: pixel_format must be RGB, BGR or "
             "Grayscale, got {!r}", pixel_format, code="attribute")

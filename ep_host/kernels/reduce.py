@@ -10,9 +10,9 @@ norms truncate toward zero, as onnxruntime computes them.
 
 from __future__ import annotations
 
-from ep_host import require
-from ep_host_cpu.kernels.elementwise import BF16, is_float, upcast
-from ep_host_cpu.registry import FLOATS, NUMERIC, kernel
+from ep_host import element_count, require
+from ep_host.kernels.elementwise import BF16, is_float, upcast
+from ep_host.kernels.registry import FLOATS, NUMERIC, kernel
 
 TYPES = FLOATS | {"int32", "int64", "uint32", "uint64"}
 TYPES_12 = TYPES | {"int8", "uint8"}  # ReduceMax/ReduceMin 12+
@@ -35,10 +35,7 @@ def _axes(values, rank):
 
 
 def _count(shape, axes):
-    n = 1
-    for a in axes:
-        n *= shape[a]
-    return n
+    return element_count(shape[a] for a in axes)
 
 
 def _accumulator(xp, dtype):
@@ -151,124 +148,127 @@ def _reduce(xp, fn, data, axes, keepdims, noop_with_empty_axes):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("ReduceSum", 1, 11, dtypes=TYPES)
+@kernel("ReduceSum", 1, 11, dtypes=TYPES, family="reduce")
 def reduce_sum_axes_attribute(xp, data, *, keepdims, axes=None):
     return _sum(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceSum", 13, dtypes=TYPES | BF16, host_inputs=(1,))
+@kernel("ReduceSum", 13, dtypes=TYPES | BF16, host_inputs=(1,), family="reduce")
 def reduce_sum(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _sum, data, axes, keepdims, noop_with_empty_axes)
 
 
-@kernel("ReduceMean", 13, dtypes=TYPES | BF16)
-@kernel("ReduceMean", 1, 11, dtypes=TYPES)
+@kernel("ReduceMean", 13, dtypes=TYPES | BF16, family="reduce")
+@kernel("ReduceMean", 1, 11, dtypes=TYPES, family="reduce")
 def reduce_mean_axes_attribute(xp, data, *, keepdims, axes=None):
     return _mean(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceMean", 18, dtypes=TYPES | BF16, host_inputs=(1,))
+@kernel("ReduceMean", 18, dtypes=TYPES | BF16, host_inputs=(1,), family="reduce")
 def reduce_mean(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _mean, data, axes, keepdims, noop_with_empty_axes)
 
 
-@kernel("ReduceMax", 13, dtypes=TYPES_12 | BF16)
-@kernel("ReduceMax", 12, dtypes=TYPES_12)
-@kernel("ReduceMax", 1, 11, dtypes=TYPES)
+@kernel("ReduceMax", 13, dtypes=TYPES_12 | BF16, family="reduce")
+@kernel("ReduceMax", 12, dtypes=TYPES_12, family="reduce")
+@kernel("ReduceMax", 1, 11, dtypes=TYPES, family="reduce")
 def reduce_max_axes_attribute(xp, data, *, keepdims, axes=None):
     return _max(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceMax", 20, dtypes=TYPES_20 | BF16, host_inputs=(1,))
-@kernel("ReduceMax", 18, dtypes=TYPES_12 | BF16, host_inputs=(1,))
+@kernel("ReduceMax", 20, dtypes=TYPES_20 | BF16, host_inputs=(1,), family="reduce")
+@kernel("ReduceMax", 18, dtypes=TYPES_12 | BF16, host_inputs=(1,), family="reduce")
 def reduce_max(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _max, data, axes, keepdims, noop_with_empty_axes)
 
 
-@kernel("ReduceMin", 13, dtypes=TYPES_12 | BF16)
-@kernel("ReduceMin", 12, dtypes=TYPES_12)
-@kernel("ReduceMin", 1, 11, dtypes=TYPES)
+@kernel("ReduceMin", 13, dtypes=TYPES_12 | BF16, family="reduce")
+@kernel("ReduceMin", 12, dtypes=TYPES_12, family="reduce")
+@kernel("ReduceMin", 1, 11, dtypes=TYPES, family="reduce")
 def reduce_min_axes_attribute(xp, data, *, keepdims, axes=None):
     return _min(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceMin", 20, dtypes=TYPES_20 | BF16, host_inputs=(1,))
-@kernel("ReduceMin", 18, dtypes=TYPES_12 | BF16, host_inputs=(1,))
+@kernel("ReduceMin", 20, dtypes=TYPES_20 | BF16, host_inputs=(1,), family="reduce")
+@kernel("ReduceMin", 18, dtypes=TYPES_12 | BF16, host_inputs=(1,), family="reduce")
 def reduce_min(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _min, data, axes, keepdims, noop_with_empty_axes)
 
 
-@kernel("ReduceProd", 13, dtypes=TYPES | BF16)
-@kernel("ReduceProd", 1, 11, dtypes=TYPES)
+@kernel("ReduceProd", 13, dtypes=TYPES | BF16, family="reduce")
+@kernel("ReduceProd", 1, 11, dtypes=TYPES, family="reduce")
 def reduce_prod_axes_attribute(xp, data, *, keepdims, axes=None):
     return _prod(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceProd", 18, dtypes=TYPES | BF16, host_inputs=(1,))
+@kernel("ReduceProd", 18, dtypes=TYPES | BF16, host_inputs=(1,), family="reduce")
 def reduce_prod(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _prod, data, axes, keepdims, noop_with_empty_axes)
 
 
-@kernel("ReduceSumSquare", 13, dtypes=TYPES | BF16)
-@kernel("ReduceSumSquare", 1, 11, dtypes=TYPES)
+@kernel("ReduceSumSquare", 13, dtypes=TYPES | BF16, family="reduce")
+@kernel("ReduceSumSquare", 1, 11, dtypes=TYPES, family="reduce")
 def reduce_sum_square_axes_attribute(xp, data, *, keepdims, axes=None):
     return _sum_square(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceSumSquare", 18, dtypes=TYPES | BF16, host_inputs=(1,))
+@kernel("ReduceSumSquare", 18, dtypes=TYPES | BF16, host_inputs=(1,), family="reduce")
 def reduce_sum_square(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _sum_square, data, axes, keepdims, noop_with_empty_axes)
 
 
-@kernel("ReduceL2", 13, dtypes=TYPES | BF16)
-@kernel("ReduceL2", 1, 11, dtypes=TYPES)
+@kernel("ReduceL2", 13, dtypes=TYPES | BF16, family="reduce")
+@kernel("ReduceL2", 1, 11, dtypes=TYPES, family="reduce")
 def reduce_l2_axes_attribute(xp, data, *, keepdims, axes=None):
     return _l2(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceL2", 18, dtypes=TYPES | BF16, host_inputs=(1,))
+@kernel("ReduceL2", 18, dtypes=TYPES | BF16, host_inputs=(1,), family="reduce")
 def reduce_l2(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _l2, data, axes, keepdims, noop_with_empty_axes)
 
 
-def check_log_reduce(node):
+def check_log_reduce(node, provider):
     x = node.inputs[0]
-    require(x.dtype is None or x.dtype.is_float, "{}-{}: CPU EP takes bfloat16/float16/float32/"
+    require(x.dtype is None or x.dtype.is_float, "{}-{}: {} takes bfloat16/float16/float32/"
             "float64 input, got {}: the spec leaves the rounding of an integer logarithm open; "
-            "cast to float first", node.op_type, node.since_version, x.dtype, code="dtype")
+            "cast to float first", node.op_type, node.since_version, provider, x.dtype,
+            code="dtype")
 
 
-@kernel("ReduceL1", 13, dtypes=TYPES | BF16)
-@kernel("ReduceL1", 1, 11, dtypes=TYPES)
+@kernel("ReduceL1", 13, dtypes=TYPES | BF16, family="reduce")
+@kernel("ReduceL1", 1, 11, dtypes=TYPES, family="reduce")
 def reduce_l1_axes_attribute(xp, data, *, keepdims, axes=None):
     return _l1(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceL1", 18, dtypes=TYPES | BF16, host_inputs=(1,))
+@kernel("ReduceL1", 18, dtypes=TYPES | BF16, host_inputs=(1,), family="reduce")
 def reduce_l1(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _l1, data, axes, keepdims, noop_with_empty_axes)
 
 
-@kernel("ReduceLogSum", 13, dtypes=TYPES | BF16, check=check_log_reduce)
-@kernel("ReduceLogSum", 1, 11, dtypes=TYPES, check=check_log_reduce)
+@kernel("ReduceLogSum", 13, dtypes=TYPES | BF16, check=check_log_reduce, family="reduce")
+@kernel("ReduceLogSum", 1, 11, dtypes=TYPES, check=check_log_reduce, family="reduce")
 def reduce_log_sum_axes_attribute(xp, data, *, keepdims, axes=None):
     return _log_sum(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceLogSum", 28, dtypes=FLOATS_BF16, host_inputs=(1,))
-@kernel("ReduceLogSum", 18, dtypes=TYPES | BF16, host_inputs=(1,), check=check_log_reduce)
+@kernel("ReduceLogSum", 28, dtypes=FLOATS_BF16, host_inputs=(1,), family="reduce")
+@kernel("ReduceLogSum", 18, dtypes=TYPES | BF16, host_inputs=(1,), check=check_log_reduce,
+        family="reduce")
 def reduce_log_sum(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _log_sum, data, axes, keepdims, noop_with_empty_axes)
 
 
-@kernel("ReduceLogSumExp", 13, dtypes=TYPES | BF16, check=check_log_reduce)
-@kernel("ReduceLogSumExp", 1, 11, dtypes=TYPES, check=check_log_reduce)
+@kernel("ReduceLogSumExp", 13, dtypes=TYPES | BF16, check=check_log_reduce, family="reduce")
+@kernel("ReduceLogSumExp", 1, 11, dtypes=TYPES, check=check_log_reduce, family="reduce")
 def reduce_log_sum_exp_axes_attribute(xp, data, *, keepdims, axes=None):
     return _log_sum_exp(xp, data, _axes(axes, data.ndim), keepdims)
 
 
-@kernel("ReduceLogSumExp", 28, dtypes=FLOATS_BF16, host_inputs=(1,))
-@kernel("ReduceLogSumExp", 18, dtypes=TYPES | BF16, host_inputs=(1,), check=check_log_reduce)
+@kernel("ReduceLogSumExp", 28, dtypes=FLOATS_BF16, host_inputs=(1,), family="reduce")
+@kernel("ReduceLogSumExp", 18, dtypes=TYPES | BF16, host_inputs=(1,), check=check_log_reduce,
+        family="reduce")
 def reduce_log_sum_exp(xp, data, axes=None, *, keepdims, noop_with_empty_axes):
     return _reduce(xp, _log_sum_exp, data, axes, keepdims, noop_with_empty_axes)
 
@@ -290,24 +290,24 @@ def _arg(xp, fn, x, axis, keepdims, select_last_index):
     return index.astype(xp.int64)
 
 
-@kernel("ArgMax", 13, dtypes=NUMERIC | BF16)
-@kernel("ArgMax", 12, dtypes=NUMERIC)
+@kernel("ArgMax", 13, dtypes=NUMERIC | BF16, family="reduce")
+@kernel("ArgMax", 12, dtypes=NUMERIC, family="reduce")
 def arg_max(xp, data, *, axis, keepdims, select_last_index):
     return _arg(xp, xp.argmax, data, axis, keepdims, select_last_index)
 
 
-@kernel("ArgMax", 1, 11, dtypes=NUMERIC)
+@kernel("ArgMax", 1, 11, dtypes=NUMERIC, family="reduce")
 def arg_max_first(xp, data, *, axis, keepdims):
     return _arg(xp, xp.argmax, data, axis, keepdims, False)
 
 
-@kernel("ArgMin", 13, dtypes=NUMERIC | BF16)
-@kernel("ArgMin", 12, dtypes=NUMERIC)
+@kernel("ArgMin", 13, dtypes=NUMERIC | BF16, family="reduce")
+@kernel("ArgMin", 12, dtypes=NUMERIC, family="reduce")
 def arg_min(xp, data, *, axis, keepdims, select_last_index):
     return _arg(xp, xp.argmin, data, axis, keepdims, select_last_index)
 
 
-@kernel("ArgMin", 1, 11, dtypes=NUMERIC)
+@kernel("ArgMin", 1, 11, dtypes=NUMERIC, family="reduce")
 def arg_min_first(xp, data, *, axis, keepdims):
     return _arg(xp, xp.argmin, data, axis, keepdims, False)
 
@@ -321,21 +321,19 @@ def _one_hot_max(xp, x, axis):
     return (positions == xp.expand_dims(first, axis)).astype(x.dtype)
 
 
-@kernel("Hardmax", 13, dtypes=FLOATS_BF16)
+@kernel("Hardmax", 13, dtypes=FLOATS_BF16, family="normalization")
 def hardmax(xp, x, *, axis):
     return _one_hot_max(xp, x, axis % x.ndim)
 
 
-@kernel("Hardmax", 1, 11, dtypes=FLOATS)
+@kernel("Hardmax", 1, 11, dtypes=FLOATS, family="normalization")
 def hardmax_2d(xp, x, *, axis):
     """Versions before 13 flatten the input to 2-D at ``axis`` and take the maximum over each
     row of the trailing dimensions."""
     if x.size == 0:
         return xp.zeros(x.shape, dtype=x.dtype)
     axis %= x.ndim
-    rows = 1
-    for d in x.shape[:axis]:
-        rows *= d
+    rows = element_count(x.shape[:axis])
     return _one_hot_max(xp, x.reshape(rows, -1), 1).reshape(x.shape)
 
 
@@ -363,19 +361,19 @@ def _one_int(values):
     return ints[0]
 
 
-@kernel("TopK", 24, dtypes=NUMERIC | BF16, host_inputs=(1,))
-@kernel("TopK", 11, dtypes=NUMERIC, host_inputs=(1,))
+@kernel("TopK", 24, dtypes=NUMERIC | BF16, host_inputs=(1,), family="reduce")
+@kernel("TopK", 11, dtypes=NUMERIC, host_inputs=(1,), family="reduce")
 def top_one_int(xp, x, k, *, axis, largest, sorted):
     """``sorted=0`` leaves the order unspecified; the values come sorted all the same."""
     return _top_one_int(xp, x, _one_int(k), axis, largest)
 
 
-@kernel("TopK", 10, dtypes=FLOATS, host_inputs=(1,))
+@kernel("TopK", 10, dtypes=FLOATS, host_inputs=(1,), family="reduce")
 def top_k_10(xp, x, k, *, axis):
     return _top_one_int(xp, x, _one_int(k), axis, True)
 
 
-@kernel("TopK", 1, dtypes=FLOATS)
+@kernel("TopK", 1, dtypes=FLOATS, family="reduce")
 def top_k_1(xp, x, *, axis, k):
     return _top_one_int(xp, x, k, axis, True)
 
@@ -407,8 +405,9 @@ def _scan(xp, fn, x, axis, exclusive, reverse, identity):
     return out.astype(x.dtype, copy=False)
 
 
-@kernel("CumSum", 14, dtypes=SCAN_TYPES | {"float16", "bfloat16"}, host_inputs=(1,))
-@kernel("CumSum", 11, dtypes=SCAN_TYPES, host_inputs=(1,))
+@kernel("CumSum", 14, dtypes=SCAN_TYPES | {"float16", "bfloat16"}, host_inputs=(1,),
+        family="reduce")
+@kernel("CumSum", 11, dtypes=SCAN_TYPES, host_inputs=(1,), family="reduce")
 def cum_sum(xp, x, axis, *, exclusive, reverse):
     return _scan(xp, xp.cumsum, x, axis, exclusive, reverse, 0)
 

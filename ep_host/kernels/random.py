@@ -2,8 +2,8 @@
 
 Their values are the generator's, which no two runtimes share ("may not produce the same values
 in different implementations, even if a seed is specified", says Bernoulli's specification), so
-a conformance check that compares values exactly would call any answer wrong. The CPU EP
-therefore claims them only when ``EP_HOST_CPU_RANDOM=1``; each kernel then keeps one numpy
+a conformance check that compares values exactly would call any answer wrong. They are
+therefore claimed only when ``EP_HOST_CPU_RANDOM=1``; each kernel then keeps one numpy
 generator, seeded from ``seed`` when given, that advances from run to run.
 """
 
@@ -13,7 +13,7 @@ import os
 
 import ep_host
 from ep_host import require
-from ep_host_cpu.registry import FLOATS, kernel
+from ep_host.kernels.registry import FLOATS, kernel
 
 OPT_IN = "EP_HOST_CPU_RANDOM"
 REAL = FLOATS | {"bfloat16"}
@@ -22,11 +22,11 @@ BERNOULLI_OUT = REAL | {"uint8", "uint16", "uint32", "uint64", "int8", "int16", 
 
 
 def _check_random(out_types, default_from_input):
-    def check(node):
+    def check(node, provider):
         require(os.environ.get(OPT_IN) == "1",
-                "{}: CPU EP claims random generators only when {}=1: their values cannot match "
+                "{}: {} claims random generators only when {}=1: their values cannot match "
                 "another runtime's generator (onnx's expected outputs are numpy draws that no "
-                "kernel can reproduce), so by default it declines", node.op_type, OPT_IN,
+                "kernel can reproduce), so by default it declines", node.op_type, provider, OPT_IN,
                 code="op")
         code = node.attributes.get("dtype")
         if code is None and default_from_input:
@@ -34,8 +34,8 @@ def _check_random(out_types, default_from_input):
             name = x.dtype.name if x is not None and x.dtype is not None else None
         else:
             name = ep_host.dtype(code if code is not None else 1).name
-        require(name is None or name in out_types, "{}: CPU EP writes {} output, got {}",
-                node.op_type, "/".join(sorted(out_types)), name, code="dtype")
+        require(name is None or name in out_types, "{}: {} writes {} output, got {}",
+                node.op_type, provider, "/".join(sorted(out_types)), name, code="dtype")
 
     return check
 
@@ -92,8 +92,8 @@ def bernoulli(xp, p, *, dtype=None, state=None):
     return draws.astype(_out_type(dtype, p.dtype))
 
 
-def _check_multinomial(node):
-    _check_random(frozenset({"int32", "int64"}), False)(node)
+def _check_multinomial(node, provider):
+    _check_random(frozenset({"int32", "int64"}), False)(node, provider)
     x = node.inputs[0]
     require(x is None or x.shape is None or len(x.shape) == 2,
             "Multinomial: the input must be [batch_size, class_size], got shape {}",

@@ -5,9 +5,9 @@ once.
 
 from __future__ import annotations
 
-from ep_host import require
-from ep_host_cpu.kernels.elementwise import BF16, upcast
-from ep_host_cpu.registry import FLOATS, NUMERIC, kernel
+from ep_host import element_count, require
+from ep_host.kernels.elementwise import BF16, upcast
+from ep_host.kernels.registry import FLOATS, NUMERIC, kernel
 
 MATMUL_INTS = frozenset({"int32", "int64", "uint32", "uint64"})
 
@@ -25,23 +25,16 @@ def _static(shape, i):
     return shape[i] if isinstance(shape[i], int) else None
 
 
-def _elements(shape):
-    n = 1
-    for d in shape or ():
-        n *= d if isinstance(d, int) and d >= 0 else 1
-    return n
-
-
 def _matmul_flops(node):
     a, y = node.inputs[0], node.outputs[0]
-    return 2 * _elements(y.shape if y is not None else None) * _dim(a.shape, -1)
+    return 2 * element_count(y.shape if y is not None else None) * _dim(a.shape, -1)
 
 
-def _check_matmul(node):
+def _check_matmul(node, provider):
     for value in node.inputs:
         if value is not None and value.shape is not None:
-            require(len(value.shape) >= 1, "MatMul: CPU EP takes operands of rank >= 1, got a "
-                    "scalar for {!r}", value.name, code="shape")
+            require(len(value.shape) >= 1, "MatMul: {} takes operands of rank >= 1, got a "
+                    "scalar for {!r}", provider, value.name, code="shape")
 
 
 def _prepare_matmul(xp, constants, **_):
@@ -52,11 +45,11 @@ def _prepare_matmul(xp, constants, **_):
 
 
 @kernel("MatMul", 1, dtypes=FLOATS, check=_check_matmul, flops=_matmul_flops,
-        prepare=_prepare_matmul)
+        prepare=_prepare_matmul, family="matmul")
 @kernel("MatMul", 9, dtypes=FLOATS | MATMUL_INTS, check=_check_matmul, flops=_matmul_flops,
-        prepare=_prepare_matmul)
+        prepare=_prepare_matmul, family="matmul")
 @kernel("MatMul", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_matmul,
-        flops=_matmul_flops, prepare=_prepare_matmul)
+        flops=_matmul_flops, prepare=_prepare_matmul, family="matmul")
 def matmul(xp, a, b, *, packed_b=None):
     """``packed_b``: a constant 2-D B, widened and made contiguous once; an (..., K) A then
     runs as one (rows, K) x (K, N) GEMM."""
@@ -64,9 +57,7 @@ def matmul(xp, a, b, *, packed_b=None):
         k, n = packed_b.shape
         if a.shape[-1] != k:
             raise ValueError(f"MatMul: A's last dimension {a.shape[-1]} must equal B's first {k}")
-        rows = 1
-        for d in a.shape[:-1]:
-            rows *= d
+        rows = element_count(a.shape[:-1])
         y = xp.matmul(upcast(xp, a).reshape(rows, k), packed_b)
         return y.reshape(tuple(a.shape[:-1]) + (n,)).astype(a.dtype, copy=False)
     return xp.matmul(upcast(xp, a), upcast(xp, b)).astype(a.dtype, copy=False)
@@ -76,15 +67,16 @@ def _gemm_flops(node):
     a = node.inputs[0]
     trans_a = node.attributes.get("transA", 0)
     y = node.outputs[0]
-    return 2 * _elements(y.shape if y is not None else None) * _dim(a.shape, 0 if trans_a else -1)
+    k = _dim(a.shape, 0 if trans_a else -1)
+    return 2 * element_count(y.shape if y is not None else None) * k
 
 
-def _check_gemm(node):
+def _check_gemm(node, provider):
     attrs = node.attributes
     a, b = node.inputs[0], node.inputs[1]
     for name, value in (("A", a), ("B", b)):
         require(value.shape is None or len(value.shape) == 2,
-                "Gemm: CPU EP takes a 2-D {}, got shape {}", name, value.shape, code="shape")
+                "Gemm: {} takes a 2-D {}, got shape {}", provider, name, value.shape, code="shape")
     c = node.inputs[2] if len(node.inputs) > 2 else None
     require(c is None or c.shape is None or len(c.shape) <= 2,
             "Gemm: C must be unidirectionally broadcastable to (M, N), got shape {}",
@@ -100,8 +92,8 @@ def _check_gemm(node):
     if a.dtype is not None and not a.dtype.is_float:
         alpha, beta = attrs["alpha"], attrs["beta"]
         require(float(alpha).is_integer() and float(beta).is_integer(),
-                "Gemm: CPU EP computes integer Gemm only with whole alpha and beta (exact integer "
-                "arithmetic), got alpha={} beta={}; use float inputs", alpha, beta,
+                "Gemm: {} computes integer Gemm only with whole alpha and beta (exact integer "
+                "arithmetic), got alpha={} beta={}; use float inputs", provider, alpha, beta,
                 code="attribute")
 
 
@@ -144,7 +136,7 @@ def _gemm(xp, a, b, c, alpha, beta, trans_a, trans_b, packed_b=None, packed_c=No
 
 
 @kernel("Gemm", 1, 6, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops,
-        prepare=_prepare_gemm)
+        prepare=_prepare_gemm, family="matmul")
 def gemm_1(xp, a, b, c, *, alpha, beta, broadcast, transA, transB, packed_b=None,
            packed_c=None):
     if not broadcast:
@@ -155,11 +147,12 @@ def gemm_1(xp, a, b, c, *, alpha, beta, broadcast, transA, transB, packed_b=None
     return _gemm(xp, a, b, c, alpha, beta, transA, transB, packed_b, packed_c)
 
 
-@kernel("Gemm", 7, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops, prepare=_prepare_gemm)
+@kernel("Gemm", 7, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops, prepare=_prepare_gemm,
+        family="matmul")
 @kernel("Gemm", 9, 11, dtypes=FLOATS | MATMUL_INTS, check=_check_gemm, flops=_gemm_flops,
-        prepare=_prepare_gemm)
+        prepare=_prepare_gemm, family="matmul")
 @kernel("Gemm", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_gemm, flops=_gemm_flops,
-        prepare=_prepare_gemm)
+        prepare=_prepare_gemm, family="matmul")
 def gemm(xp, a, b, c=None, *, alpha, beta, transA, transB, packed_b=None, packed_c=None):
     """``packed_b``/``packed_c``: a constant B as the (K, N) operand and a constant C times
     beta, prepared once."""
@@ -176,7 +169,7 @@ def _einsum_terms(equation):
     return lhs.split(","), (rhs if arrow else None)
 
 
-def check_einsum(node):
+def check_einsum(node, provider):
     equation = node.attributes["equation"]
     terms, _ = _einsum_terms(equation)
     n = sum(1 for v in node.inputs if v is not None)
@@ -190,13 +183,14 @@ def check_einsum(node):
 def _einsum_flops(node):
     total = 1
     for value in node.inputs:
-        for d in (value.shape or ()) if value is not None else ():
-            total *= d if isinstance(d, int) and d > 0 else 1
+        if value is not None:
+            total *= element_count(value.shape)
     return max(total, 1)
 
 
-@kernel("Einsum", 28, dtypes=NUMERIC | BF16, check=check_einsum, flops=_einsum_flops)
-@kernel("Einsum", 12, dtypes=NUMERIC, check=check_einsum, flops=_einsum_flops)
+@kernel("Einsum", 28, dtypes=NUMERIC | BF16, check=check_einsum, flops=_einsum_flops,
+        family="matmul")
+@kernel("Einsum", 12, dtypes=NUMERIC, check=check_einsum, flops=_einsum_flops, family="matmul")
 def einsum(xp, *inputs, equation):
     """Without "->" the output takes the indices that occur once, in ASCII order (upper case
     first), after any ellipsis dimensions; integers wrap."""
@@ -204,7 +198,7 @@ def einsum(xp, *inputs, equation):
     return xp.asarray(out).astype(inputs[0].dtype, copy=False)
 
 
-def _check_det(node):
+def _check_det(node, provider):
     x = node.inputs[0]
     if x.shape is not None:
         require(len(x.shape) >= 2, "Det: input must have shape [*, M, M], got {}", x.shape,

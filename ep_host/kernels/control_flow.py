@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ep_host import Kernel, NodeView, ProviderContext, require
-from ep_host_cpu.registry import kernel
+from ep_host.kernels.registry import kernel
 
 
 class _BodyKernel(Kernel):
@@ -98,7 +98,7 @@ class ScanKernel(_BodyKernel):
         return results
 
 
-def _check_scan(node: NodeView) -> None:
+def _check_scan(node: NodeView, provider: str) -> None:
     require(node.attributes.get("num_scan_inputs") is not None,
             "Scan: attribute 'num_scan_inputs' is required", code="attribute")
 
@@ -114,14 +114,15 @@ class Scan8Kernel(ScanKernel):
         return [xp.stack([r[k] for r in per_batch]) for k in range(len(per_batch[0]))]
 
 
-def _check_scan8(node: NodeView) -> None:
-    _check_scan(node)
+def _check_scan8(node: NodeView, provider: str) -> None:
+    _check_scan(node, provider)
     require(node.inputs[0] is None,
-            "Scan-8: the CPU EP scans every batch entry to its full length; a sequence_lens "
-            "input ({!r}) is not implemented", node.inputs[0].name if node.inputs[0] else "",
+            "Scan-8: the {} scans every batch entry to its full length; a sequence_lens "
+            "input ({!r}) is not implemented", provider,
+            node.inputs[0].name if node.inputs[0] else "",
             code="attribute")
     require(not node.attributes.get("directions") or not any(node.attributes["directions"]),
-            "Scan-8: reverse directions are not implemented by the CPU EP", code="attribute")
+            "Scan-8: reverse directions are not implemented by the {}", provider, code="attribute")
 
 
 @kernel("If", 1, 11, 13, 16, 19, 21, 23, 24, 25, dtypes=None, kernel_class=IfKernel,

@@ -12,9 +12,9 @@ import math
 
 import ep_host
 from ep_host import deny, require
-from ep_host_cpu.kernels.text import _strings as _objects
-from ep_host_cpu.kernels.text import _text
-from ep_host_cpu.registry import kernel
+from ep_host.kernels.registry import kernel
+from ep_host.kernels.text import _strings as _objects
+from ep_host.kernels.text import _text
 
 ML = "ai.onnx.ml"
 NUMBERS = frozenset({"float32", "float64", "int64", "int32"})
@@ -40,7 +40,7 @@ def _lookup(xp, x, keys, values, default, out_dtype, key_of):
     return xp.asarray(mapped, dtype=out_dtype).reshape(x.shape)
 
 
-def _check_label_encoder_1(node):
+def _check_label_encoder_1(node, provider):
     t = _input_type(node)
     require(t in (None, "string", "int64"), "LabelEncoder: version 1 maps string <-> int64, got "
             "{} input", t, code="dtype")
@@ -98,7 +98,7 @@ def _label_encoder_types(node):
     return keys, values, key_type, value_type
 
 
-def _check_label_encoder(node):
+def _check_label_encoder(node, provider):
     keys, values, key_type, value_type = _label_encoder_types(node)
     attrs = node.attributes
     n_keys, n_values = len(attrs[keys]), len(attrs[values])
@@ -179,7 +179,7 @@ kernel("LabelEncoder", 4, domain=ML, dtypes=None, check=_check_label_encoder)(
     _label_encoder_kernel(nan_matches_nan=True))
 
 
-def _check_category_mapper(node):
+def _check_category_mapper(node, provider):
     attrs = node.attributes
     ints, strings = attrs.get("cats_int64s") or (), attrs.get("cats_strings") or ()
     require(len(ints) == len(strings), "CategoryMapper: cats_int64s ({}) and cats_strings ({}) "
@@ -206,7 +206,7 @@ UNDEFINED_TRANSFORMS = ("SOFTMAX_ZERO and PROBIT are not defined by the spec (on
                         "SOFTMAX_ZERO gives NaN for an all-zero row)")
 
 
-def _check_tree_ensemble(node):
+def _check_tree_ensemble(node, provider):
     attrs = node.attributes
     n = len(attrs["nodes_featureids"])
     for name in ("nodes_truenodeids", "nodes_falsenodeids", "nodes_trueleafs",
@@ -226,8 +226,8 @@ def _check_tree_ensemble(node):
     require(aggregate in AGGREGATES, "TreeEnsemble: aggregate_function must be 0..3, got {}",
             aggregate, code="attribute")
     transform = attrs.get("post_transform", 0)
-    require(transform in TRANSFORMS, "TreeEnsemble: CPU EP implements post_transform {}, got {}"
-            "; {}", ", ".join(f"{k} ({v})" for k, v in TRANSFORMS.items()), transform,
+    require(transform in TRANSFORMS, "TreeEnsemble: {} implements post_transform {}, got {}"
+            "; {}", provider, ", ".join(f"{k} ({v})" for k, v in TRANSFORMS.items()), transform,
             UNDEFINED_TRANSFORMS, code="attribute")
     require("n_targets" in attrs, "TreeEnsemble: n_targets is required", code="attribute")
     x = _input_type(node)
@@ -496,7 +496,7 @@ def _regressor_layout(attrs):
     }
 
 
-def _check_tree_regressor(node):
+def _check_tree_regressor(node, provider):
     attrs = node.attributes
     try:
         layout = _regressor_layout(attrs)
@@ -522,8 +522,8 @@ def _check_tree_regressor(node):
             "TreeEnsembleRegressor: aggregate_function must be AVERAGE, SUM, MIN or MAX, got "
             "{!r}", attrs.get("aggregate_function"), code="attribute")
     transform = attrs.get("post_transform", "NONE")
-    require(transform in TRANSFORM_NAMES, "TreeEnsembleRegressor: CPU EP implements "
-            "post_transform NONE/SOFTMAX/LOGISTIC, got {!r}; {}", transform,
+    require(transform in TRANSFORM_NAMES, "TreeEnsembleRegressor: {} implements "
+            "post_transform NONE/SOFTMAX/LOGISTIC, got {!r}; {}", provider, transform,
             UNDEFINED_TRANSFORMS, code="attribute")
     base = _either(attrs, "base_values")
     n_targets = attrs.get("n_targets")
@@ -622,7 +622,7 @@ def scaler(xp, x, *, offset=(), scale=()):
     return ((x.astype(xp.float32) - off) * sc).astype(xp.float32)
 
 
-def _check_imputer(node):
+def _check_imputer(node, provider):
     attrs = node.attributes
     t = _input_type(node)
     floats, ints = attrs.get("imputed_value_floats"), attrs.get("imputed_value_int64s")
@@ -669,7 +669,7 @@ def feature_vectorizer(xp, *xs, inputdimensions=()):
     return xp.concatenate(parts, axis=1)
 
 
-def _check_one_hot(node):
+def _check_one_hot(node, provider):
     attrs = node.attributes
     ints, strings = attrs.get("cats_int64s"), attrs.get("cats_strings")
     require((ints is None) != (strings is None), "OneHotEncoder: exactly one of cats_int64s and "
@@ -700,11 +700,11 @@ def one_hot_encoder(xp, x, *, zeros, cats_int64s=None, cats_strings=None):
     return out.reshape(tuple(x.shape) + (len(cats),))
 
 
-def _check_linear_regressor(node):
+def _check_linear_regressor(node, provider):
     attrs = node.attributes
     transform = attrs.get("post_transform", "NONE")
-    require(transform in TRANSFORM_NAMES, "LinearRegressor: CPU EP implements post_transform "
-            "NONE/SOFTMAX/LOGISTIC, got {!r}; {}", transform, UNDEFINED_TRANSFORMS,
+    require(transform in TRANSFORM_NAMES, "LinearRegressor: {} implements post_transform "
+            "NONE/SOFTMAX/LOGISTIC, got {!r}; {}", provider, transform, UNDEFINED_TRANSFORMS,
             code="attribute")
     coefficients, targets = attrs.get("coefficients") or (), attrs.get("targets", 1)
     require(targets >= 1 and len(coefficients) % targets == 0,

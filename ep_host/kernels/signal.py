@@ -11,7 +11,7 @@ import math
 
 import ep_host
 from ep_host import require
-from ep_host_cpu.registry import FLOATS, INTS, kernel
+from ep_host.kernels.registry import FLOATS, INTS, kernel
 
 SIGNAL_TYPES = FLOATS | {"bfloat16"}
 WINDOW_TYPES = FLOATS | {"bfloat16"} | INTS
@@ -65,7 +65,7 @@ def _dft(xp, x, length, axis, inverse, onesided):
     return _pack(xp, fn(z, n=length, axis=axis), x.dtype)
 
 
-def _check_dft(node):
+def _check_dft(node, provider):
     attrs = node.attributes
     x = node.inputs[0]
     length = node.inputs[1] if len(node.inputs) > 1 else None
@@ -95,7 +95,7 @@ def dft_20(xp, x, dft_length=None, axis=None, *, inverse, onesided):
     return _dft(xp, x, length, -2 if axis is None else _scalar(axis), inverse, onesided)
 
 
-def _check_stft(node):
+def _check_stft(node, provider):
     x = node.inputs[0]
     if x is not None and x.shape is not None:
         require(len(x.shape) == 3, "STFT: the signal must be rank 3 [batch, length, 1 or 2], "
@@ -146,14 +146,14 @@ def _output_type(node_attr_code):
     return ep_host.dtype(node_attr_code).numpy
 
 
-def _check_output_datatype(node):
+def _check_output_datatype(node, provider):
     code = node.attributes.get("output_datatype", 1)
     try:
         name = ep_host.dtype(code).name
     except ValueError:
         name = str(code)
-    require(name in WINDOW_TYPES, "{}: CPU EP writes {} output, got output_datatype {}",
-            node.op_type, "/".join(sorted(WINDOW_TYPES)), name, code="attribute")
+    require(name in WINDOW_TYPES, "{}: {} writes {} output, got output_datatype {}",
+            node.op_type, provider, "/".join(sorted(WINDOW_TYPES)), name, code="attribute")
 
 
 def _cosine_window(xp, size, periodic, output_datatype, coefficients):

@@ -9,9 +9,10 @@ nearest even), after clamping to its finite range when ``saturate`` asks for it.
 from __future__ import annotations
 
 import ep_host
-from ep_host import deny, require
-from ep_host_cpu.kernels.conv import _check_window_attributes, conv
-from ep_host_cpu.registry import kernel
+from ep_host import deny, element_count, require
+from ep_host.kernels.conv import conv
+from ep_host.kernels.conv_geometry import check_window_attributes
+from ep_host.kernels.registry import kernel
 
 INT_RANGES = {
     "uint8": (0, 255), "int8": (-128, 127), "uint16": (0, 65535), "int16": (-32768, 32767),
@@ -121,12 +122,13 @@ def _quantize(xp, x, scale, zero_point, *, axis=1, block_size=0, saturate=1, out
 
 
 def _check_quantize(types: frozenset[str], scale_types: frozenset[str]):
-    def check(node):
+    def check(node, provider):
         op, attrs = node.op_type, node.attributes
         x, scale = node.inputs[0], node.inputs[1]
         zp = node.inputs[2] if len(node.inputs) > 2 else None
         if scale is not None and scale.dtype is not None:
-            require(scale.dtype.name in scale_types, "{}: CPU EP takes a {} scale, got {}", op,
+            require(scale.dtype.name in scale_types, "{}: {} takes a {} scale, got {}", op,
+                    provider,
                     _names(scale_types), scale.dtype.name, code="dtype")
         output_dtype = attrs.get("output_dtype", 0)
         if zp is not None and zp.dtype is not None:
@@ -137,7 +139,7 @@ def _check_quantize(types: frozenset[str], scale_types: frozenset[str]):
                     code="attribute")
         else:
             target = ep_host.dtype(output_dtype).name if output_dtype else "uint8"
-        require(target in types, "{}: CPU EP quantizes to {} at since_version {}, got {}", op,
+        require(target in types, "{}: {} quantizes to {} at since_version {}, got {}", op, provider,
                 _names(types), node.since_version, target, code="dtype")
         precision = attrs.get("precision", 0)
         if scale is not None and scale.dtype is not None and scale.dtype.name not in HIGH:
@@ -145,7 +147,7 @@ def _check_quantize(types: frozenset[str], scale_types: frozenset[str]):
                     "type: {})", op, scale.dtype.name, _names(HIGH), code="attribute")
         if precision:
             name = ep_host.dtype(precision).name
-            require(name in HIGH, "{}: CPU EP divides in {} precision, got precision {}", op,
+            require(name in HIGH, "{}: {} divides in {} precision, got precision {}", op, provider,
                     _names(HIGH), name, code="attribute")
         _check_layout(node, x, scale, attrs)
 
@@ -237,22 +239,24 @@ def _dequantize(xp, x, scale, zero_point, *, axis=1, block_size=0, output_dtype=
 
 
 def _check_dequantize(types: frozenset[str], scale_types: frozenset[str]):
-    def check(node):
+    def check(node, provider):
         op, attrs = node.op_type, node.attributes
         x, scale = node.inputs[0], node.inputs[1]
         zp = node.inputs[2] if len(node.inputs) > 2 else None
         if x is not None and x.dtype is not None:
-            require(x.dtype.name in types | {"int32"}, "{}: CPU EP dequantizes {} at "
-                    "since_version {}, got {}", op, _names(types | {"int32"}), node.since_version,
+            require(x.dtype.name in types | {"int32"}, "{}: {} dequantizes {} at "
+                    "since_version {}, got {}", op, provider, _names(types | {"int32"}),
+                    node.since_version,
                     x.dtype.name, code="dtype")
             require(x.dtype.name != "int32" or zp is None,
                     "{}: an int32 input takes no zero point", op, code="dtype")
         if scale is not None and scale.dtype is not None:
-            require(scale.dtype.name in scale_types, "{}: CPU EP takes a {} scale, got {}", op,
+            require(scale.dtype.name in scale_types, "{}: {} takes a {} scale, got {}", op,
+                    provider,
                     _names(scale_types), scale.dtype.name, code="dtype")
             output_dtype = attrs.get("output_dtype", 0)
             out = ep_host.dtype(output_dtype).name if output_dtype else scale.dtype.name
-            require(out in HIGH, "{}: CPU EP writes {} output, got {} (set output_dtype)", op,
+            require(out in HIGH, "{}: {} writes {} output, got {} (set output_dtype)", op, provider,
                     _names(HIGH), out, code="dtype")
         _check_layout(node, x, scale, attrs)
 
@@ -332,27 +336,24 @@ def _col_param(p):
     return p.reshape(()) if p.size == 1 else p
 
 
-def _check_8bit(node, indices, types, what):
+def _check_8bit(node, provider, indices, types, what):
     for i in indices:
         v = node.inputs[i] if i < len(node.inputs) else None
         if v is not None and v.dtype is not None:
-            require(v.dtype.name in types, "{}: CPU EP takes {} {}, got {} for input {!r}",
-                    node.op_type, _names(types), what, v.dtype.name, v.name, code="dtype")
+            require(v.dtype.name in types, "{}: {} takes {} {}, got {} for input {!r}",
+                    node.op_type, provider, _names(types), what, v.dtype.name, v.name, code="dtype")
 
 
-def _check_matmul_integer(node):
-    _check_8bit(node, (1, 3), Q8, "B and its zero point")
+def _check_matmul_integer(node, provider):
+    _check_8bit(node, provider, (1, 3), Q8, "B and its zero point")
 
 
 def _matmul_flops(node):
     a, b = node.inputs[0], node.inputs[1]
     y = node.outputs[0]
     k = a.shape[-1] if a is not None and a.shape and isinstance(a.shape[-1], int) else 1
-    n = 1
-    for d in (y.shape or ()) if y is not None else ():
-        n *= d if isinstance(d, int) and d > 0 else 1
     del b
-    return 2 * n * k
+    return 2 * element_count(y.shape if y is not None else None) * k
 
 
 def _integer_matmul(xp, a, b):
@@ -360,7 +361,8 @@ def _integer_matmul(xp, a, b):
     return xp.matmul(a.astype(xp.int64), b.astype(xp.int64))
 
 
-@kernel("MatMulInteger", 10, dtypes=Q8, check=_check_matmul_integer, flops=_matmul_flops)
+@kernel("MatMulInteger", 10, dtypes=Q8, check=_check_matmul_integer, flops=_matmul_flops,
+        family="matmul")
 def matmul_integer(xp, a, b, a_zero_point=None, b_zero_point=None):
     a = a.astype(xp.int64)
     b = b.astype(xp.int64)
@@ -372,18 +374,18 @@ def matmul_integer(xp, a, b, a_zero_point=None, b_zero_point=None):
 
 
 def _check_qlinear_matmul(types, scale_types):
-    def check(node):
-        _check_8bit(node, (3, 5), types, "b and its zero point")
-        _check_8bit(node, (7,), types, "output zero point")
-        _check_8bit(node, (1, 4, 6), scale_types, "scales")
+    def check(node, provider):
+        _check_8bit(node, provider, (3, 5), types, "b and its zero point")
+        _check_8bit(node, provider, (7,), types, "output zero point")
+        _check_8bit(node, provider, (1, 4, 6), scale_types, "scales")
 
     return check
 
 
 @kernel("QLinearMatMul", 10, dtypes=Q8, check=_check_qlinear_matmul(Q8, SCALE10),
-        flops=_matmul_flops)
+        flops=_matmul_flops, family="matmul")
 @kernel("QLinearMatMul", 21, dtypes=Q19, check=_check_qlinear_matmul(Q19, HIGH),
-        flops=_matmul_flops)
+        flops=_matmul_flops, family="matmul")
 def qlinear_matmul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_scale,
                    y_zero_point):
     """The product of the dequantized inputs, requantized: integer inputs multiply exactly
@@ -408,34 +410,30 @@ def qlinear_matmul(xp, a, a_scale, a_zero_point, b, b_scale, b_zero_point, y_sca
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_qlinear_conv(node):
-    _check_8bit(node, (3, 5), Q8, "w and its zero point")
-    _check_8bit(node, (7,), Q8, "output zero point")
-    _check_8bit(node, (1, 4, 6), SCALE10, "scales")
+def _check_qlinear_conv(node, provider):
+    _check_8bit(node, provider, (3, 5), Q8, "w and its zero point")
+    _check_8bit(node, provider, (7,), Q8, "output zero point")
+    _check_8bit(node, provider, (1, 4, 6), SCALE10, "scales")
     attrs = node.attributes
     x, w = node.inputs[0], node.inputs[3]
     rank = None if x is None or x.shape is None else len(x.shape)
-    require(rank is None or rank >= 3, "QLinearConv: CPU EP takes input of rank >= 3 (N, C, "
-            "D1...), got rank {}", rank, code="shape")
+    require(rank is None or rank >= 3, "QLinearConv: {} takes input of rank >= 3 (N, C, "
+            "D1...), got rank {}", provider, rank, code="shape")
     w_rank = None if w is None or w.shape is None else len(w.shape)
     n_spatial = rank - 2 if rank is not None else None if w_rank is None else w_rank - 2
-    _check_window_attributes(node, n_spatial, attrs.get("kernel_shape"))
+    check_window_attributes(node, n_spatial, attrs.get("kernel_shape"))
     require(attrs["group"] >= 1, "QLinearConv: group must be >= 1, got {}", attrs["group"],
             code="attribute")
 
 
 def _qlinear_conv_flops(node):
     w, y = node.inputs[3], node.outputs[0]
-    per_output = 1
-    for d in (w.shape[1:] if w is not None and w.shape is not None else ()):
-        per_output *= d if isinstance(d, int) and d > 0 else 1
-    n = 1
-    for d in (y.shape or ()) if y is not None else ():
-        n *= d if isinstance(d, int) and d > 0 else 1
-    return 2 * n * per_output
+    per_output = element_count(w.shape[1:] if w is not None and w.shape is not None else None)
+    return 2 * element_count(y.shape if y is not None else None) * per_output
 
 
-@kernel("QLinearConv", 10, dtypes=Q8, check=_check_qlinear_conv, flops=_qlinear_conv_flops)
+@kernel("QLinearConv", 10, dtypes=Q8, check=_check_qlinear_conv, flops=_qlinear_conv_flops,
+        family="conv")
 def qlinear_conv(xp, x, x_scale, x_zero_point, w, w_scale, w_zero_point, y_scale, y_zero_point,
                  B=None, *, auto_pad, group, dilations=None, kernel_shape=None, pads=None,
                  strides=None):

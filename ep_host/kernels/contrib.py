@@ -11,9 +11,9 @@ from __future__ import annotations
 import math
 
 from ep_host import require
-from ep_host_cpu.kernels.conv import _check_conv, _conv_flops, _prepare_conv, conv
-from ep_host_cpu.kernels.elementwise import _gelu
-from ep_host_cpu.registry import kernel
+from ep_host.kernels.conv import _check_conv, _conv_flops, _prepare_conv, conv
+from ep_host.kernels.elementwise import _gelu
+from ep_host.kernels.registry import kernel
 
 MS = "com.microsoft"
 HALF_FLOATS = frozenset({"float16", "float32"})
@@ -36,18 +36,19 @@ def _dims(value):
     return tuple(d if isinstance(d, int) and d >= 0 else 1 for d in value.shape)
 
 
-def _require_types(node, indices, allowed, what):
+def _require_types(node, provider, indices, allowed, what):
     for i in indices:
         value = _input(node, i)
         if value is not None and value.dtype is not None:
-            require(value.dtype.name in allowed, "{}: CPU EP takes {} {}, got {} for input {!r}",
-                    node.op_type, "/".join(sorted(allowed)), what, value.dtype.name, value.name,
+            require(value.dtype.name in allowed, "{}: {} takes {} {}, got {} for input {!r}",
+                    node.op_type, provider, "/".join(sorted(allowed)), what, value.dtype.name,
+                    value.name,
                     code="dtype")
 
 
-def _same_type(node, indices):
+def _same_type(node, provider, indices):
     """Inputs ``indices`` share the first one's float16/float32 type."""
-    _require_types(node, indices[:1], HALF_FLOATS, "input")
+    _require_types(node, provider, indices[:1], HALF_FLOATS, "input")
     first = _input(node, indices[0])
     for i in indices[1:]:
         value = _input(node, i)
@@ -57,18 +58,20 @@ def _same_type(node, indices):
                     code="dtype")
 
 
-def _rank_in(node, i, ranks, what):
+def _rank_in(node, provider, i, ranks, what):
     value = _input(node, i)
     if value is not None and value.shape is not None:
-        require(len(value.shape) in ranks, "{}: CPU EP takes a {} {} of rank {}, got rank {}",
-                node.op_type, what, value.name, " or ".join(map(str, ranks)), len(value.shape),
+        require(len(value.shape) in ranks, "{}: {} takes a {} {} of rank {}, got rank {}",
+                node.op_type, provider, what, value.name, " or ".join(map(str, ranks)),
+                len(value.shape),
                 code="shape")
 
 
-def _known_attributes(node, *names):
+def _known_attributes(node, provider, *names):
     """Decline attributes this kernel does not know: it would ignore what they ask for."""
     unknown = sorted(set(node.attributes) - set(names))
-    require(not unknown, "{}: CPU EP does not know attribute(s) {}; it knows {}", node.op_type,
+    require(not unknown, "{}: {} does not know attribute(s) {}; it knows {}", node.op_type,
+            provider,
             ", ".join(unknown), ", ".join(names) or "none", code="attribute")
 
 
@@ -93,9 +96,9 @@ def _with_bias(xp, x, bias):
     return w + _wide(xp, bias)
 
 
-def _check_activation(node, *attributes):
-    _known_attributes(node, *attributes)
-    _rank_in(node, 1, (1,), "bias")
+def _check_activation(node, provider, *attributes):
+    _known_attributes(node, provider, *attributes)
+    _rank_in(node, provider, 1, (1,), "bias")
 
 
 @kernel("Gelu", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_activation)
@@ -116,7 +119,7 @@ def fast_gelu(xp, x, bias=None):
 
 
 @kernel("QuickGelu", 1, domain=MS, dtypes=HALF_FLOATS,
-        check=lambda node: _check_activation(node, "alpha"))
+        check=lambda node, provider: _check_activation(node, provider, "alpha"))
 def quick_gelu(xp, x, *, alpha=1.702):
     w = _wide(xp, x)
     return (w * _sigmoid(xp, alpha * w)).astype(x.dtype)
@@ -125,12 +128,12 @@ def quick_gelu(xp, x, *, alpha=1.702):
 # -- Normalizations -----------------------------------------------------------------------------
 
 
-def _check_skip_norm(node):
-    _known_attributes(node, "epsilon")
-    _same_type(node, list(range(len(node.inputs))))
-    _rank_in(node, 0, (2, 3), "input")
+def _check_skip_norm(node, provider):
+    _known_attributes(node, provider, "epsilon")
+    _same_type(node, provider, list(range(len(node.inputs))))
+    _rank_in(node, provider, 0, (2, 3), "input")
     for i in range(2, len(node.inputs)):
-        _rank_in(node, i, (1,), "gamma/beta/bias")
+        _rank_in(node, provider, i, (1,), "gamma/beta/bias")
 
 
 def _hidden_vector(xp, v, hidden, what):
@@ -171,12 +174,12 @@ def skip_simplified_layer_norm(xp, x, skip, gamma, bias=None, *, epsilon=1e-12, 
     return (y.astype(x.dtype), mean, inv_std, s.astype(x.dtype))[:n_outputs]
 
 
-def _check_simplified_norm(node):
-    _known_attributes(node, "axis", "epsilon", "stash_type")
-    _require_types(node, (0, 1), HALF_FLOATS, "X and scale")
+def _check_simplified_norm(node, provider):
+    _known_attributes(node, provider, "axis", "epsilon", "stash_type")
+    _require_types(node, provider, (0, 1), HALF_FLOATS, "X and scale")
     stash = node.attributes.get("stash_type", 1)
-    require(stash == 1, "SimplifiedLayerNormalization: CPU EP stashes float32 "
-            "(stash_type=1), got stash_type={}", stash, code="attribute")
+    require(stash == 1, "SimplifiedLayerNormalization: {} stashes float32 "
+            "(stash_type=1), got stash_type={}", provider, stash, code="attribute")
     x = _input(node, 0)
     axis = node.attributes.get("axis", -1)
     if x.shape is not None:
@@ -205,8 +208,8 @@ def simplified_layer_norm(xp, x, scale, *, axis=-1, epsilon=1e-5, stash_type=1, 
 FUSED_MATMUL_ATTRIBUTES = ("alpha", "transA", "transB", "transBatchA", "transBatchB")
 
 
-def _check_fused_matmul(node):
-    _known_attributes(node, *FUSED_MATMUL_ATTRIBUTES)
+def _check_fused_matmul(node, provider):
+    _known_attributes(node, provider, *FUSED_MATMUL_ATTRIBUTES)
     attrs = node.attributes
     ranks = [None if v is None or v.shape is None else len(v.shape) for v in node.inputs[:2]]
     for rank, side in zip(ranks, "AB", strict=True):
@@ -254,30 +257,32 @@ def fused_matmul(xp, a, b, *, alpha=1.0, transA=0, transB=0, transBatchA=0, tran
     return (y * xp.float32(alpha)).astype(a.dtype)
 
 
-def _check_matmul_nbits(node):
-    _known_attributes(node, "K", "N", "bits", "block_size", "accuracy_level", "weight_prepacked")
+def _check_matmul_nbits(node, provider):
+    _known_attributes(node, provider, "K", "N", "bits", "block_size", "accuracy_level",
+                      "weight_prepacked")
     attrs = node.attributes
     for name in ("K", "N", "block_size"):
         require(attrs.get(name, 0) > 0, "MatMulNBits: attribute {} (> 0) is required, got {}",
                 name, attrs.get(name), code="attribute")
     bits, block = attrs.get("bits", 4), attrs["block_size"]
-    require(bits in (2, 4, 8), "MatMulNBits: CPU EP takes bits 2, 4 or 8, got {}", bits,
+    require(bits in (2, 4, 8), "MatMulNBits: {} takes bits 2, 4 or 8, got {}", provider, bits,
             code="attribute")
     require(block >= 16 and block & (block - 1) == 0, "MatMulNBits: block_size must be a power "
             "of two >= 16, got {}", block, code="attribute")
     prepacked = attrs.get("weight_prepacked", 0)
-    require(prepacked == 0, "MatMulNBits: CPU EP reads the plain (N, k_blocks, blob) layout "
-            "(weight_prepacked=0), got weight_prepacked={} (a CUDA layout)", prepacked,
+    require(prepacked == 0, "MatMulNBits: {} reads the plain (N, k_blocks, blob) layout "
+            "(weight_prepacked=0), got weight_prepacked={} (a CUDA layout)", provider, prepacked,
             code="attribute")
-    _same_type(node, [i for i in (0, 2, 5) if _input(node, i) is not None])
-    _require_types(node, (1,), {"uint8"}, "packed B")
-    _require_types(node, (4,), {"int32"}, "g_idx")
+    _same_type(node, provider, [i for i in (0, 2, 5) if _input(node, i) is not None])
+    _require_types(node, provider, (1,), {"uint8"}, "packed B")
+    _require_types(node, provider, (4,), {"int32"}, "g_idx")
     zp = _input(node, 3)
     if zp is not None and zp.dtype is not None and zp.dtype.name != "uint8":
-        _same_type(node, [0, 3])
+        _same_type(node, provider, [0, 3])
     elif zp is not None:
-        require(_input(node, 4) is None, "MatMulNBits: CPU EP takes g_idx only with float "
+        require(_input(node, 4) is None, "MatMulNBits: {} takes g_idx only with float "
                 "zero_points or none; packed uint8 zero_points with g_idx are not supported",
+                provider,
                 code="op")
 
 
@@ -364,19 +369,19 @@ def _positions(xp, pos, rows):
     return pos
 
 
-def _check_rotary(node):
-    _known_attributes(node, "interleaved", "num_heads", "rotary_embedding_dim",
+def _check_rotary(node, provider):
+    _known_attributes(node, provider, "interleaved", "num_heads", "rotary_embedding_dim",
                       "is_packed_batching", "scale")
     attrs = node.attributes
-    _same_type(node, [0, 2, 3])
-    _require_types(node, (1,), {"int64"}, "position_ids")
-    _rank_in(node, 0, (3, 4), "input")
+    _same_type(node, provider, [0, 2, 3])
+    _require_types(node, provider, (1,), {"int64"}, "position_ids")
+    _rank_in(node, provider, 0, (3, 4), "input")
     packed = attrs.get("is_packed_batching", 0)
-    require(packed == 0, "RotaryEmbedding: CPU EP takes padded batches (is_packed_batching=0), "
-            "got is_packed_batching={}", packed, code="attribute")
+    require(packed == 0, "RotaryEmbedding: {} takes padded batches (is_packed_batching=0), "
+            "got is_packed_batching={}", provider, packed, code="attribute")
     scale = attrs.get("scale", 1.0)
-    require(scale == 1.0, "RotaryEmbedding: CPU EP takes scale=1.0 (onnxruntime's CPU kernel "
-            "ignores it), got {}", scale, code="attribute")
+    require(scale == 1.0, "RotaryEmbedding: {} takes scale=1.0 (onnxruntime's CPU kernel "
+            "ignores it), got {}", provider, scale, code="attribute")
     x = _input(node, 0)
     if attrs.get("rotary_embedding_dim", 0) > 0 and x.shape is not None and len(x.shape) == 3:
         require(attrs.get("num_heads", 0) > 0, "RotaryEmbedding: rotary_embedding_dim on a 3-D "
@@ -461,25 +466,27 @@ def _mha_flops(node):
     return _attention_flops(node, (keys or 1) + (_static(_input(node, 6), 2) or 0))
 
 
-def _check_mha(node):
-    _known_attributes(node, "num_heads", "scale", "mask_filter_value", "unidirectional")
+def _check_mha(node, provider):
+    _known_attributes(node, provider, "num_heads", "scale", "mask_filter_value", "unidirectional")
     attrs = node.attributes
     require(attrs.get("num_heads", 0) > 0, "MultiHeadAttention: attribute num_heads (> 0) is "
             "required", code="attribute")
-    _same_type(node, [i for i in (0, 1, 2, 3, 5, 6, 7) if _input(node, i) is not None])
-    _require_types(node, (4,), {"int32"}, "key_padding_mask")
+    _same_type(node, provider, [i for i in (0, 1, 2, 3, 5, 6, 7) if _input(node, i) is not None])
+    _require_types(node, provider, (4,), {"int32"}, "key_padding_mask")
     for i, name in ((8, "past_sequence_length"), (9, "cache_indirection")):
-        require(_input(node, i) is None, "MultiHeadAttention: CPU EP keeps past and present in "
-                "separate buffers; input {} (decoder buffer sharing) is not supported", name,
+        require(_input(node, i) is None, "MultiHeadAttention: {} keeps past and present in "
+                "separate buffers; input {} (decoder buffer sharing) is not supported", provider,
+                name,
                 code="op")
     qk = node.outputs[3] if len(node.outputs) > 3 else None
-    require(qk is None, "MultiHeadAttention: CPU EP does not produce the qk output", code="op")
+    require(qk is None, "MultiHeadAttention: {} does not produce the qk output", provider,
+            code="op")
     query, key, value = _input(node, 0), _input(node, 1), _input(node, 2)
-    _rank_in(node, 0, (3, 5), "query")
-    _rank_in(node, 1, (3, 4, 5), "key")
-    _rank_in(node, 2, (3, 4), "value")
-    _rank_in(node, 4, (1, 2, 3), "key_padding_mask")
-    _rank_in(node, 5, (4,), "attention_bias")
+    _rank_in(node, provider, 0, (3, 5), "query")
+    _rank_in(node, provider, 1, (3, 4, 5), "key")
+    _rank_in(node, provider, 2, (3, 4), "value")
+    _rank_in(node, provider, 4, (1, 2, 3), "key_padding_mask")
+    _rank_in(node, provider, 5, (4,), "attention_bias")
     require((_input(node, 6) is None) == (_input(node, 7) is None), "MultiHeadAttention: "
             "past_key and past_value come together", code="shape")
     if query.rank == 5:
@@ -591,26 +598,27 @@ GQA_UNSUPPORTED_INPUTS = {9: "position_ids", 12: "k_scale", 13: "v_scale",
                           14: "q_norm_weight", 15: "k_norm_weight", 16: "query_seqlens"}
 
 
-def _check_gqa(node):
-    _known_attributes(node, *GQA_ATTRIBUTES)
+def _check_gqa(node, provider):
+    _known_attributes(node, provider, *GQA_ATTRIBUTES)
     attrs = node.attributes
     heads, kv_heads = attrs.get("num_heads", 0), attrs.get("kv_num_heads", 0)
     require(heads > 0 and kv_heads > 0 and heads % kv_heads == 0, "GroupQueryAttention: "
             "num_heads and kv_num_heads must be > 0 with num_heads a multiple of kv_num_heads, "
             "got {} and {}", heads, kv_heads, code="attribute")
-    _same_type(node, [i for i in (0, 1, 2, 3, 4, 7, 8, 10, 11) if _input(node, i) is not None])
-    _require_types(node, (5, 6), {"int32"}, "seqlens_k/total_sequence_length")
+    present = [i for i in (0, 1, 2, 3, 4, 7, 8, 10, 11) if _input(node, i) is not None]
+    _same_type(node, provider, present)
+    _require_types(node, provider, (5, 6), {"int32"}, "seqlens_k/total_sequence_length")
     for i, name in GQA_UNSUPPORTED_INPUTS.items():
-        require(_input(node, i) is None, "GroupQueryAttention: CPU EP does not take input {}",
+        require(_input(node, i) is None, "GroupQueryAttention: {} does not take input {}", provider,
                 name, code="op")
-    require(len(node.outputs) <= 3 or node.outputs[3] is None, "GroupQueryAttention: CPU EP "
-            "does not produce output_qk", code="op")
-    _rank_in(node, 0, (3,), "query")
-    _rank_in(node, 1, (3,), "key")
-    _rank_in(node, 2, (3,), "value")
-    _rank_in(node, 3, (4,), "past_key")
-    _rank_in(node, 4, (4,), "past_value")
-    _rank_in(node, 10, (4,), "attention_bias")
+    require(len(node.outputs) <= 3 or node.outputs[3] is None, "GroupQueryAttention: {} "
+            "does not produce output_qk", provider, code="op")
+    _rank_in(node, provider, 0, (3,), "query")
+    _rank_in(node, provider, 1, (3,), "key")
+    _rank_in(node, provider, 2, (3,), "value")
+    _rank_in(node, provider, 3, (4,), "past_key")
+    _rank_in(node, provider, 4, (4,), "past_value")
+    _rank_in(node, provider, 10, (4,), "attention_bias")
     require((_input(node, 1) is None) == (_input(node, 2) is None), "GroupQueryAttention: key "
             "and value come together (or neither, with packed QKV)", code="shape")
     require((_input(node, 3) is None) == (_input(node, 4) is None), "GroupQueryAttention: "
@@ -619,12 +627,12 @@ def _check_gqa(node):
                                    ("qk_output", 0, (0,)), ("sliding_window_cache", 0, (0,)),
                                    ("do_rotary", 0, (0, 1)), ("rotary_interleaved", 0, (0, 1))):
         got = attrs.get(name, default)
-        require(got in allowed, "GroupQueryAttention: CPU EP takes {} in {}, got {}", name,
+        require(got in allowed, "GroupQueryAttention: {} takes {} in {}, got {}", provider, name,
                 allowed, got, code="attribute")
     for name in ("k_quant_type", "v_quant_type"):
         got = attrs.get(name, "NONE")
-        require(got == "NONE", "GroupQueryAttention: CPU EP keeps a float KV cache ({}=NONE), "
-                "got {}", name, got, code="attribute")
+        require(got == "NONE", "GroupQueryAttention: {} keeps a float KV cache ({}=NONE), "
+                "got {}", provider, name, got, code="attribute")
     if not attrs.get("causal", 1):
         require(attrs.get("local_window_size", -1) == -1, "GroupQueryAttention: causal=0 takes "
                 "no local_window_size, got {}", attrs.get("local_window_size"), code="attribute")
@@ -727,18 +735,19 @@ def group_query_attention(xp, query, key=None, value=None, past_key=None, past_v
 FUSED_ACTIVATIONS = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip")
 
 
-def _check_fused_conv(node):
-    _check_conv(node)
+def _check_fused_conv(node, provider):
+    _check_conv(node, provider)
     attrs = node.attributes
     activation = attrs.get("activation")
-    require(activation in FUSED_ACTIVATIONS, "FusedConv: CPU EP applies activation {}, got {!r}",
+    require(activation in FUSED_ACTIVATIONS, "FusedConv: {} applies activation {}, got {!r}",
+            provider,
             "/".join(FUSED_ACTIVATIONS), activation, code="attribute")
     params = list(attrs.get("activation_params") or ())
     wanted = {"LeakyRelu": (0, 1), "Clip": (2,)}.get(activation, (0,))
     require(len(params) in wanted, "FusedConv: activation {} takes {} activation_params, got {}",
             activation, " or ".join(map(str, wanted)), len(params), code="attribute")
     z = node.inputs[3] if len(node.inputs) > 3 else None
-    require(z is None, "FusedConv: CPU EP does not add a fourth (Z) input, got {!r}",
+    require(z is None, "FusedConv: {} does not add a fourth (Z) input, got {!r}", provider,
             None if z is None else z.name, code="attribute")
 
 

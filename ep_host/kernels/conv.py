@@ -10,157 +10,36 @@ from __future__ import annotations
 import itertools
 import math
 
-from ep_host import deny, record_kernel_variant, require
-from ep_host_cpu.registry import FLOATS, kernel
+from ep_host import element_count, record_kernel_variant, require
+from ep_host.kernels.conv_geometry import (
+    check_window_attributes,
+    check_window_geometry,
+    input_rank,
+    pad_spatial,
+    strides_and_dilations,
+    tap_slices,
+    window_geometry,
+)
+from ep_host.kernels.registry import FLOATS, kernel
 
 FLOATS_BF16 = FLOATS | {"bfloat16"}
-AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
-
-
-def _elements(shape) -> int:
-    n = 1
-    for d in shape or ():
-        n *= d if isinstance(d, int) and d >= 0 else 1
-    return n
-
-
-def _geometry(spatial, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode=0,
-              clamp_same=True):
-    """Per spatial axis: output size, begin pad and end pad (explicit or SAME; never the ceil
-    overhang). A ceil-mode window that would start in the end padding is dropped, as the spec
-    states from version 22 on and as onnxruntime does for every version. SAME padding that
-    would be negative (stride > kernel extent) is 0 with ``clamp_same`` (Conv, as onnxruntime
-    and the reference do), else an error (the pools' readings disagree there)."""
-    n = len(spatial)
-    strides = strides or (1,) * n
-    dilations = dilations or (1,) * n
-    pads = pads or (0,) * (2 * n)
-    out, begin, end = [], [], []
-    axes = zip(spatial, kernel_shape, strides, dilations, strict=True)
-    for i, (size, k, s, d) in enumerate(axes):
-        extent = (k - 1) * d + 1
-        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            o = -(-size // s)
-            total = (o - 1) * s + extent - size
-            if total < 0 and not clamp_same:
-                raise ValueError(
-                    f"{auto_pad} on spatial axis {i} (size {size}, stride {s}, kernel extent "
-                    f"{extent}) needs negative padding ({total}), which is undefined for pools"
-                )
-            total = max(total, 0)
-            b = total // 2 if auto_pad == "SAME_UPPER" else (total + 1) // 2
-            e = total - b
-        elif auto_pad == "VALID":
-            o, b, e = (size - extent) // s + 1, 0, 0
-        else:
-            b, e = pads[i], pads[i + n]
-            span = size + b + e - extent
-            o = (-(-span // s) if ceil_mode else span // s) + 1
-            if ceil_mode and (o - 1) * s >= size + b:
-                o -= 1
-        if o < 1:
-            raise ValueError(
-                f"spatial axis {i}: input size {size} with pads ({b}, {e}) is smaller than the "
-                f"kernel extent {extent}"
-            )
-        out.append(o)
-        begin.append(b)
-        end.append(e)
-    return tuple(out), tuple(begin), tuple(end)
-
-
-def _pad(xp, x, begin, end, value=0):
-    if not any(begin) and not any(end):
-        return x
-    lead = x.ndim - len(begin)
-    spatial = x.shape[lead:]
-    buf = xp.full(x.shape[:lead] + tuple(s + b + e for s, b, e in zip(spatial, begin, end,
-                                                                        strict=True)),
-                  value, dtype=x.dtype)
-    buf[(Ellipsis,) + tuple(slice(b, b + s) for b, s in zip(begin, spatial, strict=True))] = x
-    return buf
-
-
-def _tap_slices(offsets, out, strides, dilations):
-    """The strided slice of a padded input that kernel tap ``offsets`` reads for every output."""
-    return (Ellipsis,) + tuple(
-        slice(k * d, k * d + (o - 1) * s + 1, s)
-        for k, o, s, d in zip(offsets, out, strides, dilations, strict=True)
-    )
-
-
-def _attrs(n, strides, dilations):
-    return tuple(strides or (1,) * n), tuple(dilations or (1,) * n)
-
-
-# -- checks shared by Conv and the pools ------------------------------------------------------
-
-
-def _check_window_attributes(node, n_spatial, kernel_shape):
-    op, attrs = node.op_type, node.attributes
-    auto_pad = attrs.get("auto_pad", "NOTSET")
-    require(auto_pad in AUTO_PADS, "{}: auto_pad must be one of {}, got {!r}", op,
-            "/".join(AUTO_PADS), auto_pad, code="attribute")
-    for name in ("strides", "dilations"):
-        value = attrs.get(name)
-        require(value is None or n_spatial is None or len(value) == n_spatial,
-                "{}: {} needs one value per spatial axis ({}), got {}", op, name, n_spatial, value,
-                code="attribute")
-        require(value is None or all(v >= 1 for v in value),
-                "{}: {} must all be >= 1, got {}", op, name, value, code="attribute")
-    pads = attrs.get("pads")
-    if pads is not None:
-        require(n_spatial is None or len(pads) == 2 * n_spatial,
-                "{}: pads needs begin and end values for each of the {} spatial axes, got {}", op,
-                n_spatial, pads, code="attribute")
-        require(all(p >= 0 for p in pads), "{}: pads must be >= 0, got {}", op, pads,
-                code="attribute")
-    require(kernel_shape is None or all(isinstance(k, int) and k >= 1 for k in kernel_shape),
-            "{}: kernel_shape must be positive, got {}", op, kernel_shape, code="attribute")
-
-
-def _check_geometry(node, kernel_shape, clamp_same):
-    """With static spatial dims, decline the geometries the kernel would refuse at run time."""
-    x = node.inputs[0]
-    if x is None or x.shape is None or kernel_shape is None:
-        return
-    spatial = tuple(x.shape[2:])
-    if not all(isinstance(d, int) for d in (*spatial, *kernel_shape)):
-        return
-    if len(spatial) != len(kernel_shape):
-        return
-    attrs = node.attributes
-    try:
-        _geometry(spatial, kernel_shape, attrs.get("strides"), attrs.get("dilations"),
-                  attrs.get("pads"), attrs.get("auto_pad", "NOTSET"), attrs.get("ceil_mode", 0),
-                  clamp_same)
-    except ValueError as exc:
-        deny("{}: CPU EP cannot compute this window geometry: {}", node.op_type, exc,
-             code="attribute")
-
-
-def _input_rank(node):
-    x = node.inputs[0]
-    return None if x is None or x.shape is None else len(x.shape)
-
-
 # -- Conv -------------------------------------------------------------------------------------
 
 
-def _check_conv(node):
+def _check_conv(node, provider):
     attrs = node.attributes
     op = node.op_type
     x, w = node.inputs[0], node.inputs[1]
-    rank = _input_rank(node)
-    require(rank is None or rank >= 3, "{}: CPU EP takes input of rank >= 3 (N, C, D1...), got "
-            "rank {}", op, rank, code="shape")
+    rank = input_rank(node)
+    require(rank is None or rank >= 3, "{}: {} takes input of rank >= 3 (N, C, D1...), got "
+            "rank {}", op, provider, rank, code="shape")
     w_shape = w.shape if w is not None else None
     require(rank is None or w_shape is None or len(w_shape) == rank,
             "{}: the weight's rank must equal the input's ({}), got {}", op, rank, w_shape,
             code="shape")
     n_spatial = rank - 2 if rank is not None else None if w_shape is None else len(w_shape) - 2
     kernel_shape = attrs.get("kernel_shape")
-    _check_window_attributes(node, n_spatial, kernel_shape)
+    check_window_attributes(node, n_spatial, kernel_shape)
     group = attrs.get("group", 1)  # the schema default; FusedConv has no ONNX schema to fill it
     require(group >= 1, "{}: group must be >= 1, got {}", op, group, code="attribute")
     if w_shape is not None:
@@ -178,14 +57,14 @@ def _check_conv(node):
             require(c == w_shape[1] * group,
                     "{}: input channels ({}) must equal weight channels ({}) x group ({})", op, c,
                     w_shape[1], group, code="shape")
-        _check_geometry(node, spatial, clamp_same=True)
+        check_window_geometry(node, provider, spatial, clamp_same=True)
 
 
 def _conv_flops(node):
     w = node.inputs[1]
-    per_output = _elements(w.shape[1:]) if w is not None and w.shape is not None else 1
+    per_output = element_count(w.shape[1:]) if w is not None and w.shape is not None else 1
     y = node.outputs[0]
-    return 2 * _elements(y.shape if y is not None else None) * per_output
+    return 2 * element_count(y.shape if y is not None else None) * per_output
 
 
 def _conv_work_type(xp, dtype):
@@ -443,8 +322,8 @@ def _conv_depthwise(xp, x, weights, plan):
         cols = view.reshape(n, c, taps, flat.length)  # the copy: each row a contiguous run
         y = xp.matmul(weights.per_channel(xp), cols)
         return flat.cut(y.reshape(n, c, flat.length), (n, c))
-    padded = _pad(xp, x, plan.begin, plan.end)
-    views = [padded[_tap_slices(tap, out, strides, dilations)][:, :, None]
+    padded = pad_spatial(xp, x, plan.begin, plan.end)
+    views = [padded[tap_slices(tap, out, strides, dilations)][:, :, None]
              for tap in itertools.product(*(range(kk) for kk in kernel))]
     w = weights.spread(xp, tuple(out))
     if w is None:
@@ -460,7 +339,7 @@ def _conv_depthwise(xp, x, weights, plan):
 
 def _conv_im2col(xp, x, weights, group, kernel, out, strides, dilations, begin, end):
     n, c = x.shape[:2]
-    padded = _pad(xp, x, begin, end)
+    padded = pad_spatial(xp, x, begin, end)
     if strides[-1] > 1 and kernel[-1] >= STRIDED_COLUMNS_MIN_KERNEL:
         cols = _strided_columns(xp, padded, kernel, out, strides, dilations)
     else:
@@ -512,9 +391,9 @@ def _strided_columns(xp, padded, kernel, out, strides, dilations):
 
 
 @kernel("Conv", 1, 11, dtypes=FLOATS, check=_check_conv, flops=_conv_flops,
-        prepare=_prepare_conv)
+        prepare=_prepare_conv, family="conv")
 @kernel("Conv", 22, dtypes=FLOATS_BF16, check=_check_conv, flops=_conv_flops,
-        prepare=_prepare_conv)
+        prepare=_prepare_conv, family="conv")
 def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None, pads=None,
          strides=None, packed=None, packed_bias=None):
     """Variants by geometry (recorded on the trace span): ``1x1``, ``depthwise``, ``shifted``
@@ -572,9 +451,9 @@ class ConvPlan:
     def __init__(self, x_shape, w_shape, group, auto_pad, dilations, pads, strides):
         n_spatial = len(x_shape) - 2
         self.kernel = kernel = tuple(w_shape[2:])
-        self.strides, self.dilations = _attrs(n_spatial, strides, dilations)
-        self.out, self.begin, self.end = _geometry(x_shape[2:], kernel, self.strides,
-                                                   self.dilations, pads, auto_pad)
+        self.strides, self.dilations = strides_and_dilations(n_spatial, strides, dilations)
+        self.out, self.begin, self.end = window_geometry(x_shape[2:], kernel, self.strides,
+                                                         self.dilations, pads, auto_pad)
         c, m = x_shape[1], w_shape[0]
         self.variant, self.reason, self.args = _conv_variant(
             c, m, group, kernel, self.out, self.strides, self.dilations, self.begin, self.end)
@@ -583,43 +462,43 @@ class ConvPlan:
         self.flat = FlatGeometry(x_shape, self.begin, self.end, kernel, self.out,
                                  self.dilations) if self.variant == "shifted" or one_filter \
             else None
-        self.picked = _tap_slices((0,) * n_spatial, self.out, self.strides, self.dilations)
+        self.picked = tap_slices((0,) * n_spatial, self.out, self.strides, self.dilations)
         self.bias_shape = (m,) + (1,) * n_spatial
 
 
 # -- MaxPool, AveragePool ---------------------------------------------------------------------
 
 
-def _check_pool(node, padding_windows_have_values=False):
+def _check_pool(node, provider, padding_windows_have_values=False):
     attrs = node.attributes
-    rank = _input_rank(node)
+    rank = input_rank(node)
     op = node.op_type
-    require(rank is None or rank >= 3, "{}: CPU EP takes input of rank >= 3 (N, C, D1...), got "
-            "rank {}", op, rank, code="shape")
+    require(rank is None or rank >= 3, "{}: {} takes input of rank >= 3 (N, C, D1...), got "
+            "rank {}", op, provider, rank, code="shape")
     kernel_shape = attrs["kernel_shape"]
     n_spatial = len(kernel_shape)
     require(rank is None or rank - 2 == n_spatial,
             "{}: kernel_shape {} needs one value per spatial axis of the rank-{} input", op,
             kernel_shape, rank, code="attribute")
-    _check_window_attributes(node, n_spatial, kernel_shape)
+    check_window_attributes(node, n_spatial, kernel_shape)
     pads = attrs.get("pads")
     if (pads is not None and attrs.get("auto_pad", "NOTSET") == "NOTSET"
             and not padding_windows_have_values):
         dilations = attrs.get("dilations") or (1,) * n_spatial
         extents = [(k - 1) * d + 1 for k, d in zip(kernel_shape, dilations, strict=True)]
         require(all(p < e for p, e in zip(pads, extents + extents, strict=True)),
-                "{}: CPU EP takes pads smaller than the kernel extent {} (a window made only of "
-                "padding has no value), got pads {}", op, extents, pads, code="attribute")
+                "{}: {} takes pads smaller than the kernel extent {} (a window made only of "
+                "padding has no value), got pads {}", op, provider, extents, pads, code="attribute")
     require(attrs.get("storage_order", 0) in (0, 1),
             "{}: storage_order must be 0 (row major) or 1 (column major), got {}", op,
             attrs.get("storage_order"), code="attribute")
-    _check_geometry(node, kernel_shape, clamp_same=False)
+    check_window_geometry(node, provider, kernel_shape, clamp_same=False)
 
 
 def _pool_flops(node):
     y = node.outputs[0]
     window = math.prod(node.attributes["kernel_shape"])
-    return _elements(y.shape if y is not None else None) * window
+    return element_count(y.shape if y is not None else None) * window
 
 
 def _wants_second_output(node):
@@ -630,12 +509,12 @@ def _pool_input(xp, x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mo
     """The input padded with ``fill`` so that every output window lies inside it; the output
     size and the begin and end pads that the attributes define."""
     spatial = x.shape[2:]
-    out, begin, end = _geometry(spatial, kernel_shape, strides, dilations, pads, auto_pad,
-                                ceil_mode, clamp_same=False)
+    out, begin, end = window_geometry(spatial, kernel_shape, strides, dilations, pads, auto_pad,
+                                      ceil_mode, clamp_same=False)
     reach = [max(e, (o - 1) * s + (k - 1) * d + 1 - n - b)
              for o, s, k, d, n, b, e in zip(out, strides, kernel_shape, dilations, spatial, begin,
                                             end, strict=True)]
-    return _pad(xp, x, begin, reach, fill), out, begin, end
+    return pad_spatial(xp, x, begin, reach, fill), out, begin, end
 
 
 def _lowest(xp, dtype):
@@ -645,23 +524,23 @@ def _lowest(xp, dtype):
 
 
 @kernel("MaxPool", 1, 8, 10, 11, dtypes=FLOATS, check=_check_pool, flops=_pool_flops,
-        bind=_wants_second_output)
+        bind=_wants_second_output, family="pool")
 @kernel("MaxPool", 12, dtypes=FLOATS | {"int8", "uint8"}, check=_check_pool,
-        flops=_pool_flops, bind=_wants_second_output)
+        flops=_pool_flops, bind=_wants_second_output, family="pool")
 @kernel("MaxPool", 22, dtypes=FLOATS_BF16 | {"int8", "uint8"}, check=_check_pool,
-        flops=_pool_flops, bind=_wants_second_output)
+        flops=_pool_flops, bind=_wants_second_output, family="pool")
 def max_pool(xp, x, *, auto_pad, kernel_shape, ceil_mode=0, dilations=None, pads=None,
              storage_order=0, strides=None, with_indices=False):
-    strides, dilations = _attrs(len(kernel_shape), strides, dilations)
+    strides, dilations = strides_and_dilations(len(kernel_shape), strides, dilations)
     padded, out, begin, _ = _pool_input(xp, x, kernel_shape, strides, dilations, pads, auto_pad,
                                         ceil_mode, _lowest(xp, x.dtype))
     if not with_indices:
         return _separable(xp, xp.maximum, padded, kernel_shape, out, strides, dilations)
     taps = list(itertools.product(*(range(k) for k in kernel_shape)))
-    y = padded[_tap_slices(taps[0], out, strides, dilations)].copy()
+    y = padded[tap_slices(taps[0], out, strides, dilations)].copy()
     best = xp.zeros(y.shape, dtype=xp.int64)
     for t, offsets in enumerate(taps[1:], start=1):
-        v = padded[_tap_slices(offsets, out, strides, dilations)]
+        v = padded[tap_slices(offsets, out, strides, dilations)]
         better = v > y
         y = xp.where(better, v, y)
         best = xp.where(better, t, best)
@@ -770,7 +649,7 @@ def _average_pool(xp, x, auto_pad, kernel_shape, ceil_mode, count_include_pad, d
     if dtype.itemsize < 4:
         x = x.astype(xp.float32)
     n_spatial = len(kernel_shape)
-    strides, dilations = _attrs(n_spatial, strides, dilations)
+    strides, dilations = strides_and_dilations(n_spatial, strides, dilations)
     spatial = x.shape[2:]
     padded, out, begin, end = _pool_input(xp, x, kernel_shape, strides, dilations, pads, auto_pad,
                                           ceil_mode, 0)
@@ -804,13 +683,14 @@ def _inverse_counts(xp, dtype, spatial, kernel_shape, out, strides, dilations, b
     return 1 / count
 
 
-@kernel("AveragePool", 1, dtypes=FLOATS, check=_check_pool, flops=_pool_flops)
+@kernel("AveragePool", 1, dtypes=FLOATS, check=_check_pool, flops=_pool_flops, family="pool")
 def average_pool_1(xp, x, *, auto_pad, kernel_shape, pads=None, strides=None):
     return _average_pool(xp, x, auto_pad, kernel_shape, 0, 0, None, pads, strides)
 
 
-@kernel("AveragePool", 7, 10, 11, 19, dtypes=FLOATS, check=_check_pool, flops=_pool_flops)
-@kernel("AveragePool", 22, dtypes=FLOATS_BF16, check=_check_pool, flops=_pool_flops)
+@kernel("AveragePool", 7, 10, 11, 19, dtypes=FLOATS, check=_check_pool, flops=_pool_flops,
+        family="pool")
+@kernel("AveragePool", 22, dtypes=FLOATS_BF16, check=_check_pool, flops=_pool_flops, family="pool")
 def average_pool(xp, x, *, auto_pad, kernel_shape, ceil_mode=0, count_include_pad=0,
                  dilations=None, pads=None, strides=None):
     return _average_pool(xp, x, auto_pad, kernel_shape, ceil_mode, count_include_pad, dilations,
@@ -820,43 +700,43 @@ def average_pool(xp, x, *, auto_pad, kernel_shape, ceil_mode=0, count_include_pa
 # -- global pools and LRN ---------------------------------------------------------------------
 
 
-def _check_global(node):
-    rank = _input_rank(node)
-    require(rank is None or rank >= 3, "{}: CPU EP takes input of rank >= 3 (N, C, D1...), got "
-            "rank {}", node.op_type, rank, code="shape")
+def _check_global(node, provider):
+    rank = input_rank(node)
+    require(rank is None or rank >= 3, "{}: {} takes input of rank >= 3 (N, C, D1...), got "
+            "rank {}", node.op_type, provider, rank, code="shape")
 
 
-@kernel("GlobalAveragePool", 1, dtypes=FLOATS, check=_check_global)
-@kernel("GlobalAveragePool", 22, dtypes=FLOATS_BF16, check=_check_global)
+@kernel("GlobalAveragePool", 1, dtypes=FLOATS, check=_check_global, family="pool")
+@kernel("GlobalAveragePool", 22, dtypes=FLOATS_BF16, check=_check_global, family="pool")
 def global_average_pool(xp, x):
     work = xp.float32 if x.dtype.itemsize < 4 else x.dtype
     return xp.mean(x.astype(work), axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype)
 
 
-@kernel("GlobalMaxPool", 1, dtypes=FLOATS, check=_check_global)
-@kernel("GlobalMaxPool", 22, dtypes=FLOATS_BF16, check=_check_global)
+@kernel("GlobalMaxPool", 1, dtypes=FLOATS, check=_check_global, family="pool")
+@kernel("GlobalMaxPool", 22, dtypes=FLOATS_BF16, check=_check_global, family="pool")
 def global_max_pool(xp, x):
     return xp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
 
 
-def _check_lrn(node):
+def _check_lrn(node, provider):
     size = node.attributes["size"]
     require(size >= 1, "LRN: size must be >= 1, got {}", size, code="attribute")
-    rank = _input_rank(node)
-    require(rank is None or rank >= 2, "LRN: CPU EP takes input of rank >= 2 (N, C, ...), got "
-            "rank {}", rank, code="shape")
+    rank = input_rank(node)
+    require(rank is None or rank >= 2, "LRN: {} takes input of rank >= 2 (N, C, ...), got "
+            "rank {}", provider, rank, code="shape")
 
 
-@kernel("LRN", 1, dtypes=FLOATS, check=_check_lrn)
-@kernel("LRN", 13, dtypes=FLOATS_BF16, check=_check_lrn)
+@kernel("LRN", 1, dtypes=FLOATS, check=_check_lrn, family="normalization")
+@kernel("LRN", 13, dtypes=FLOATS_BF16, check=_check_lrn, family="normalization")
 def lrn(xp, x, *, size, alpha, beta, bias):
     dtype = x.dtype
     if dtype.itemsize < 4:
         x = x.astype(xp.float32)
     channels = x.shape[1]
     before = (size - 1) // 2
-    squares = _pad(xp, xp.square(x), (before,) + (0,) * (x.ndim - 2),
-                   (size - 1 - before,) + (0,) * (x.ndim - 2))
+    squares = pad_spatial(xp, xp.square(x), (before,) + (0,) * (x.ndim - 2),
+                          (size - 1 - before,) + (0,) * (x.ndim - 2))
     total = squares[:, 0:channels].copy()
     for i in range(1, size):
         total += squares[:, i:i + channels]
@@ -866,8 +746,8 @@ def lrn(xp, x, *, size, alpha, beta, bias):
 # -- LpPool, GlobalLpPool ---------------------------------------------------------------------
 
 
-def _check_lp_pool(node):
-    _check_pool(node, padding_windows_have_values=True)  # padding counts as 0 in the norm
+def _check_lp_pool(node, provider):
+    _check_pool(node, provider, padding_windows_have_values=True)  # padding counts as 0 in the norm
     attrs = node.attributes
     p = attrs["p"]
     require(p > 0, "{}: p must be positive, got {}", node.op_type, p, code="attribute")
@@ -891,36 +771,36 @@ def _lp_pool(xp, x, auto_pad, kernel_shape, p, ceil_mode, dilations, pads, strid
     dtype = x.dtype
     if dtype.itemsize < 4:
         x = x.astype(xp.float32)
-    strides, dilations = _attrs(len(kernel_shape), strides, dilations)
+    strides, dilations = strides_and_dilations(len(kernel_shape), strides, dilations)
     padded, out, _, _ = _pool_input(xp, x, kernel_shape, strides, dilations, pads, auto_pad,
                                     ceil_mode, 0)
     total = None
     for offsets in itertools.product(*(range(k) for k in kernel_shape)):
-        v = _powered(xp, padded[_tap_slices(offsets, out, strides, dilations)], p)
+        v = _powered(xp, padded[tap_slices(offsets, out, strides, dilations)], p)
         total = v if total is None else xp.add(total, v, out=total)
     return _lp(xp, total, p).astype(dtype, copy=False)
 
 
-@kernel("LpPool", 1, 2, 11, dtypes=FLOATS, check=_check_lp_pool, flops=_pool_flops)
+@kernel("LpPool", 1, 2, 11, dtypes=FLOATS, check=_check_lp_pool, flops=_pool_flops, family="pool")
 def lp_pool_11(xp, x, *, auto_pad, kernel_shape, p, pads=None, strides=None):
     return _lp_pool(xp, x, auto_pad, kernel_shape, p, 0, None, pads, strides)
 
 
-@kernel("LpPool", 18, dtypes=FLOATS, check=_check_lp_pool, flops=_pool_flops)
-@kernel("LpPool", 22, dtypes=FLOATS_BF16, check=_check_lp_pool, flops=_pool_flops)
+@kernel("LpPool", 18, dtypes=FLOATS, check=_check_lp_pool, flops=_pool_flops, family="pool")
+@kernel("LpPool", 22, dtypes=FLOATS_BF16, check=_check_lp_pool, flops=_pool_flops, family="pool")
 def lp_pool(xp, x, *, auto_pad, kernel_shape, p, ceil_mode, dilations=None, pads=None,
             strides=None):
     return _lp_pool(xp, x, auto_pad, kernel_shape, p, ceil_mode, dilations, pads, strides)
 
 
-def _check_global_lp(node):
-    _check_global(node)
+def _check_global_lp(node, provider):
+    _check_global(node, provider)
     p = node.attributes["p"]
     require(p > 0, "GlobalLpPool: p must be positive, got {}", p, code="attribute")
 
 
-@kernel("GlobalLpPool", 1, 2, dtypes=FLOATS, check=_check_global_lp)
-@kernel("GlobalLpPool", 22, dtypes=FLOATS_BF16, check=_check_global_lp)
+@kernel("GlobalLpPool", 1, 2, dtypes=FLOATS, check=_check_global_lp, family="pool")
+@kernel("GlobalLpPool", 22, dtypes=FLOATS_BF16, check=_check_global_lp, family="pool")
 def global_lp_pool(xp, x, *, p):
     work = x.astype(xp.float32) if x.dtype.itemsize < 4 else x
     total = _powered(xp, work, p).sum(axis=tuple(range(2, x.ndim)), keepdims=True)
@@ -930,8 +810,8 @@ def global_lp_pool(xp, x, *, p):
 # -- ConvInteger ------------------------------------------------------------------------------
 
 
-def _check_conv_integer(node):
-    _check_conv(node)
+def _check_conv_integer(node, provider):
+    _check_conv(node, provider)
     x_zp = node.inputs[2] if len(node.inputs) > 2 else None
     w_zp = node.inputs[3] if len(node.inputs) > 3 else None
     require(x_zp is None or x_zp.shape is None or len(x_zp.shape) == 0 or
@@ -950,7 +830,7 @@ def _check_conv_integer(node):
 
 
 @kernel("ConvInteger", 10, dtypes={"int8", "uint8"}, check=_check_conv_integer,
-        flops=_conv_flops)
+        flops=_conv_flops, family="conv")
 def conv_integer(xp, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, group,
                  dilations=None, kernel_shape=None, pads=None, strides=None):
     """Convolves (x - x_zero_point) with (w - w_zero_point), so padding contributes 0; sums in
@@ -992,18 +872,18 @@ def _transpose_pads(spatial, kernel, strides, dilations, output_padding, pads, a
     return full, list(pads[:n]), list(pads[n:])
 
 
-def _check_conv_transpose(node):
+def _check_conv_transpose(node, provider):
     attrs = node.attributes
     x, w = node.inputs[0], node.inputs[1]
-    rank = _input_rank(node)
-    require(rank is None or rank >= 3, "ConvTranspose: CPU EP takes input of rank >= 3 (N, C, "
-            "D1...), got rank {}", rank, code="shape")
+    rank = input_rank(node)
+    require(rank is None or rank >= 3, "ConvTranspose: {} takes input of rank >= 3 (N, C, "
+            "D1...), got rank {}", provider, rank, code="shape")
     w_shape = w.shape if w is not None else None
     require(rank is None or w_shape is None or len(w_shape) == rank, "ConvTranspose: the "
             "weight's rank must equal the input's ({}), got {}", rank, w_shape, code="shape")
     n_spatial = rank - 2 if rank is not None else None if w_shape is None else len(w_shape) - 2
     kernel_shape = attrs.get("kernel_shape")
-    _check_window_attributes(node, n_spatial, kernel_shape)
+    check_window_attributes(node, n_spatial, kernel_shape)
     group = attrs["group"]
     require(group >= 1, "ConvTranspose: group must be >= 1, got {}", group, code="attribute")
     for name in ("output_padding", "output_shape"):
@@ -1060,13 +940,13 @@ def _conv_transpose_flops(node):
     x, w = node.inputs[0], node.inputs[1]
     if x is None or w is None or x.shape is None or w.shape is None:
         return 1.0
-    return 2.0 * _elements(x.shape) * _elements(w.shape[1:])
+    return 2.0 * element_count(x.shape) * element_count(w.shape[1:])
 
 
 @kernel("ConvTranspose", 1, 11, dtypes=FLOATS, check=_check_conv_transpose,
-        flops=_conv_transpose_flops)
+        flops=_conv_transpose_flops, family="conv")
 @kernel("ConvTranspose", 22, dtypes=FLOATS_BF16, check=_check_conv_transpose,
-        flops=_conv_transpose_flops)
+        flops=_conv_transpose_flops, family="conv")
 def conv_transpose(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None,
                    output_padding=None, output_shape=None, pads=None, strides=None):
     dtype = x.dtype
@@ -1076,7 +956,7 @@ def conv_transpose(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_
     spatial = x.shape[2:]
     kernel = tuple(w.shape[2:])
     m_group = w.shape[1]
-    strides, dilations = _attrs(len(spatial), strides, dilations)
+    strides, dilations = strides_and_dilations(len(spatial), strides, dilations)
     full, begin, end = _transpose_pads(spatial, kernel, strides, dilations, output_padding, pads,
                                        auto_pad, output_shape)
     taps = math.prod(kernel)
@@ -1086,11 +966,11 @@ def conv_transpose(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_
     cols = cols.reshape((n, group * m_group) + kernel + tuple(spatial))
     canvas = xp.zeros((n, group * m_group) + tuple(full), dtype=work)
     for offsets in itertools.product(*(range(k) for k in kernel)):
-        canvas[_tap_slices(offsets, spatial, strides, dilations)] += cols[(slice(None),) * 2
+        canvas[tap_slices(offsets, spatial, strides, dilations)] += cols[(slice(None),) * 2
                                                                           + offsets]
     lo = [max(0, -bg) for bg in begin]
     hi = [max(0, -e) for e in end]
-    canvas = _pad(xp, canvas, lo, hi)
+    canvas = pad_spatial(xp, canvas, lo, hi)
     window = tuple(slice(bg + low, f - e + low)
                    for bg, e, f, low in zip(begin, end, full, lo, strict=True))
     y = canvas[(Ellipsis,) + window]
@@ -1102,14 +982,14 @@ def conv_transpose(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_
 # -- DeformConv -------------------------------------------------------------------------------
 
 
-def _check_deform_conv(node):
+def _check_deform_conv(node, provider):
     attrs = node.attributes
     x, w = node.inputs[:2]
-    rank = _input_rank(node)
+    rank = input_rank(node)
     require(rank is None or rank >= 3, "DeformConv: input must have rank >= 3 (N, C, D1...), "
             "got rank {}", rank, code="shape")
     n_spatial = rank - 2 if rank is not None else None
-    _check_window_attributes(node, n_spatial, attrs.get("kernel_shape"))
+    check_window_attributes(node, n_spatial, attrs.get("kernel_shape"))
     group, offset_group = attrs["group"], attrs["offset_group"]
     require(group >= 1 and offset_group >= 1, "DeformConv: group and offset_group must be >= 1, "
             "got {} and {}", group, offset_group, code="attribute")
@@ -1139,7 +1019,7 @@ def _check_deform_conv(node):
                 require(not isinstance(have, int) or have == want[name], "DeformConv: {} needs "
                         "{} channels (offset_group x kernel taps{}), got {}", name, want[name],
                         " x spatial axes" if name == "offset" else "", have, code="shape")
-            _check_geometry(node, kernel, clamp_same=True)
+            check_window_geometry(node, provider, kernel, clamp_same=True)
             _check_deform_output(node, kernel)
 
 
@@ -1150,10 +1030,10 @@ def _check_deform_output(node, kernel):
         return
     attrs = node.attributes
     try:
-        out, _, _ = _geometry(tuple(x.shape[2:]), kernel, attrs.get("strides"),
-                              attrs.get("dilations"), attrs.get("pads"), "NOTSET")
+        out, _, _ = window_geometry(tuple(x.shape[2:]), kernel, attrs.get("strides"),
+                                    attrs.get("dilations"), attrs.get("pads"), "NOTSET")
     except ValueError:
-        return  # _check_geometry has declined it
+        return  # check_window_geometry has declined it
     for i in (2, 4):
         value = node.inputs[i] if len(node.inputs) > i else None
         if value is None or value.shape is None:
@@ -1180,8 +1060,8 @@ def deform_conv(xp, x, w, offset, b=None, mask=None, *, group, offset_group, dil
     ns = len(spatial)
     kernel = tuple(w.shape[2:])
     taps = math.prod(kernel)
-    strides, dilations = _attrs(ns, strides, dilations)
-    out, begin, _ = _geometry(spatial, kernel, strides, dilations, pads, "NOTSET")
+    strides, dilations = strides_and_dilations(ns, strides, dilations)
+    out, begin, _ = window_geometry(spatial, kernel, strides, dilations, pads, "NOTSET")
     if tuple(offset.shape[2:]) != out:
         raise ValueError(f"DeformConv: offset must have the output's spatial shape {out}, got "
                          f"{tuple(offset.shape[2:])}")
@@ -1229,7 +1109,7 @@ def deform_conv(xp, x, w, offset, b=None, mask=None, *, group, offset_group, dil
 ACTIVATIONS = ("none", "silu", "swish")
 
 
-def _check_causal_conv(node):
+def _check_causal_conv(node, provider):
     activation = node.attributes["activation"]
     require(activation in ACTIVATIONS, "CausalConvWithState: activation must be one of {}, got "
             "{!r}", "/".join(ACTIVATIONS), activation, code="attribute")

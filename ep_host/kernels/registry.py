@@ -1,8 +1,8 @@
 """The kernel registry: ``(domain, op_type, since_version) -> KernelSpec``, filled by a decorator.
 
 A kernel is a plain function ``fn(xp, *inputs, **attributes)``: inputs positional in schema
-order, attributes keyword-only under their ONNX names (the host fills schema defaults). The EP
-binds ``xp`` (numpy here; the CUDA EP binds CuPy) when it creates the kernel.
+order, attributes keyword-only under their ONNX names (the host fills schema defaults). An EP
+binds ``xp`` (numpy, CuPy, ...) when it creates the kernel.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ class KernelSpec:
 
     ``dtypes``: element types accepted for the inputs sharing the first input's type constraint
     (``None``: no check). ``host_inputs``: input indices whose values must be on the host.
-    ``check(node)``: declines (via ``require``/``deny``) what the kernel does not implement.
+    ``check(node, provider)``: declines (via ``require``/``deny``) what the kernel does not
+    implement; ``provider`` is the asking EP's name as its declines read it.
     ``flops(node)``/``bytes(node)``: the work for the roofline; ``None`` uses the defaults.
     ``bind(node)``: extra keyword arguments computed once from the node (output count...).
     ``prepare(xp, constants, **kwargs)``: called once with the node's constant inputs (input
@@ -46,6 +47,8 @@ class KernelSpec:
     do.
     ``direct``: the function is exactly ``xp.<direct>(*inputs)`` (with no attributes), so the
     kernel calls that function itself, one Python call less per run.
+    ``family``: the op family whose calibrated factors a provider prices the kernel with
+    ("conv", "matmul", "elementwise", ...), or ``None`` (never calibrated).
     """
 
     domain: str
@@ -54,7 +57,7 @@ class KernelSpec:
     fn: Callable[..., Any]
     dtypes: frozenset[str] | None = NUMERIC
     host_inputs: tuple[int, ...] = ()
-    check: Callable[[NodeView], None] | None = None
+    check: Callable[[NodeView, str], None] | None = None
     flops: Callable[[NodeView], float] | None = None
     bytes: Callable[[NodeView], int] | None = None
     bind: Callable[[NodeView], Mapping[str, Any]] | None = None
@@ -65,6 +68,7 @@ class KernelSpec:
     prepare: Callable[..., Mapping[str, Any]] | None = None
     inplace: tuple[int, ...] = ()
     direct: str | None = None
+    family: str | None = None
 
     def make(self, xp: Any, node: NodeView, context: Any = None) -> Kernel:
         attrs = node.attributes
@@ -154,7 +158,7 @@ class Registry:
         domain: str = DEFAULT_DOMAIN,
         dtypes: Iterable[str] | None = NUMERIC,
         host_inputs: Iterable[int] = (),
-        check: Callable[[NodeView], None] | None = None,
+        check: Callable[[NodeView, str], None] | None = None,
         flops: Callable[[NodeView], float] | None = None,
         bytes: Callable[[NodeView], int] | None = None,  # noqa: A002 (the cost's own word)
         bind: Callable[[NodeView], Mapping[str, Any]] | None = None,
@@ -164,11 +168,13 @@ class Registry:
         prepare: Callable[..., Mapping[str, Any]] | None = None,
         inplace: Iterable[int] = (),
         direct: str | None = None,
+        family: str | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register ``fn`` for ``op_type`` at each listed ``since_version``; stackable.
 
         ``containers``: the kernel takes sequence and optional values, not only tensors.
-        ``subgraphs``: a ``kernel_class`` that runs bodies (it gets the hook's context)."""
+        ``subgraphs``: a ``kernel_class`` that runs bodies (it gets the hook's context).
+        ``family``: the op family it is priced with (see :class:`KernelSpec`)."""
         if not versions:
             raise ValueError(f"{op_type}: list the since_versions this kernel implements")
 
@@ -181,7 +187,7 @@ class Registry:
                     host_inputs=tuple(host_inputs), check=check, flops=flops, bytes=bytes,
                     bind=bind, attributes=attributes, required=required,
                     kernel_class=kernel_class, containers=containers or subgraphs,
-                    prepare=prepare, inplace=tuple(inplace), direct=direct,
+                    prepare=prepare, inplace=tuple(inplace), direct=direct, family=family,
                 ))
             return fn
 
@@ -235,7 +241,8 @@ def _primary_inputs(domain: str, op_type: str, since_version: int) -> tuple[bool
 
 
 def check_node(spec: KernelSpec, node: NodeView, provider: str = "this EP") -> None:
-    """Decline what ``spec`` cannot compute: missing attributes, unsupported dtypes, its check."""
+    """Decline what ``spec`` cannot compute: missing attributes, unsupported dtypes, its check.
+    ``provider`` is the EP's name as its declines read it ("Conv: <provider> takes ...")."""
     attrs = node.attributes  # read even when nothing is required: an unreadable one declines
     for name in spec.required:
         require(name in attrs, "{}: attribute {!r} is required but missing", node.op_type, name,
@@ -260,7 +267,7 @@ def check_node(spec: KernelSpec, node: NodeView, provider: str = "this EP") -> N
             deny("{}: {} takes {} input, got {} for input {!r}", node.op_type, provider,
                  "/".join(sorted(dtypes)), dt.name, value.name, code="dtype")
     if spec.check is not None:
-        spec.check(node)
+        spec.check(node, provider)
 
 REGISTRY = Registry()
 kernel = REGISTRY.kernel

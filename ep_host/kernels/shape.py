@@ -17,8 +17,8 @@ from fractions import Fraction
 import numpy as np
 
 from ep_host import deny, dtype, require
-from ep_host_cpu.kernels.elementwise import broadcast_shape
-from ep_host_cpu.registry import ALL, ALL_WITH_STRING, FLOATS, INTS, NUMERIC, kernel
+from ep_host.kernels.elementwise import broadcast_shape
+from ep_host.kernels.registry import ALL, ALL_WITH_STRING, FLOATS, INTS, NUMERIC, kernel
 
 # types numpy lacks, stored as ml_dtypes arrays (2- and 4-bit ones one element per byte)
 EXOTIC = frozenset({"bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
@@ -74,23 +74,25 @@ def _reshape(data, shape, allowzero):
 
 
 @kernel("Reshape", 14, 19, 21, 23, 24, 25, dtypes=MOVABLE, host_inputs=(1,), flops=no_work,
-        bytes=no_work)
+        bytes=no_work, family="data_movement")
 def reshape(xp, data, shape, *, allowzero):
     return _reshape(data, shape, allowzero)
 
 
-@kernel("Reshape", 5, 13, dtypes=MOVABLE, host_inputs=(1,), flops=no_work, bytes=no_work)
+@kernel("Reshape", 5, 13, dtypes=MOVABLE, host_inputs=(1,), flops=no_work, bytes=no_work,
+        family="data_movement")
 def reshape_copying_zeros(xp, data, shape):
     return _reshape(data, shape, 0)
 
 
-@kernel("Reshape", 1, dtypes=FLOATS, flops=no_work, bytes=no_work)
+@kernel("Reshape", 1, dtypes=FLOATS, flops=no_work, bytes=no_work, family="data_movement")
 def reshape_attribute(xp, data, *, shape):
     return _reshape(data, shape, 0)
 
 
-@kernel("Flatten", 9, 11, 13, 21, 23, 24, 25, dtypes=MOVABLE, flops=no_work, bytes=no_work)
-@kernel("Flatten", 1, dtypes=FLOATS, flops=no_work, bytes=no_work)
+@kernel("Flatten", 9, 11, 13, 21, 23, 24, 25, dtypes=MOVABLE, flops=no_work, bytes=no_work,
+        family="data_movement")
+@kernel("Flatten", 1, dtypes=FLOATS, flops=no_work, bytes=no_work, family="data_movement")
 def flatten(xp, x, *, axis):
     rank = x.ndim
     if not -rank <= axis <= rank:
@@ -110,12 +112,12 @@ def _squeeze(data, axes):
 
 
 @kernel("Squeeze", 13, 21, 23, 24, 25, dtypes=MOVABLE, host_inputs=(1,), flops=no_work,
-        bytes=no_work)
+        bytes=no_work, family="data_movement")
 def squeeze(xp, data, axes=None):
     return _squeeze(data, axes)
 
 
-@kernel("Squeeze", 1, 11, dtypes=MOVABLE, flops=no_work, bytes=no_work)
+@kernel("Squeeze", 1, 11, dtypes=MOVABLE, flops=no_work, bytes=no_work, family="data_movement")
 def squeeze_axes_attribute(xp, data, *, axes=None):
     return _squeeze(data, axes)
 
@@ -133,17 +135,17 @@ def _unsqueeze(data, axes):
 
 
 @kernel("Unsqueeze", 13, 21, 23, 24, 25, dtypes=MOVABLE, host_inputs=(1,), flops=no_work,
-        bytes=no_work)
+        bytes=no_work, family="data_movement")
 def unsqueeze(xp, data, axes):
     return _unsqueeze(data, axes)
 
 
-@kernel("Unsqueeze", 1, 11, dtypes=MOVABLE, flops=no_work, bytes=no_work)
+@kernel("Unsqueeze", 1, 11, dtypes=MOVABLE, flops=no_work, bytes=no_work, family="data_movement")
 def unsqueeze_axes_attribute(xp, data, *, axes):
     return _unsqueeze(data, axes)
 
 
-@kernel("Transpose", 1, 13, 21, 23, 24, 25, dtypes=MOVABLE)
+@kernel("Transpose", 1, 13, 21, 23, 24, 25, dtypes=MOVABLE, family="data_movement")
 def transpose(xp, data, *, perm=None):
     return xp.transpose(data, None if perm is None else tuple(perm))
 
@@ -153,18 +155,20 @@ def transpose(xp, data, *, perm=None):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Shape", 15, 19, 21, 23, 24, 25, dtypes=None, flops=no_work, bytes=no_work)
+@kernel("Shape", 15, 19, 21, 23, 24, 25, dtypes=None, flops=no_work, bytes=no_work,
+        family="data_movement")
 def shape(xp, data, *, start, end=None):
     # Python slicing adds the rank to negative bounds, then clamps them to [0, rank]: the spec
     return xp.asarray(data.shape[start:end], dtype=xp.int64)
 
 
-@kernel("Shape", 1, 13, dtypes=None, flops=no_work, bytes=no_work)
+@kernel("Shape", 1, 13, dtypes=None, flops=no_work, bytes=no_work, family="data_movement")
 def shape_whole(xp, data):
     return xp.asarray(data.shape, dtype=xp.int64)
 
 
-@kernel("Size", 1, 13, 19, 21, 23, 24, 25, dtypes=None, flops=no_work, bytes=no_work)
+@kernel("Size", 1, 13, 19, 21, 23, 24, 25, dtypes=None, flops=no_work, bytes=no_work,
+        family="data_movement")
 def size(xp, data):
     return xp.asarray(_product(data.shape), dtype=xp.int64)
 
@@ -174,13 +178,13 @@ def size(xp, data):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Gather", 1, 11, 13, dtypes=MOVABLE)
+@kernel("Gather", 1, 11, 13, dtypes=MOVABLE, family="data_movement")
 def gather(xp, data, indices, *, axis):
     return xp.take(data, indices, axis=_axis(axis, data.ndim))  # indices may be negative
 
 
-@kernel("GatherND", 12, 13, dtypes=MOVABLE)
-@kernel("GatherND", 11, dtypes=MOVABLE)
+@kernel("GatherND", 12, 13, dtypes=MOVABLE, family="data_movement")
+@kernel("GatherND", 11, dtypes=MOVABLE, family="data_movement")
 def gather_nd(xp, data, indices, *, batch_dims=0):
     b, k = batch_dims, indices.shape[-1]
     if tuple(indices.shape[:b]) != tuple(data.shape[:b]) or not 1 <= k <= data.ndim - b:
@@ -218,12 +222,12 @@ def _slice(data, starts, ends, axes, steps):
     return data[tuple(index)]
 
 
-@kernel("Slice", 10, 11, 13, dtypes=MOVABLE, host_inputs=(1, 2, 3, 4))
+@kernel("Slice", 10, 11, 13, dtypes=MOVABLE, host_inputs=(1, 2, 3, 4), family="data_movement")
 def slice_(xp, data, starts, ends, axes=None, steps=None):
     return _slice(data, starts, ends, axes, steps)
 
 
-@kernel("Slice", 1, dtypes=MOVABLE)
+@kernel("Slice", 1, dtypes=MOVABLE, family="data_movement")
 def slice_attributes(xp, data, *, starts, ends, axes=None):
     return _slice(data, starts, ends, axes, None)
 
@@ -254,7 +258,7 @@ def _outputs(node):
     return {"n_outputs": len(node.outputs)}
 
 
-def check_split_18(node):
+def check_split_18(node, provider):
     n = node.attributes.get("num_outputs")
     given = len(node.inputs) > 1 and node.inputs[1] is not None
     require((n is None) == given, "Split: version 18 takes the 'split' input or 'num_outputs', "
@@ -264,7 +268,8 @@ def check_split_18(node):
             code="attribute")
 
 
-@kernel("Split", 18, dtypes=MOVABLE, host_inputs=(1,), bind=_outputs, check=check_split_18)
+@kernel("Split", 18, dtypes=MOVABLE, host_inputs=(1,), bind=_outputs, check=check_split_18,
+        family="data_movement")
 def split(xp, data, sizes=None, *, axis, num_outputs=None, n_outputs=None):
     if num_outputs is not None:  # parts of ceil(dim / n), the last one smaller
         dim = data.shape[_axis(axis, data.ndim)]
@@ -273,22 +278,22 @@ def split(xp, data, sizes=None, *, axis, num_outputs=None, n_outputs=None):
     return _split(xp, data, axis, sizes, n_outputs)
 
 
-@kernel("Split", 13, dtypes=MOVABLE, host_inputs=(1,), bind=_outputs)
+@kernel("Split", 13, dtypes=MOVABLE, host_inputs=(1,), bind=_outputs, family="data_movement")
 def split_13(xp, data, sizes=None, *, axis, n_outputs=None):
     return _split(xp, data, axis, sizes, n_outputs)
 
 
-@kernel("Split", 2, 11, dtypes=MOVABLE, bind=_outputs)
+@kernel("Split", 2, 11, dtypes=MOVABLE, bind=_outputs, family="data_movement")
 def split_attribute(xp, data, *, axis, split=None, n_outputs=None):
     return _split(xp, data, axis, split, n_outputs)
 
 
-@kernel("Concat", 4, 11, 13, dtypes=MOVABLE)
+@kernel("Concat", 4, 11, 13, dtypes=MOVABLE, family="data_movement")
 def concat(xp, *inputs, axis):
     return xp.concatenate(inputs, axis=_axis(axis, inputs[0].ndim))
 
 
-@kernel("Concat", 1, dtypes=FLOATS)
+@kernel("Concat", 1, dtypes=FLOATS, family="data_movement")
 def concat_1(xp, *inputs, axis=1):
     return xp.concatenate(inputs, axis=axis)
 
@@ -305,7 +310,7 @@ def _broadcast_shape(a, b):
     return out
 
 
-@kernel("Expand", 8, 13, dtypes=MOVABLE, host_inputs=(1,))
+@kernel("Expand", 8, 13, dtypes=MOVABLE, host_inputs=(1,), family="data_movement")
 def expand(xp, data, shape):
     return xp.broadcast_to(data, _broadcast_shape(data.shape, _ints(shape))).copy()
 
@@ -341,10 +346,10 @@ def _cast_target(to):
         return None
 
 
-def _check_target(node, op, target, what):
+def _check_target(node, provider, op, target, what):
     types = CAST_TYPES[node.since_version]
     require(target is not None and target.name in types and target.numpy is not None,
-            "{}-{}: CPU EP casts to {}; got {} ({})", op, node.since_version,
+            "{}-{}: {} casts to {}; got {} ({})", op, node.since_version, provider,
             "/".join(sorted(types)), what, "unknown" if target is None else target.name,
             code="dtype")
     if target.name == "float8e8m0":
@@ -353,9 +358,9 @@ def _check_target(node, op, target, what):
                 "got {!r}", op, mode, code="attribute")
 
 
-def check_cast(node):
+def check_cast(node, provider):
     to = node.attributes.get("to")
-    _check_target(node, "Cast", _cast_target(to), f"to={to!r}")
+    _check_target(node, provider, "Cast", _cast_target(to), f"to={to!r}")
 
 
 def _cast_bind(node):
@@ -492,8 +497,8 @@ def cast_to(xp, x, target, *, saturate=1, round_mode="up", fnuz_inf_nan=False):
     return _to_e8m0(xp, x, target, saturate, round_mode)
 
 
-@kernel("Cast", 25, 28, dtypes=CAST_25, check=check_cast, bind=_cast_bind)
-@kernel("Cast", 24, dtypes=CAST_24, check=check_cast, bind=_cast_bind)
+@kernel("Cast", 25, 28, dtypes=CAST_25, check=check_cast, bind=_cast_bind, family="elementwise")
+@kernel("Cast", 24, dtypes=CAST_24, check=check_cast, bind=_cast_bind, family="elementwise")
 def cast(xp, x, *, to, saturate=1, round_mode="up", target=None):
     """Floats truncate toward zero into integers (out of range or NaN: undefined, as the spec
     says); integers wrap; NaN and every non-zero value become True. Float 8 targets follow the
@@ -502,41 +507,41 @@ def cast(xp, x, *, to, saturate=1, round_mode="up", target=None):
                    fnuz_inf_nan=False)
 
 
-@kernel("Cast", 19, dtypes=CAST_19, check=check_cast, bind=_cast_bind)
-@kernel("Cast", 21, dtypes=CAST_21, check=check_cast, bind=_cast_bind)
-@kernel("Cast", 23, dtypes=CAST_23, check=check_cast, bind=_cast_bind)
+@kernel("Cast", 19, dtypes=CAST_19, check=check_cast, bind=_cast_bind, family="elementwise")
+@kernel("Cast", 21, dtypes=CAST_21, check=check_cast, bind=_cast_bind, family="elementwise")
+@kernel("Cast", 23, dtypes=CAST_23, check=check_cast, bind=_cast_bind, family="elementwise")
 def cast_19(xp, x, *, to, saturate=1, target=None):
     """As Cast 24, except that a saturating cast maps +-inf to NaN in the FNUZ float 8 types."""
     return cast_to(xp, x, target, saturate=saturate, fnuz_inf_nan=True)
 
 
-@kernel("Cast", 9, dtypes=CAST_9, check=check_cast, bind=_cast_bind)
-@kernel("Cast", 13, dtypes=CAST_13, check=check_cast, bind=_cast_bind)
-@kernel("Cast", 1, 6, dtypes=ALL, check=check_cast, bind=_cast_bind)
+@kernel("Cast", 9, dtypes=CAST_9, check=check_cast, bind=_cast_bind, family="elementwise")
+@kernel("Cast", 13, dtypes=CAST_13, check=check_cast, bind=_cast_bind, family="elementwise")
+@kernel("Cast", 1, 6, dtypes=ALL, check=check_cast, bind=_cast_bind, family="elementwise")
 def cast_9(xp, x, *, to, target=None):
     return cast_to(xp, x, target)
 
 
-def check_cast_like(node):
+def check_cast_like(node, provider):
     like = node.inputs[1]
     if like is not None and like.dtype is not None:
-        _check_target(node, "CastLike", like.dtype, f"target_type {like.name!r}")
+        _check_target(node, provider, "CastLike", like.dtype, f"target_type {like.name!r}")
 
 
-@kernel("CastLike", 25, dtypes=CAST_25, check=check_cast_like)
-@kernel("CastLike", 24, dtypes=CAST_24, check=check_cast_like)
+@kernel("CastLike", 25, dtypes=CAST_25, check=check_cast_like, family="elementwise")
+@kernel("CastLike", 24, dtypes=CAST_24, check=check_cast_like, family="elementwise")
 def cast_like(xp, x, like, *, saturate, round_mode):
     return cast_to(xp, x, dtype(like.dtype), saturate=saturate, round_mode=round_mode)
 
 
-@kernel("CastLike", 23, dtypes=CAST_23, check=check_cast_like)
-@kernel("CastLike", 21, dtypes=CAST_21, check=check_cast_like)
-@kernel("CastLike", 19, dtypes=CAST_19, check=check_cast_like)
+@kernel("CastLike", 23, dtypes=CAST_23, check=check_cast_like, family="elementwise")
+@kernel("CastLike", 21, dtypes=CAST_21, check=check_cast_like, family="elementwise")
+@kernel("CastLike", 19, dtypes=CAST_19, check=check_cast_like, family="elementwise")
 def cast_like_19(xp, x, like, *, saturate):
     return cast_to(xp, x, dtype(like.dtype), saturate=saturate, fnuz_inf_nan=True)
 
 
-@kernel("CastLike", 15, dtypes=CAST_13, check=check_cast_like)
+@kernel("CastLike", 15, dtypes=CAST_13, check=check_cast_like, family="elementwise")
 def cast_like_15(xp, x, like):
     return cast_to(xp, x, dtype(like.dtype))
 
@@ -546,17 +551,18 @@ def cast_like_15(xp, x, like):
 # ---------------------------------------------------------------------------------------------
 
 
-def check_constant_of_shape(node):
+def check_constant_of_shape(node, provider):
     value = node.attributes.get("value")
     if value is not None:
-        require(_element_type(value) in ALL | EXOTIC, "ConstantOfShape: CPU EP makes {} values, "
-                "got {}", "/".join(sorted(ALL | EXOTIC)), _element_type(value), code="dtype")
+        require(_element_type(value) in ALL | EXOTIC, "ConstantOfShape: {} makes {} values, "
+                "got {}", provider, "/".join(sorted(ALL | EXOTIC)), _element_type(value),
+                code="dtype")
         require(value.size == 1, "ConstantOfShape: 'value' must hold one element, got {}",
                 value.size, code="attribute")
 
 
 @kernel("ConstantOfShape", 9, 20, 21, 23, 24, 25, dtypes={"int64"}, host_inputs=(0,),
-        check=check_constant_of_shape)
+        check=check_constant_of_shape, family="data_movement")
 def constant_of_shape(xp, shape, *, value=None):
     dims = tuple(_ints(shape))
     if value is None:
@@ -564,17 +570,17 @@ def constant_of_shape(xp, shape, *, value=None):
     return xp.full(dims, value.reshape(-1)[0], dtype=value.dtype)
 
 
-def check_range(node):
+def check_range(node, provider):
     x = node.inputs[0]
     if x is not None and x.dtype is not None and x.dtype.name in ("float16", "bfloat16"):
         stash = node.attributes.get("stash_type")
-        require(stash == 1, "Range: CPU EP computes {} ranges in float32 (stash_type=1), "
-                "got stash_type={}", x.dtype.name, stash, code="attribute")
+        require(stash == 1, "Range: {} computes {} ranges in float32 (stash_type=1), "
+                "got stash_type={}", provider, x.dtype.name, stash, code="attribute")
 
 
 @kernel("Range", 27, dtypes=RANGE_11 | {"float16", "bfloat16"}, host_inputs=(0, 1, 2),
-        check=check_range)
-@kernel("Range", 11, dtypes=RANGE_11, host_inputs=(0, 1, 2))
+        check=check_range, family="data_movement")
+@kernel("Range", 11, dtypes=RANGE_11, host_inputs=(0, 1, 2), family="data_movement")
 def range_(xp, start, limit, delta, *, stash_type=1):
     """``start + i * delta`` computed in the inputs' type (16-bit floats: in float32), as the spec's
     pseudocode says; onnxruntime accumulates ``delta`` instead, which drifts for floats.
@@ -594,27 +600,30 @@ def range_(xp, start, limit, delta, *, stash_type=1):
 CONSTANT_TYPES = MOVABLE
 
 
-def _constant_value(node):
-    """The array a Constant node produces, built once from its attributes."""
+def check_constant(node, provider):
     attrs = node.attributes
     if "sparse_value" in attrs:
-        deny("Constant: CPU EP does not densify sparse_value; store the value as a dense "
-             "'value' tensor", code="attribute")
+        deny("Constant: {} does not densify sparse_value; store the value as a dense "
+             "'value' tensor", provider, code="attribute")
     if "value" in attrs:
         value = attrs["value"]
-        require(_element_type(value) in CONSTANT_TYPES, "Constant: CPU EP makes {} tensors, got {}",
-                "/".join(sorted(CONSTANT_TYPES)), _element_type(value), code="dtype")
-        return value
+        require(_element_type(value) in CONSTANT_TYPES, "Constant: {} makes {} tensors, got {}",
+                provider, "/".join(sorted(CONSTANT_TYPES)), _element_type(value), code="dtype")
+        return
+    _constant_value(node)
+
+
+def _constant_value(node):
+    """The array a Constant node produces, built once from its (checked) attributes."""
+    attrs = node.attributes
+    if "value" in attrs:
+        return attrs["value"]
     for name, element in (("value_float", np.float32), ("value_floats", np.float32),
                           ("value_int", np.int64), ("value_ints", np.int64),
                           ("value_string", object), ("value_strings", object)):
         if name in attrs:
             return np.array(attrs[name], dtype=element)
     deny("Constant: the node sets none of value, sparse_value, value_*", code="attribute")
-
-
-def check_constant(node):
-    _constant_value(node)
 
 
 @kernel("Constant", 1, 9, 11, 12, 13, 19, 21, 23, 24, 25, dtypes=None, check=check_constant,
@@ -687,7 +696,7 @@ def _pad(xp, data, pads, value, mode, axes=None):
 
 
 def _check_pad(*modes):
-    def check(node):
+    def check(node, provider):
         mode = node.attributes.get("mode", "constant")
         require(mode in modes, "Pad: version {} pads in {} mode, got mode={!r}",
                 node.since_version, "/".join(modes), mode, code="attribute")
@@ -695,25 +704,27 @@ def _check_pad(*modes):
 
 
 @kernel("Pad", 19, 21, 23, 24, 25, dtypes=MOVABLE, host_inputs=(1, 3),
-        check=_check_pad("constant", "reflect", "edge", "wrap"))
+        check=_check_pad("constant", "reflect", "edge", "wrap"), family="data_movement")
 @kernel("Pad", 18, dtypes=MOVABLE, host_inputs=(1, 3),
-        check=_check_pad("constant", "reflect", "edge"))
+        check=_check_pad("constant", "reflect", "edge"), family="data_movement")
 def pad(xp, data, pads, constant_value=None, axes=None, *, mode):
     return _pad(xp, data, pads, constant_value, mode, axes)
 
 
 @kernel("Pad", 11, 13, dtypes=MOVABLE, host_inputs=(1,),
-        check=_check_pad("constant", "reflect", "edge"))
+        check=_check_pad("constant", "reflect", "edge"), family="data_movement")
 def pad_11(xp, data, pads, constant_value=None, *, mode):
     return _pad(xp, data, pads, constant_value, mode)
 
 
-@kernel("Pad", 2, dtypes=FLOATS, check=_check_pad("constant", "reflect", "edge"))
+@kernel("Pad", 2, dtypes=FLOATS, check=_check_pad("constant", "reflect", "edge"),
+        family="data_movement")
 def pad_2(xp, data, *, pads, mode, value):
     return _pad(xp, data, pads, value, mode)
 
 
-@kernel("Pad", 1, dtypes=FLOATS, check=_check_pad("constant", "reflect", "edge"))
+@kernel("Pad", 1, dtypes=FLOATS, check=_check_pad("constant", "reflect", "edge"),
+        family="data_movement")
 def pad_1(xp, data, *, paddings, mode, value):
     return _pad(xp, data, paddings, value, mode)
 
@@ -748,7 +759,7 @@ def _element_index(xp, indices, data, axis):
     return tuple(index)
 
 
-@kernel("GatherElements", 11, 13, dtypes=MOVABLE)
+@kernel("GatherElements", 11, 13, dtypes=MOVABLE, family="data_movement")
 def gather_elements(xp, data, indices, *, axis):
     return data[_element_index(xp, indices, data, _axis(axis, data.ndim))]
 
@@ -766,27 +777,28 @@ def _scatter(xp, out, index, updates, reduction):
 
 
 def _check_scatter(*reductions):
-    def check(node):
+    def check(node, provider):
         reduction = node.attributes.get("reduction", "none")
         require(reduction in reductions, "{}: version {} reduces by {}, got reduction={!r}",
                 node.op_type, node.since_version, "/".join(reductions), reduction,
                 code="attribute")
         data = node.inputs[0].dtype
         require(reduction == "none" or data is None or data.name in REDUCIBLE,
-                "{}: CPU EP reduces {} data, got {} with reduction={!r}", node.op_type,
+                "{}: {} reduces {} data, got {} with reduction={!r}", node.op_type, provider,
                 "/".join(sorted(REDUCIBLE)), data, reduction, code="dtype")
     return check
 
 
 @kernel("ScatterElements", 18, dtypes=MOVABLE,
-        check=_check_scatter("none", "add", "mul", "max", "min"))
-@kernel("ScatterElements", 16, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul"))
+        check=_check_scatter("none", "add", "mul", "max", "min"), family="data_movement")
+@kernel("ScatterElements", 16, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul"),
+        family="data_movement")
 def scatter_elements(xp, data, indices, updates, *, axis, reduction):
     index = _element_index(xp, indices, data, _axis(axis, data.ndim))
     return _scatter(xp, data.copy(), index, updates, reduction)
 
 
-@kernel("ScatterElements", 11, 13, dtypes=MOVABLE)
+@kernel("ScatterElements", 11, 13, dtypes=MOVABLE, family="data_movement")
 @kernel("Scatter", 9, 11, dtypes=MOVABLE)
 def scatter_elements_11(xp, data, indices, updates, *, axis):
     index = _element_index(xp, indices, data, _axis(axis, data.ndim))
@@ -804,18 +816,20 @@ def _scatter_nd(xp, data, indices, updates, reduction):
     return _scatter(xp, data.copy(), index, values, reduction)
 
 
-@kernel("ScatterND", 18, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul", "max", "min"))
-@kernel("ScatterND", 16, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul"))
+@kernel("ScatterND", 18, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul", "max", "min"),
+        family="data_movement")
+@kernel("ScatterND", 16, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul"),
+        family="data_movement")
 def scatter_nd(xp, data, indices, updates, *, reduction):
     return _scatter_nd(xp, data, indices, updates, reduction)
 
 
-@kernel("ScatterND", 11, 13, dtypes=MOVABLE)
+@kernel("ScatterND", 11, 13, dtypes=MOVABLE, family="data_movement")
 def scatter_nd_11(xp, data, indices, updates):
     return _scatter_nd(xp, data, indices, updates, "none")
 
 
-def check_tensor_scatter(node):
+def check_tensor_scatter(node, provider):
     mode = node.attributes.get("mode")
     require(mode in ("linear", "circular"), "TensorScatter: mode is linear or circular, got {!r}",
             mode, code="attribute")
@@ -845,7 +859,7 @@ def tensor_scatter(xp, past_cache, update, write_indices=None, *, mode, axis):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Tile", 6, 13, dtypes=MOVABLE, host_inputs=(1,))
+@kernel("Tile", 6, 13, dtypes=MOVABLE, host_inputs=(1,), family="data_movement")
 def tile(xp, x, repeats):
     reps = _ints(repeats)
     if len(reps) != x.ndim or min(reps, default=0) < 0:
@@ -853,7 +867,7 @@ def tile(xp, x, repeats):
     return xp.tile(x, tuple(reps))
 
 
-@kernel("Tile", 1, dtypes=FLOATS, host_inputs=(1, 2))
+@kernel("Tile", 1, dtypes=FLOATS, host_inputs=(1, 2), family="data_movement")
 def tile_1(xp, x, tiles, axis):
     reps = [1] * x.ndim
     reps[_axis(_ints(axis)[0], x.ndim)] = _ints(tiles)[0]
@@ -896,10 +910,10 @@ def compress(xp, x, condition, *, axis=None):
     return xp.take(x, keep, axis=axis)
 
 
-def check_non_zero(node):
+def check_non_zero(node, provider):
     x = node.inputs[0]
-    require(x.rank != 0, "NonZero: CPU EP takes inputs of rank >= 1, got a scalar (the spec "
-            "gives no index layout for rank 0)", code="shape")
+    require(x.rank != 0, "NonZero: {} takes inputs of rank >= 1, got a scalar (the spec "
+            "gives no index layout for rank 0)", provider, code="shape")
 
 
 @kernel("NonZero", 9, 13, dtypes=MOVABLE, check=check_non_zero)
@@ -917,10 +931,11 @@ def _exactly_wider(x):
     return x
 
 
-def check_unique(node):
+def check_unique(node, provider):
     x = node.inputs[0]
     require(node.attributes.get("axis") is None or x.dtype is None or x.dtype.name != "string",
-            "Unique: CPU EP finds unique string sub-tensors only without 'axis'", code="dtype")
+            "Unique: {} finds unique string sub-tensors only without 'axis'", provider,
+            code="dtype")
 
 
 @kernel("Unique", 11, 28, dtypes=MOVABLE, check=check_unique)
@@ -966,10 +981,10 @@ def _eye_type(node):
     return None if code is None else dtype(code)
 
 
-def check_eye_like(node):
+def check_eye_like(node, provider):
     target = _eye_type(node)
-    require(target is None or target.name in EYE_TYPES, "EyeLike: CPU EP makes {} outputs, got "
-            "dtype={}", "/".join(sorted(EYE_TYPES)), target, code="dtype")
+    require(target is None or target.name in EYE_TYPES, "EyeLike: {} makes {} outputs, got "
+            "dtype={}", provider, "/".join(sorted(EYE_TYPES)), target, code="dtype")
     rank = node.inputs[0].rank
     require(rank in (None, 2), "EyeLike: the input must be a matrix, got rank {}", rank,
             code="shape")
@@ -984,7 +999,7 @@ def eye_like(xp, x, *, k, out_type=None):
     return xp.eye(x.shape[0], x.shape[1], k=k, dtype=x.dtype if out_type is None else out_type)
 
 
-@kernel("Trilu", 14, dtypes=MOVABLE, host_inputs=(1,))
+@kernel("Trilu", 14, dtypes=MOVABLE, host_inputs=(1,), family="data_movement")
 def trilu(xp, x, k=None, *, upper):
     k = 0 if k is None else _ints(k)[0]
     rows, cols = x.shape[-2:]
@@ -993,7 +1008,7 @@ def trilu(xp, x, k=None, *, upper):
     return xp.where(keep, x, _zero(xp, x.dtype))
 
 
-def check_bit_cast(node):
+def check_bit_cast(node, provider):
     to = node.attributes.get("to")
     try:
         target = dtype(to)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ep_host import require
-from ep_host_cpu.registry import FLOATS, INTS, NUMERIC, SIGNED, kernel
+from ep_host.kernels.registry import FLOATS, INTS, NUMERIC, SIGNED, kernel
 
 BF16 = frozenset({"bfloat16"})
 FLOATS_BF16 = FLOATS | BF16
@@ -95,30 +95,30 @@ def _same_shapes(xs):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Add", 14, dtypes=NUMERIC_BF16, direct="add", inplace=(0, 1))
-@kernel("Add", 13, dtypes=ARITH | BF16, direct="add", inplace=(0, 1))
-@kernel("Add", 7, dtypes=ARITH, direct="add", inplace=(0, 1))
+@kernel("Add", 14, dtypes=NUMERIC_BF16, direct="add", inplace=(0, 1), family="elementwise")
+@kernel("Add", 13, dtypes=ARITH | BF16, direct="add", inplace=(0, 1), family="elementwise")
+@kernel("Add", 7, dtypes=ARITH, direct="add", inplace=(0, 1), family="elementwise")
 def add(xp, a, b):
     return xp.add(a, b)
 
 
-@kernel("Sub", 14, dtypes=NUMERIC_BF16, direct="subtract", inplace=(0, 1))
-@kernel("Sub", 13, dtypes=ARITH | BF16, direct="subtract", inplace=(0, 1))
-@kernel("Sub", 7, dtypes=ARITH, direct="subtract", inplace=(0, 1))
+@kernel("Sub", 14, dtypes=NUMERIC_BF16, direct="subtract", inplace=(0, 1), family="elementwise")
+@kernel("Sub", 13, dtypes=ARITH | BF16, direct="subtract", inplace=(0, 1), family="elementwise")
+@kernel("Sub", 7, dtypes=ARITH, direct="subtract", inplace=(0, 1), family="elementwise")
 def sub(xp, a, b):
     return xp.subtract(a, b)
 
 
-@kernel("Mul", 14, dtypes=NUMERIC_BF16, direct="multiply", inplace=(0, 1))
-@kernel("Mul", 13, dtypes=ARITH | BF16, direct="multiply", inplace=(0, 1))
-@kernel("Mul", 7, dtypes=ARITH, direct="multiply", inplace=(0, 1))
+@kernel("Mul", 14, dtypes=NUMERIC_BF16, direct="multiply", inplace=(0, 1), family="elementwise")
+@kernel("Mul", 13, dtypes=ARITH | BF16, direct="multiply", inplace=(0, 1), family="elementwise")
+@kernel("Mul", 7, dtypes=ARITH, direct="multiply", inplace=(0, 1), family="elementwise")
 def mul(xp, a, b):
     return xp.multiply(a, b)
 
 
-@kernel("Div", 14, dtypes=NUMERIC_BF16, inplace=(0, 1))
-@kernel("Div", 13, dtypes=ARITH | BF16, inplace=(0, 1))
-@kernel("Div", 7, dtypes=ARITH, inplace=(0, 1))
+@kernel("Div", 14, dtypes=NUMERIC_BF16, inplace=(0, 1), family="elementwise")
+@kernel("Div", 13, dtypes=ARITH | BF16, inplace=(0, 1), family="elementwise")
+@kernel("Div", 7, dtypes=ARITH, inplace=(0, 1), family="elementwise")
 def div(xp, a, b, *, out=None):
     if is_float(a.dtype):
         if (out is not None and a.dtype == b.dtype
@@ -132,26 +132,26 @@ def div(xp, a, b, *, out=None):
     return q + ((xp.remainder(a, b) != 0) & ((a < 0) != (b < 0)))
 
 
-@kernel("Add", 6, dtypes=ARITH)
-@kernel("Add", 1, dtypes=FLOATS)
+@kernel("Add", 6, dtypes=ARITH, family="elementwise")
+@kernel("Add", 1, dtypes=FLOATS, family="elementwise")
 def add_legacy(xp, a, b, *, broadcast, axis=None):
     return xp.add(a, legacy_rhs(a, b, broadcast, axis))
 
 
-@kernel("Sub", 6, dtypes=ARITH)
-@kernel("Sub", 1, dtypes=FLOATS)
+@kernel("Sub", 6, dtypes=ARITH, family="elementwise")
+@kernel("Sub", 1, dtypes=FLOATS, family="elementwise")
 def sub_legacy(xp, a, b, *, broadcast, axis=None):
     return xp.subtract(a, legacy_rhs(a, b, broadcast, axis))
 
 
-@kernel("Mul", 6, dtypes=ARITH)
-@kernel("Mul", 1, dtypes=FLOATS)
+@kernel("Mul", 6, dtypes=ARITH, family="elementwise")
+@kernel("Mul", 1, dtypes=FLOATS, family="elementwise")
 def mul_legacy(xp, a, b, *, broadcast, axis=None):
     return xp.multiply(a, legacy_rhs(a, b, broadcast, axis))
 
 
-@kernel("Div", 6, dtypes=ARITH)
-@kernel("Div", 1, dtypes=FLOATS)
+@kernel("Div", 6, dtypes=ARITH, family="elementwise")
+@kernel("Div", 1, dtypes=FLOATS, family="elementwise")
 def div_legacy(xp, a, b, *, broadcast, axis=None):
     return div(xp, a, legacy_rhs(a, b, broadcast, axis))
 
@@ -161,7 +161,7 @@ def div_legacy(xp, a, b, *, broadcast, axis=None):
 # ---------------------------------------------------------------------------------------------
 
 
-def check_mod(node):
+def check_mod(node, provider):
     x = node.inputs[0]
     if node.since_version < 28 and x.dtype is not None and x.dtype.is_float:
         require(node.attributes["fmod"] == 1, "Mod-{}: floating-point inputs need fmod=1, got "
@@ -169,8 +169,8 @@ def check_mod(node):
                 code="attribute")
 
 
-@kernel("Mod", 13, 28, dtypes=NUMERIC_BF16, check=check_mod)
-@kernel("Mod", 10, dtypes=NUMERIC, check=check_mod)
+@kernel("Mod", 13, 28, dtypes=NUMERIC_BF16, check=check_mod, family="elementwise")
+@kernel("Mod", 10, dtypes=NUMERIC, check=check_mod, family="elementwise")
 def mod(xp, a, b, *, fmod):
     """fmod=1: ``a - trunc(a / b) * b`` (C fmod); fmod=0: ``a - floor(a / b) * b``, the sign of
     ``b`` (Python's ``%``). Both are exact for floats; an integer divisor of 0 yields 0."""
@@ -190,11 +190,11 @@ def mod(xp, a, b, *, fmod):
 POW_EXPONENT = NUMERIC  # Pow 12 and 13; Pow 15 adds bfloat16
 
 
-def check_pow(node):
+def check_pow(node, provider):
     y = node.inputs[1]
     allowed = POW_EXPONENT | BF16 if node.since_version >= 15 else POW_EXPONENT
     if y is not None and y.dtype is not None:
-        require(y.dtype.name in allowed, "Pow: CPU EP takes a {} exponent, got {}",
+        require(y.dtype.name in allowed, "Pow: {} takes a {} exponent, got {}", provider,
                 "/".join(sorted(allowed)), y.dtype.name, code="dtype")
 
 
@@ -208,8 +208,8 @@ def _int_power(xp, x, y):
     return p.astype(x.dtype)
 
 
-@kernel("Pow", 13, 15, dtypes=POW_BASE | BF16, check=check_pow)
-@kernel("Pow", 12, dtypes=POW_BASE, check=check_pow)
+@kernel("Pow", 13, 15, dtypes=POW_BASE | BF16, check=check_pow, family="transcendental")
+@kernel("Pow", 12, dtypes=POW_BASE, check=check_pow, family="transcendental")
 def pow_(xp, x, y):
     """The result has the base's type: integer results truncate toward zero (2 ** -1 == 0,
     int 9 ** float 0.5 == 3); mixed types compute in float64, as C++ ``std::pow`` promotes."""
@@ -220,12 +220,12 @@ def pow_(xp, x, y):
     return xp.power(x.astype(xp.float64), y.astype(xp.float64)).astype(x.dtype)
 
 
-@kernel("Pow", 7, dtypes=FLOATS)
+@kernel("Pow", 7, dtypes=FLOATS, family="transcendental")
 def pow_same_type(xp, x, y):
     return xp.power(x, y)
 
 
-@kernel("Pow", 1, dtypes=FLOATS)
+@kernel("Pow", 1, dtypes=FLOATS, family="transcendental")
 def pow_legacy(xp, x, y, *, broadcast, axis=None):
     return xp.power(x, legacy_rhs(x, y, broadcast, axis))
 
@@ -235,84 +235,86 @@ def pow_legacy(xp, x, y, *, broadcast, axis=None):
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("Sqrt", 13, dtypes=FLOATS_BF16, inplace=(0,))
-@kernel("Sqrt", 1, 6, dtypes=FLOATS, inplace=(0,))
+@kernel("Sqrt", 13, dtypes=FLOATS_BF16, inplace=(0,), family="transcendental")
+@kernel("Sqrt", 1, 6, dtypes=FLOATS, inplace=(0,), family="transcendental")
 def sqrt(xp, x, *, out=None):
     return _unary_ufunc(xp, xp.sqrt, x, out)
 
 
-@kernel("Exp", 13, dtypes=FLOATS_BF16, inplace=(0,))
-@kernel("Exp", 1, 6, dtypes=FLOATS, inplace=(0,))
+@kernel("Exp", 13, dtypes=FLOATS_BF16, inplace=(0,), family="transcendental")
+@kernel("Exp", 1, 6, dtypes=FLOATS, inplace=(0,), family="transcendental")
 def exp(xp, x, *, out=None):
     return _unary_ufunc(xp, xp.exp, x, out)
 
 
-@kernel("Log", 13, dtypes=FLOATS_BF16)
-@kernel("Log", 1, 6, dtypes=FLOATS)
+@kernel("Log", 13, dtypes=FLOATS_BF16, family="transcendental")
+@kernel("Log", 1, 6, dtypes=FLOATS, family="transcendental")
 def log(xp, x):
     return _unary(xp, xp.log, x)
 
 
-@kernel("Tanh", 13, dtypes=FLOATS_BF16, inplace=(0,))
-@kernel("Tanh", 1, 6, dtypes=FLOATS, inplace=(0,))
+@kernel("Tanh", 13, dtypes=FLOATS_BF16, inplace=(0,), family="transcendental")
+@kernel("Tanh", 1, 6, dtypes=FLOATS, inplace=(0,), family="transcendental")
 def tanh(xp, x, *, out=None):
     return _unary_ufunc(xp, xp.tanh, x, out)
 
 
-@kernel("Erf", 13, dtypes=FLOATS_BF16)
-@kernel("Erf", 9, dtypes=FLOATS)
+@kernel("Erf", 13, dtypes=FLOATS_BF16, family="transcendental")
+@kernel("Erf", 9, dtypes=FLOATS, family="transcendental")
 def erf(xp, x):
     return _unary(xp, xp.erf, x)
 
 
-@kernel("Neg", 13, dtypes=SIGNED_NUMBERS | BF16, direct="negative", inplace=(0,))
-@kernel("Neg", 6, dtypes=SIGNED_NUMBERS, direct="negative", inplace=(0,))
-@kernel("Neg", 1, dtypes=FLOATS, direct="negative", inplace=(0,))
+@kernel("Neg", 13, dtypes=SIGNED_NUMBERS | BF16, direct="negative", inplace=(0,),
+        family="elementwise")
+@kernel("Neg", 6, dtypes=SIGNED_NUMBERS, direct="negative", inplace=(0,), family="elementwise")
+@kernel("Neg", 1, dtypes=FLOATS, direct="negative", inplace=(0,), family="elementwise")
 def neg(xp, x):
     return xp.negative(x)
 
 
-@kernel("Abs", 13, dtypes=NUMERIC_BF16, direct="abs", inplace=(0,))
-@kernel("Abs", 6, dtypes=NUMERIC, direct="abs", inplace=(0,))
-@kernel("Abs", 1, dtypes=FLOATS, direct="abs", inplace=(0,))
+@kernel("Abs", 13, dtypes=NUMERIC_BF16, direct="abs", inplace=(0,), family="elementwise")
+@kernel("Abs", 6, dtypes=NUMERIC, direct="abs", inplace=(0,), family="elementwise")
+@kernel("Abs", 1, dtypes=FLOATS, direct="abs", inplace=(0,), family="elementwise")
 def abs_(xp, x):
     return xp.abs(x)
 
 
-@kernel("Reciprocal", 13, dtypes=FLOATS_BF16)
-@kernel("Reciprocal", 1, 6, dtypes=FLOATS)
+@kernel("Reciprocal", 13, dtypes=FLOATS_BF16, family="elementwise")
+@kernel("Reciprocal", 1, 6, dtypes=FLOATS, family="elementwise")
 def reciprocal(xp, x):
     return _unary(xp, xp.reciprocal, x)
 
 
-@kernel("Floor", 13, dtypes=FLOATS_BF16)
-@kernel("Floor", 1, 6, dtypes=FLOATS)
+@kernel("Floor", 13, dtypes=FLOATS_BF16, family="elementwise")
+@kernel("Floor", 1, 6, dtypes=FLOATS, family="elementwise")
 def floor(xp, x):
     return _unary(xp, xp.floor, x)
 
 
-@kernel("Ceil", 13, dtypes=FLOATS_BF16)
-@kernel("Ceil", 1, 6, dtypes=FLOATS)
+@kernel("Ceil", 13, dtypes=FLOATS_BF16, family="elementwise")
+@kernel("Ceil", 1, 6, dtypes=FLOATS, family="elementwise")
 def ceil(xp, x):
     return _unary(xp, xp.ceil, x)
 
 
-@kernel("Round", 22, dtypes=FLOATS_BF16)
-@kernel("Round", 11, dtypes=FLOATS)
+@kernel("Round", 22, dtypes=FLOATS_BF16, family="elementwise")
+@kernel("Round", 11, dtypes=FLOATS, family="elementwise")
 def round_(xp, x):
     """Halves round to even; integral values, +-0, NaN and infinities pass unchanged."""
     return _unary(xp, xp.rint, x)
 
 
-@kernel("Sign", 13, dtypes=NUMERIC_BF16)
-@kernel("Sign", 9, dtypes=NUMERIC)
+@kernel("Sign", 13, dtypes=NUMERIC_BF16, family="elementwise")
+@kernel("Sign", 9, dtypes=NUMERIC, family="elementwise")
 def sign(xp, x):
     return _unary(xp, xp.sign, x)
 
 
-@kernel("Identity", 1, 13, dtypes=None, flops=lambda node: 0, bytes=lambda node: 0)
+@kernel("Identity", 1, 13, dtypes=None, flops=lambda node: 0, bytes=lambda node: 0,
+        family="data_movement")
 @kernel("Identity", 14, 16, 19, 21, 23, 24, 25, dtypes=None, containers=True,
-        flops=lambda node: 0, bytes=lambda node: 0)
+        flops=lambda node: 0, bytes=lambda node: 0, family="data_movement")
 def identity(xp, x):
     return x
 
@@ -320,20 +322,20 @@ def identity(xp, x):
 # Trigonometric and hyperbolic functions: version 22 adds bfloat16.
 
 
-@kernel("Sin", 22, dtypes=FLOATS_BF16)
-@kernel("Sin", 7, dtypes=FLOATS)
+@kernel("Sin", 22, dtypes=FLOATS_BF16, family="transcendental")
+@kernel("Sin", 7, dtypes=FLOATS, family="transcendental")
 def sin(xp, x):
     return _unary(xp, xp.sin, x)
 
 
-@kernel("Cos", 22, dtypes=FLOATS_BF16)
-@kernel("Cos", 7, dtypes=FLOATS)
+@kernel("Cos", 22, dtypes=FLOATS_BF16, family="transcendental")
+@kernel("Cos", 7, dtypes=FLOATS, family="transcendental")
 def cos(xp, x):
     return _unary(xp, xp.cos, x)
 
 
-@kernel("Tan", 22, dtypes=FLOATS_BF16)
-@kernel("Tan", 7, dtypes=FLOATS)
+@kernel("Tan", 22, dtypes=FLOATS_BF16, family="transcendental")
+@kernel("Tan", 7, dtypes=FLOATS, family="transcendental")
 def tan(xp, x):
     return _unary(xp, xp.tan, x)
 
@@ -409,24 +411,24 @@ def _softplus(xp, y):
     return xp.logaddexp(xp.zeros((), dtype=y.dtype), y)  # ln(1 + e^y) without overflow
 
 
-@kernel("Sigmoid", 13, dtypes=FLOATS_BF16, inplace=(0,))
-@kernel("Sigmoid", 1, 6, dtypes=FLOATS, inplace=(0,))
+@kernel("Sigmoid", 13, dtypes=FLOATS_BF16, inplace=(0,), family="transcendental")
+@kernel("Sigmoid", 1, 6, dtypes=FLOATS, inplace=(0,), family="transcendental")
 def sigmoid(xp, x, *, out=None):
     if x.dtype.itemsize >= 4 and fits(out, x.shape, x.dtype):
         return _sigmoid(xp, x, out)
     return _unary(xp, lambda y: _sigmoid(xp, y), x)
 
 
-@kernel("Relu", 14, dtypes=SIGNED_NUMBERS | BF16, inplace=(0,))
-@kernel("Relu", 13, dtypes=FLOATS_BF16, inplace=(0,))
-@kernel("Relu", 1, 6, dtypes=FLOATS, inplace=(0,))
+@kernel("Relu", 14, dtypes=SIGNED_NUMBERS | BF16, inplace=(0,), family="elementwise")
+@kernel("Relu", 13, dtypes=FLOATS_BF16, inplace=(0,), family="elementwise")
+@kernel("Relu", 1, 6, dtypes=FLOATS, inplace=(0,), family="elementwise")
 def relu(xp, x, *, out=None):
     zero = xp.zeros((), dtype=x.dtype)
     return xp.maximum(x, zero, out=out) if fits(out, x.shape, x.dtype) else xp.maximum(x, zero)
 
 
-@kernel("LeakyRelu", 16, dtypes=FLOATS_BF16, inplace=(0,))
-@kernel("LeakyRelu", 1, 6, dtypes=FLOATS, inplace=(0,))
+@kernel("LeakyRelu", 16, dtypes=FLOATS_BF16, inplace=(0,), family="elementwise")
+@kernel("LeakyRelu", 1, 6, dtypes=FLOATS, inplace=(0,), family="elementwise")
 def leaky_relu(xp, x, *, alpha, out=None):
     if x.dtype.itemsize < 4:
         return _unary(xp, lambda y: xp.where(y < 0, y * alpha, y), x)
@@ -441,56 +443,56 @@ def leaky_relu(xp, x, *, alpha, out=None):
     return scaled
 
 
-@kernel("Elu", 22, dtypes=FLOATS_BF16)
-@kernel("Elu", 1, 6, dtypes=FLOATS)
+@kernel("Elu", 22, dtypes=FLOATS_BF16, family="transcendental")
+@kernel("Elu", 1, 6, dtypes=FLOATS, family="transcendental")
 def elu(xp, x, *, alpha):
     return _unary(xp, lambda y: xp.where(y < 0, alpha * xp.expm1(y), y), x)
 
 
-@kernel("Selu", 22, dtypes=FLOATS_BF16)
-@kernel("Selu", 1, 6, dtypes=FLOATS)
+@kernel("Selu", 22, dtypes=FLOATS_BF16, family="transcendental")
+@kernel("Selu", 1, 6, dtypes=FLOATS, family="transcendental")
 def selu(xp, x, *, alpha, gamma):
     return _unary(xp, lambda y: gamma * xp.where(y > 0, y, alpha * xp.expm1(y)), x)
 
 
-@kernel("Celu", 28, dtypes=FLOATS_BF16)
-@kernel("Celu", 12, dtypes={"float32"})
+@kernel("Celu", 28, dtypes=FLOATS_BF16, family="transcendental")
+@kernel("Celu", 12, dtypes={"float32"}, family="transcendental")
 def celu(xp, x, *, alpha):
     return _unary(xp, lambda y: xp.where(y > 0, y, alpha * xp.expm1(y / alpha)), x)
 
 
-@kernel("HardSigmoid", 22, dtypes=FLOATS_BF16)
-@kernel("HardSigmoid", 1, 6, dtypes=FLOATS)
+@kernel("HardSigmoid", 22, dtypes=FLOATS_BF16, family="transcendental")
+@kernel("HardSigmoid", 1, 6, dtypes=FLOATS, family="transcendental")
 def hard_sigmoid(xp, x, *, alpha, beta):
     return _unary(xp, lambda y: xp.clip(alpha * y + beta, 0, 1), x)
 
 
-@kernel("HardSwish", 22, dtypes=FLOATS_BF16)
-@kernel("HardSwish", 14, dtypes=FLOATS)
+@kernel("HardSwish", 22, dtypes=FLOATS_BF16, family="transcendental")
+@kernel("HardSwish", 14, dtypes=FLOATS, family="transcendental")
 def hard_swish(xp, x):
     return _unary(xp, lambda y: y * xp.clip(y / 6 + 0.5, 0, 1), x)
 
 
-@kernel("Softplus", 22, dtypes=FLOATS_BF16)
-@kernel("Softplus", 1, dtypes=FLOATS)
+@kernel("Softplus", 22, dtypes=FLOATS_BF16, family="transcendental")
+@kernel("Softplus", 1, dtypes=FLOATS, family="transcendental")
 def softplus(xp, x):
     return _unary(xp, lambda y: _softplus(xp, y), x)
 
 
-@kernel("Softsign", 22, dtypes=FLOATS_BF16)
-@kernel("Softsign", 1, dtypes=FLOATS)
+@kernel("Softsign", 22, dtypes=FLOATS_BF16, family="transcendental")
+@kernel("Softsign", 1, dtypes=FLOATS, family="transcendental")
 def softsign(xp, x):
     return _unary(xp, lambda y: y / (1 + xp.abs(y)), x)
 
 
-@kernel("ThresholdedRelu", 22, dtypes=FLOATS_BF16)
-@kernel("ThresholdedRelu", 10, dtypes=FLOATS)
+@kernel("ThresholdedRelu", 22, dtypes=FLOATS_BF16, family="elementwise")
+@kernel("ThresholdedRelu", 10, dtypes=FLOATS, family="elementwise")
 def thresholded_relu(xp, x, *, alpha):
     return xp.where(upcast(xp, x) > alpha, x, xp.zeros((), dtype=x.dtype))
 
 
-@kernel("Mish", 22, dtypes=FLOATS_BF16)
-@kernel("Mish", 18, dtypes=FLOATS)
+@kernel("Mish", 22, dtypes=FLOATS_BF16, family="transcendental")
+@kernel("Mish", 18, dtypes=FLOATS, family="transcendental")
 def mish(xp, x):
     return _unary(xp, lambda y: y * xp.tanh(_softplus(xp, y)), x)
 
@@ -512,13 +514,13 @@ def _gelu(xp, y, approximate):
     return t
 
 
-def check_gelu(node):
+def check_gelu(node, provider):
     approximate = node.attributes["approximate"]
     require(approximate in ("none", "tanh"), "Gelu: approximate must be 'none' or 'tanh', got "
             "{!r}", approximate, code="attribute")
 
 
-@kernel("Gelu", 20, dtypes=FLOATS_BF16, check=check_gelu)
+@kernel("Gelu", 20, dtypes=FLOATS_BF16, check=check_gelu, family="transcendental")
 def gelu(xp, x, *, approximate):
     return _unary(xp, lambda y: _gelu(xp, y, approximate), x)
 
@@ -528,13 +530,14 @@ def swish(xp, x, *, alpha):
     return _unary(xp, lambda y: y * _sigmoid(xp, alpha * y), x)
 
 
-def check_shrink(node):
+def check_shrink(node, provider):
     x = node.inputs[0]
     if x.dtype is not None and x.dtype.name in INTS:
         attrs = node.attributes
         for name in ("lambd", "bias"):
-            require(float(attrs[name]).is_integer(), "Shrink: CPU EP shrinks integers only by "
-                    "whole lambd and bias, got {}={}", name, attrs[name], code="attribute")
+            require(float(attrs[name]).is_integer(), "Shrink: {} shrinks integers only by "
+                    "whole lambd and bias, got {}={}", provider, name, attrs[name],
+                    code="attribute")
 
 
 @kernel("Shrink", 9, dtypes=NUMERIC, check=check_shrink)
@@ -554,25 +557,25 @@ def _unidirectional(x, slope):
         raise ValueError(f"slope of shape {slope.shape} does not broadcast to X {x.shape}")
 
 
-def check_prelu_legacy(node):
+def check_prelu_legacy(node, provider):
     x, slope = node.inputs[0], node.inputs[1]
     shape = None if slope.shape is None else tuple(slope.shape)
     ok = shape is not None and (all(d == 1 for d in shape) or shape == tuple(x.shape or ()))
-    require(ok, "PRelu-{}: CPU EP takes a slope of one element or of X's shape, got {} for X {}; "
-            "use PRelu 7+ (numpy broadcasting)", node.since_version, shape, x.shape,
+    require(ok, "PRelu-{}: {} takes a slope of one element or of X's shape, got {} for X {}; "
+            "use PRelu 7+ (numpy broadcasting)", node.since_version, provider, shape, x.shape,
             code="shape")
 
 
-@kernel("PRelu", 16, dtypes=PRELU_9 | BF16)
-@kernel("PRelu", 9, dtypes=PRELU_9)
-@kernel("PRelu", 7, dtypes=FLOATS)
+@kernel("PRelu", 16, dtypes=PRELU_9 | BF16, family="elementwise")
+@kernel("PRelu", 9, dtypes=PRELU_9, family="elementwise")
+@kernel("PRelu", 7, dtypes=FLOATS, family="elementwise")
 def prelu(xp, x, slope):
     _unidirectional(x, slope)
     y, s = upcast(xp, x), upcast(xp, slope)
     return xp.where(y < 0, y * s, y).astype(x.dtype, copy=False)
 
 
-@kernel("PRelu", 1, 6, dtypes=FLOATS, check=check_prelu_legacy)
+@kernel("PRelu", 1, 6, dtypes=FLOATS, check=check_prelu_legacy, family="elementwise")
 def prelu_legacy(xp, x, slope):
     return prelu(xp, x, slope.reshape(()) if slope.size == 1 else slope)
 
@@ -583,9 +586,9 @@ def _clip_bound(xp, value, dtype):
     return xp.asarray(value, dtype=dtype)
 
 
-@kernel("Clip", 13, dtypes=NUMERIC_BF16, inplace=(0,))
-@kernel("Clip", 12, dtypes=NUMERIC, inplace=(0,))
-@kernel("Clip", 11, dtypes=FLOATS, inplace=(0,))
+@kernel("Clip", 13, dtypes=NUMERIC_BF16, inplace=(0,), family="elementwise")
+@kernel("Clip", 12, dtypes=NUMERIC, inplace=(0,), family="elementwise")
+@kernel("Clip", 11, dtypes=FLOATS, inplace=(0,), family="elementwise")
 def clip(xp, x, lo=None, hi=None, *, out=None):
     """Min(hi, Max(x, lo)): all values become ``hi`` where ``lo > hi``; NaN stays NaN."""
     if out is not None and not (fits(out, x.shape, x.dtype) and all(
@@ -599,7 +602,7 @@ def clip(xp, x, lo=None, hi=None, *, out=None):
     return x
 
 
-@kernel("Clip", 1, 6, dtypes=FLOATS)
+@kernel("Clip", 1, 6, dtypes=FLOATS, family="elementwise")
 def clip_attributes(xp, x, *, min=None, max=None):  # version 6 defaults to +-FLT_MAX
     if min is not None:
         x = xp.maximum(x, _clip_bound(xp, min, x.dtype))
@@ -620,54 +623,54 @@ def _fold(fn, xs):
     return out
 
 
-@kernel("Sum", 13, dtypes=FLOATS_BF16)
-@kernel("Sum", 8, dtypes=FLOATS)
+@kernel("Sum", 13, dtypes=FLOATS_BF16, family="elementwise")
+@kernel("Sum", 8, dtypes=FLOATS, family="elementwise")
 def sum_(xp, *xs):
     if len(xs) == 1:
         return xs[0]
     return _fold(xp.add, [upcast(xp, x) for x in xs]).astype(xs[0].dtype, copy=False)
 
 
-@kernel("Max", 13, dtypes=NUMERIC_BF16)
-@kernel("Max", 12, dtypes=NUMERIC)
-@kernel("Max", 8, dtypes=FLOATS)
+@kernel("Max", 13, dtypes=NUMERIC_BF16, family="elementwise")
+@kernel("Max", 12, dtypes=NUMERIC, family="elementwise")
+@kernel("Max", 8, dtypes=FLOATS, family="elementwise")
 def max_(xp, *xs):
     return _fold(xp.maximum, xs)
 
 
-@kernel("Min", 13, dtypes=NUMERIC_BF16)
-@kernel("Min", 12, dtypes=NUMERIC)
-@kernel("Min", 8, dtypes=FLOATS)
+@kernel("Min", 13, dtypes=NUMERIC_BF16, family="elementwise")
+@kernel("Min", 12, dtypes=NUMERIC, family="elementwise")
+@kernel("Min", 8, dtypes=FLOATS, family="elementwise")
 def min_(xp, *xs):
     return _fold(xp.minimum, xs)
 
 
-@kernel("Mean", 13, dtypes=FLOATS_BF16)
-@kernel("Mean", 8, dtypes=FLOATS)
+@kernel("Mean", 13, dtypes=FLOATS_BF16, family="elementwise")
+@kernel("Mean", 8, dtypes=FLOATS, family="elementwise")
 def mean(xp, *xs):
     total = _fold(xp.add, [upcast(xp, x) for x in xs])
     return xp.divide(total, len(xs)).astype(xs[0].dtype, copy=False)
 
 
-@kernel("Sum", 1, 6, dtypes=FLOATS)
+@kernel("Sum", 1, 6, dtypes=FLOATS, family="elementwise")
 def sum_same_shape(xp, *xs):
     _same_shapes(xs)
     return sum_(xp, *xs)
 
 
-@kernel("Max", 1, 6, dtypes=FLOATS)
+@kernel("Max", 1, 6, dtypes=FLOATS, family="elementwise")
 def max_same_shape(xp, *xs):
     _same_shapes(xs)
     return max_(xp, *xs)
 
 
-@kernel("Min", 1, 6, dtypes=FLOATS)
+@kernel("Min", 1, 6, dtypes=FLOATS, family="elementwise")
 def min_same_shape(xp, *xs):
     _same_shapes(xs)
     return min_(xp, *xs)
 
 
-@kernel("Mean", 1, 6, dtypes=FLOATS)
+@kernel("Mean", 1, 6, dtypes=FLOATS, family="elementwise")
 def mean_same_shape(xp, *xs):
     _same_shapes(xs)
     return mean(xp, *xs)

@@ -1,0 +1,85 @@
+"""The provider-neutral kernel library: ONNX kernels written once against an array namespace
+``xp``, one module per op family, registered in ``REGISTRY``. Each EP binds its own namespace
+(numpy, CuPy, ...) and imports the same public names. Importing this fills ``REGISTRY``.
+"""
+
+from ep_host.kernels import (  # noqa: F401 (each module registers its kernels)
+    attention,
+    contrib,
+    control_flow,
+    conv,
+    elementwise,
+    image,
+    logical,
+    loss,
+    math,
+    ml,
+    normalization,
+    quantization,
+    random,
+    recurrent,
+    reduce,
+    sequence,
+    shape,
+    signal,
+    text,
+    training,
+)
+from ep_host.kernels.conv_geometry import (
+    AUTO_PADS,
+    check_window_attributes,
+    check_window_geometry,
+    input_rank,
+    pad_spatial,
+    strides_and_dilations,
+    tap_slices,
+    window_geometry,
+)
+from ep_host.kernels.registry import (
+    ALL,
+    ALL_WITH_STRING,
+    DEFAULT_DOMAIN,
+    FLOATS,
+    INTS,
+    NUMERIC,
+    REGISTRY,
+    SIGNED,
+    UNSIGNED,
+    KernelSpec,
+    Registry,
+    RegistryKernel,
+    check_node,
+    kernel,
+)
+from ep_host.kernels.timing import best_seconds, cached_figures
+from ep_host.kernels.work import output_elements, traffic_bytes, work
+
+__all__ = [
+    "ALL",
+    "AUTO_PADS",
+    "ALL_WITH_STRING",
+    "DEFAULT_DOMAIN",
+    "FLOATS",
+    "INTS",
+    "NUMERIC",
+    "REGISTRY",
+    "SIGNED",
+    "UNSIGNED",
+    "KernelSpec",
+    "Registry",
+    "RegistryKernel",
+    "best_seconds",
+    "cached_figures",
+    "check_node",
+    "check_window_attributes",
+    "check_window_geometry",
+    "input_rank",
+    "kernel",
+    "output_elements",
+    "pad_spatial",
+    "strides_and_dilations",
+    "tap_slices",
+    "traffic_bytes",
+    "window_geometry",
+    "work",
+]

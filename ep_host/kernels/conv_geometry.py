@@ -1,0 +1,129 @@
+"""The window geometry that convolutions and pools share: output sizes and padding per spatial
+axis, padded inputs, the strided slice each kernel tap reads, and the attribute checks built on
+them. Public so that every EP's convolution variants compute the same windows."""
+
+from __future__ import annotations
+
+from ep_host import deny, require
+
+AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
+
+
+def window_geometry(spatial, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode=0,
+                    clamp_same=True):
+    """Per spatial axis: output size, begin pad and end pad (explicit or SAME; never the ceil
+    overhang). A ceil-mode window that would start in the end padding is dropped, as the spec
+    states from version 22 on and as onnxruntime does for every version. SAME padding that
+    would be negative (stride > kernel extent) is 0 with ``clamp_same`` (Conv, as onnxruntime
+    and the reference do), else an error (the pools' readings disagree there)."""
+    n = len(spatial)
+    strides = strides or (1,) * n
+    dilations = dilations or (1,) * n
+    pads = pads or (0,) * (2 * n)
+    out, begin, end = [], [], []
+    axes = zip(spatial, kernel_shape, strides, dilations, strict=True)
+    for i, (size, k, s, d) in enumerate(axes):
+        extent = (k - 1) * d + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-size // s)
+            total = (o - 1) * s + extent - size
+            if total < 0 and not clamp_same:
+                raise ValueError(
+                    f"{auto_pad} on spatial axis {i} (size {size}, stride {s}, kernel extent "
+                    f"{extent}) needs negative padding ({total}), which is undefined for pools"
+                )
+            total = max(total, 0)
+            b = total // 2 if auto_pad == "SAME_UPPER" else (total + 1) // 2
+            e = total - b
+        elif auto_pad == "VALID":
+            o, b, e = (size - extent) // s + 1, 0, 0
+        else:
+            b, e = pads[i], pads[i + n]
+            span = size + b + e - extent
+            o = (-(-span // s) if ceil_mode else span // s) + 1
+            if ceil_mode and (o - 1) * s >= size + b:
+                o -= 1
+        if o < 1:
+            raise ValueError(
+                f"spatial axis {i}: input size {size} with pads ({b}, {e}) is smaller than the "
+                f"kernel extent {extent}"
+            )
+        out.append(o)
+        begin.append(b)
+        end.append(e)
+    return tuple(out), tuple(begin), tuple(end)
+
+
+def pad_spatial(xp, x, begin, end, value=0):
+    if not any(begin) and not any(end):
+        return x
+    lead = x.ndim - len(begin)
+    spatial = x.shape[lead:]
+    buf = xp.full(x.shape[:lead] + tuple(s + b + e for s, b, e in zip(spatial, begin, end,
+                                                                        strict=True)),
+                  value, dtype=x.dtype)
+    buf[(Ellipsis,) + tuple(slice(b, b + s) for b, s in zip(begin, spatial, strict=True))] = x
+    return buf
+
+
+def tap_slices(offsets, out, strides, dilations):
+    """The strided slice of a padded input that kernel tap ``offsets`` reads for every output."""
+    return (Ellipsis,) + tuple(
+        slice(k * d, k * d + (o - 1) * s + 1, s)
+        for k, o, s, d in zip(offsets, out, strides, dilations, strict=True)
+    )
+
+
+def strides_and_dilations(n, strides, dilations):
+    return tuple(strides or (1,) * n), tuple(dilations or (1,) * n)
+
+
+# -- checks shared by Conv and the pools ------------------------------------------------------
+
+
+def check_window_attributes(node, n_spatial, kernel_shape):
+    op, attrs = node.op_type, node.attributes
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    require(auto_pad in AUTO_PADS, "{}: auto_pad must be one of {}, got {!r}", op,
+            "/".join(AUTO_PADS), auto_pad, code="attribute")
+    for name in ("strides", "dilations"):
+        value = attrs.get(name)
+        require(value is None or n_spatial is None or len(value) == n_spatial,
+                "{}: {} needs one value per spatial axis ({}), got {}", op, name, n_spatial, value,
+                code="attribute")
+        require(value is None or all(v >= 1 for v in value),
+                "{}: {} must all be >= 1, got {}", op, name, value, code="attribute")
+    pads = attrs.get("pads")
+    if pads is not None:
+        require(n_spatial is None or len(pads) == 2 * n_spatial,
+                "{}: pads needs begin and end values for each of the {} spatial axes, got {}", op,
+                n_spatial, pads, code="attribute")
+        require(all(p >= 0 for p in pads), "{}: pads must be >= 0, got {}", op, pads,
+                code="attribute")
+    require(kernel_shape is None or all(isinstance(k, int) and k >= 1 for k in kernel_shape),
+            "{}: kernel_shape must be positive, got {}", op, kernel_shape, code="attribute")
+
+
+def check_window_geometry(node, provider, kernel_shape, clamp_same):
+    """With static spatial dims, decline the geometries the kernel would refuse at run time."""
+    x = node.inputs[0]
+    if x is None or x.shape is None or kernel_shape is None:
+        return
+    spatial = tuple(x.shape[2:])
+    if not all(isinstance(d, int) for d in (*spatial, *kernel_shape)):
+        return
+    if len(spatial) != len(kernel_shape):
+        return
+    attrs = node.attributes
+    try:
+        window_geometry(spatial, kernel_shape, attrs.get("strides"), attrs.get("dilations"),
+                        attrs.get("pads"), attrs.get("auto_pad", "NOTSET"),
+                        attrs.get("ceil_mode", 0), clamp_same)
+    except ValueError as exc:
+        deny("{}: {} cannot compute this window geometry: {}", node.op_type, provider, exc,
+             code="attribute")
+
+
+def input_rank(node):
+    x = node.inputs[0]
+    return None if x is None or x.shape is None else len(x.shape)

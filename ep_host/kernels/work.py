@@ -1,0 +1,36 @@
+"""The work a kernel does, for a provider's roofline: flops and bytes moved per node.
+
+A spec's own ``flops``/``bytes`` estimate wins; otherwise one flop per output element and the
+bytes of every input and output. The CPU and CUDA EPs price the same work at their own figures.
+"""
+
+from __future__ import annotations
+
+from ep_host import NodeView, element_count
+from ep_host.kernels.registry import KernelSpec
+
+
+def output_elements(node: NodeView) -> int:
+    """The elements of every output whose shape is known (counted by ``element_count``)."""
+    return sum(element_count(v.shape) for v in node.outputs
+               if v is not None and v.shape is not None)
+
+
+def traffic_bytes(node: NodeView) -> int:
+    """The bytes of every input and output (``ValueView.nbytes``, which counts as
+    ``structural_input_bytes`` does and is computed once per value)."""
+    total = 0
+    for v in node.inputs:
+        if v is not None:
+            total += v.nbytes
+    for v in node.outputs:
+        if v is not None:
+            total += v.nbytes
+    return total
+
+
+def work(spec: KernelSpec, node: NodeView) -> tuple[float, int]:
+    """The node's flops and bytes moved, for the roofline."""
+    flops = spec.flops(node) if spec.flops is not None else output_elements(node)
+    nbytes = spec.bytes(node) if spec.bytes is not None else traffic_bytes(node)
+    return flops, nbytes
