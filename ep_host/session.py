@@ -17,7 +17,7 @@ import numpy as np
 from ep_host import capability
 from ep_host.device_graphs import OPTION as GRAPH_OPTION
 from ep_host.device_graphs import CapturedPartition, PartitionCapture, PartitionNode, why_not
-from ep_host.discovery import Host, describe_exception
+from ep_host.discovery import Host
 from ep_host.errors import (
     HostError,
     InputError,
@@ -25,6 +25,7 @@ from ep_host.errors import (
     ModelValidationError,
     ResourceLimitError,
     RunCancelledError,
+    describe_exception,
 )
 from ep_host.graph import GraphView, Model, NodeView, ValueView, _captured, load_model
 from ep_host.kernel import Kernel
