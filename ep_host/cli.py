@@ -249,7 +249,7 @@ class _Prepared:
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     """The model (its warnings printed) and a host with the requested providers loaded."""
     from ep_host.discovery import Host
-    from ep_host.graph import load_model
+    from ep_host.loading import load_model
     from ep_host.optimize import optimize
     from ep_host.session import provider_names
 

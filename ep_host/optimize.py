@@ -35,7 +35,8 @@ import onnx
 from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
 
 from ep_host.errors import HostError
-from ep_host.graph import DEFAULT_DOMAIN, Model, _node_reads, normalize_domain
+from ep_host.graph import DEFAULT_DOMAIN, node_proto, node_reads, normalize_domain
+from ep_host.loading import Model
 
 MS_DOMAIN = "com.microsoft"
 FOLD_MAX_ELEMENTS = 1 << 24  # a constant result bigger than this (64 MB of float32) stays a node
@@ -54,7 +55,7 @@ class Rewriter:
         self.model = model
         self.values = model.graph.values
         self.nodes: list[NodeProto | None] = [
-            _copy(view._proto) for view in model.graph.nodes]
+            _copy(node_proto(view)) for view in model.graph.nodes]
         self.views = {id(n): v for n, v in zip(self.nodes, model.graph.nodes, strict=True)}
         self.position = {id(n): i for i, n in enumerate(self.nodes)}
         self.initializers: dict[str, TensorProto] = {}  # new ones, by name
@@ -76,14 +77,14 @@ class Rewriter:
         for name in n.output:
             if name:
                 self.producer[name] = n
-        for name in _node_reads(n):  # inputs and the outer names its bodies read
+        for name in node_reads(n):  # inputs and the outer names its bodies read
             self.consumers.setdefault(name, []).append(n)
 
     def _unlink(self, n: NodeProto) -> None:
         for name in n.output:
             if self.producer.get(name) is n:
                 del self.producer[name]
-        for name in set(_node_reads(n)):
+        for name in set(node_reads(n)):
             users = self.consumers.get(name)
             if users is not None:
                 users[:] = [u for u in users if u is not n]
@@ -698,9 +699,9 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int]) -> Model:
     _copy_fields(source, graph, frozenset({"node", "initializer"}))
     live = list(rw.live())
     graph.node.extend(live)
-    read = {i for n in live for i in _node_reads(n)} | {o.name for o in graph.output}
+    read = {i for n in live for i in node_reads(n)} | {o.name for o in graph.output}
     for nodes in rw.unfused.values():
-        read |= {i for n in nodes for i in _node_reads(n)}
+        read |= {i for n in nodes for i in node_reads(n)}
     was_initializer = {t.name for t in source.initializer}
     graph.initializer.extend(t for t in source.initializer if t.name in read)
     graph.initializer.extend(t for name, t in rw.initializers.items() if name in read)

@@ -27,8 +27,9 @@ from ep_host.errors import (
     RunCancelledError,
     describe_exception,
 )
-from ep_host.graph import GraphView, Model, NodeView, ValueView, _captured, load_model
+from ep_host.graph import GraphView, NodeView, ValueView, _captured
 from ep_host.kernel import Kernel
+from ep_host.loading import Model, load_model
 from ep_host.optimize import optimize
 from ep_host.placement import Placement, choose, implied_transfers
 from ep_host.provider import HOST, Device

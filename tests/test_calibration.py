@@ -12,7 +12,7 @@ from ep_host.calibration import Case, Factors, Sample, compose, fit
 from ep_host.capability import walk
 from ep_host.cli import main
 from ep_host.discovery import Host
-from ep_host.graph import load_model
+from ep_host.loading import load_model
 
 
 @pytest.fixture
