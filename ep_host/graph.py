@@ -27,6 +27,14 @@ if TYPE_CHECKING:
 
 DEFAULT_DOMAIN = "ai.onnx"
 
+CONSTANT_OP = (DEFAULT_DOMAIN, "Constant")
+"""The loader's one named op, as ``(domain, op_type)``: a ``Constant`` node's ``value`` tensor
+becomes a constant value of its graph (``ValueView.is_constant``, read lazily like an
+initializer), so providers see its data when they price and prepack its consumers. No schema
+field says "the output is this attribute" (deterministic input-less ops such as SequenceEmpty
+compute theirs), so the rule is written down here rather than derived from ``onnx.defs``.
+"""
+
 Shape = tuple[int | str | None, ...]
 
 
@@ -358,7 +366,7 @@ class GraphView:
         if rows is None:
             rows = scan_nodes(proto)
         for row in rows:
-            if row[1] == "Constant" and not row[2] and row[0].attribute:
+            if row[7] and (normalize_domain(row[2]), row[1]) == CONSTANT_OP:
                 self._add_constant_output(row[0])
         unknown = ("unknown", None, None)
         producer: dict[str, int] = {}  # the last node that writes each name
@@ -375,6 +383,7 @@ class GraphView:
         self.nodes = self._build_nodes(rows, producer)
 
     def _add_constant_output(self, n: NodeProto) -> None:
+        """A :data:`CONSTANT_OP` node's output as a constant value, when it is a tensor."""
         attr = n.attribute[0]
         if attr.type == AttributeProto.TENSOR and n.output and n.output[0]:
             t = attr.t

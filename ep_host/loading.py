@@ -16,6 +16,7 @@ from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto
 
 from ep_host.errors import ModelLoadError, ModelValidationError
 from ep_host.graph import (
+    CONSTANT_OP,
     DEFAULT_DOMAIN,
     GraphView,
     NodeRow,
@@ -304,8 +305,8 @@ def _validate_structure(
                         stack.append((a.g, depth + 1, None))
                     elif a.type == AttributeProto.GRAPHS:
                         stack.extend((sub, depth + 1, None) for sub in a.graphs)
-            elif has_attributes and op_type == "Constant":
-                for a in n.attribute:
+            elif has_attributes and (normalize_domain(domain), op_type) == CONSTANT_OP:
+                for a in n.attribute:  # their shapes become the constant values' shapes
                     if a.type == AttributeProto.TENSOR:
                         checked_element_count(a.t, label)
         seen: set[str] = set()
