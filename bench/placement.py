@@ -23,7 +23,7 @@ import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
 import ep_host
-from ep_host import capability, graph, placement
+from ep_host import capability, loading, placement
 from ep_host.discovery import Host
 
 PROVIDERS = ["cuda", "cpu"]
@@ -140,12 +140,12 @@ MODELS: dict[str, Callable[[int], bytes]] = {"add_chain": add_chain, "transforme
 
 class StageClock:
     """Splits ``load_model`` into parse, shape inference and view building by wrapping the two
-    internal steps of ``ep_host.graph`` (views = the rest of ``load_model``)."""
+    internal steps of ``ep_host.loading`` (views = the rest of ``load_model``)."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
-        self._parse = graph._parse
-        self._infer = graph.Model._infer_types
+        self._parse = loading._parse
+        self._infer = loading.Model._infer_types
 
     def _timed(self, stage: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -157,13 +157,13 @@ class StageClock:
         return wrapper
 
     def __enter__(self) -> StageClock:
-        graph._parse = self._timed("parse", self._parse)
-        graph.Model._infer_types = self._timed("shape_inference", self._infer)
+        loading._parse = self._timed("parse", self._parse)
+        loading.Model._infer_types = self._timed("shape_inference", self._infer)
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        graph._parse = self._parse
-        graph.Model._infer_types = self._infer
+        loading._parse = self._parse
+        loading.Model._infer_types = self._infer
 
 
 def time_ep_host(data: bytes) -> dict[str, float]:

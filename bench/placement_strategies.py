@@ -25,7 +25,7 @@ from typing import Any
 from ep_host import Device, KernelMatch, ProviderInfo, hookimpl
 from ep_host.capability import walk
 from ep_host.discovery import Host
-from ep_host.graph import load_model
+from ep_host.loading import load_model
 from ep_host.placement import choose
 from ep_host.testing.models import LIGHT_MODELS, light_model_path
 

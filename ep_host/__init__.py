@@ -49,7 +49,7 @@ _LAZY = {
     "NodeView": "ep_host.graph",
     "ValueView": "ep_host.graph",
     "GraphView": "ep_host.graph",
-    "load_model": "ep_host.graph",
+    "load_model": "ep_host.loading",
     # calibration factors and the cache directory, which EPs read when they price nodes
     "Factors": "ep_host.calibration",
     "cache_dir": "ep_host.calibration",

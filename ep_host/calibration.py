@@ -1,17 +1,14 @@
-"""Calibration: how a provider's estimates compare with its real kernel times on this machine.
+"""Calibration factors: how a provider's estimates compare with its real kernel times here.
 
-``ep-host calibrate`` runs small and large single-op models per op family through
-:class:`~ep_host.session.InferenceSession` with a tracer, and fits, per provider and family,
-``measured_us = overhead_us + scale * estimated_us`` (estimated = the provider's uncalibrated
-``Cost.total_us``). The fit is stored as JSON under the user cache directory
-(``EP_HOST_CACHE_DIR`` overrides it); cost models read it with :func:`family_factors`.
+Per provider and op family, ``measured_us = overhead_us + scale * estimated_us``, stored as JSON
+under the user cache directory (``EP_HOST_CACHE_DIR`` overrides it). Cost models read it with
+:func:`family_factors`; ``ep_host.calibrate`` measures and writes it (``ep-host calibrate``).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -19,7 +16,6 @@ from typing import Any
 
 SCHEMA = "ep-host/calibration/v1"
 FILE_NAME = "calibration.json"
-
 
 def cache_dir() -> Path:
     override = os.environ.get("EP_HOST_CACHE_DIR")
@@ -70,199 +66,12 @@ def reload() -> None:
     family_factors.cache_clear()
 
 
-# ---------------------------------------------------------------------------------------------
-# measuring
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Case:
-    """One single-op model: ``op`` on float32 inputs of ``shapes`` (constants ride along)."""
-
-    family: str
-    name: str
-    build: Callable[[], Any]
-
-
-def _single_op(op: str, shapes: Sequence[Sequence[int]], out_shape: Sequence[int] | None = None,
-               consts: dict[str, Any] | None = None, opset: int = 17, **attrs: Any) -> Any:
-    import numpy as np
-    from onnx import TensorProto, helper, numpy_helper
-
-    names = [f"x{i}" for i in range(len(shapes))]
-    inits = []
-    for cname, value in (consts or {}).items():
-        inits.append(numpy_helper.from_array(np.asarray(value), cname))
-        names.append(cname)
-    node = helper.make_node(op, names, ["y"], name=op.lower(), **attrs)
-    graph = helper.make_graph(
-        [node], op.lower(),
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(s))
-         for n, s in zip(names, shapes, strict=False)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)],
-        initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 10
-    return model
-
-
-def default_cases() -> list[Case]:
-    """Small and large cases per family: the small ones show per-call overhead, the large ones
-    throughput."""
-    cases = []
-
-    def add(family: str, name: str, build: Callable[[], Any]) -> None:
-        cases.append(Case(family, name, build))
-
-    for n in (64, 16_384, 1_048_576):
-        add("elementwise", f"Add[{n}]", lambda n=n: _single_op("Add", [(n,), (n,)]))
-        add("elementwise", f"Relu[{n}]", lambda n=n: _single_op("Relu", [(n,)]))
-        add("transcendental", f"Sigmoid[{n}]", lambda n=n: _single_op("Sigmoid", [(n,)]))
-        add("transcendental", f"Tanh[{n}]", lambda n=n: _single_op("Tanh", [(n,)]))
-    for m, k, n in ((8, 8, 8), (64, 256, 64), (256, 512, 256), (512, 1024, 512)):
-        add("matmul", f"MatMul[{m}x{k}x{n}]",
-            lambda m=m, k=k, n=n: _single_op("MatMul", [(m, k), (k, n)]))
-    for c, hw, k in ((3, 8, 4), (16, 28, 16), (64, 56, 64)):
-        add("conv", f"Conv[{c}->{k},{hw}x{hw},3x3]",
-            lambda c=c, hw=hw, k=k: _single_op("Conv", [(1, c, hw, hw), (k, c, 3, 3)],
-                                               pads=[1, 1, 1, 1]))
-        add("pool", f"MaxPool[{c},{hw}x{hw},2x2]",
-            lambda c=c, hw=hw: _single_op("MaxPool", [(1, c, hw, hw)], kernel_shape=[2, 2],
-                                          strides=[2, 2]))
-        add("pool", f"AveragePool[{c},{hw}x{hw},3x3]",
-            lambda c=c, hw=hw: _single_op("AveragePool", [(1, c, hw, hw)],
-                                          kernel_shape=[3, 3], strides=[1, 1]))
-    for rows, cols in ((4, 16), (128, 256), (1024, 1024)):
-        add("normalization", f"Softmax[{rows}x{cols}]",
-            lambda r=rows, c=cols: _single_op("Softmax", [(r, c)], axis=-1))
-        add("reduce", f"ReduceMean[{rows}x{cols}]",
-            lambda r=rows, c=cols: _single_op("ReduceMean", [(r, c)], axes=[-1]))
-        add("data_movement", f"Transpose[{rows}x{cols}]",
-            lambda r=rows, c=cols: _single_op("Transpose", [(r, c)], perm=[1, 0]))
-        add("data_movement", f"Concat[2x{rows}x{cols}]",
-            lambda r=rows, c=cols: _single_op("Concat", [(r, c), (r, c)], axis=0))
-    return cases
-
-
-@dataclass
-class Sample:
-    provider: str
-    family: str
-    case: str
-    estimated_us: float  # the provider's estimate when measured
-    measured_us: float  # the best kernel time over the repeats (timeit's rule: least noise)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"provider": self.provider, "family": self.family, "case": self.case,
-                "estimated_us": self.estimated_us, "measured_us": self.measured_us}
-
-
-def measure_case(case: Case, provider: str, repeats: int = 15, host: Any = None) -> Sample | str:
-    """Time ``case`` on ``provider`` alone; a string says why it could not (a decline)."""
-    import numpy as np
-
-    from ep_host.errors import HostError
-    from ep_host.session import InferenceSession
-    from ep_host.testing.models import random_inputs
-    from ep_host.tracing import Tracer
-
-    model = case.build()
-    tracer = Tracer()
-    try:
-        session = InferenceSession(model.SerializeToString(), [provider], host=host,
-                                   trace=tracer)
-    except HostError as exc:
-        return str(exc).splitlines()[-1].strip()
-    feeds = {k: v.astype(np.float32) for k, v in random_inputs(model).items()}
-    session.run(None, feeds)  # warm-up: allocations, first-call work
-    start = len(tracer.events)
-    for _ in range(repeats):
-        session.run(None, feeds)
-    spans = [e for e in tracer.events[start:] if e["cat"] == "node"]
-    if not spans:
-        return "no node ran"
-    return Sample(provider, case.family, case.name, float(spans[0]["args"]["estimated_us"]),
-                  min(e["dur"] for e in spans))
-
-
-def fit(samples: Iterable[Sample]) -> Factors:
-    """``measured = overhead + scale * estimated`` by least squares on relative error, with
-    ``overhead >= 0`` and ``scale > 0``."""
-    import numpy as np
-
-    pts = [(s.estimated_us, s.measured_us) for s in samples if s.measured_us > 0]
-    if not pts:
-        return Factors(0.0, 1.0)
-    e = np.array([p[0] for p in pts])
-    m = np.array([p[1] for p in pts])
-    if len(pts) >= 2 and np.ptp(e) > 0:
-        a, k = np.linalg.lstsq(np.stack([1 / m, e / m], axis=1), np.ones_like(m), rcond=None)[0]
-        if a >= 0 and k > 0:
-            return Factors(float(a), float(k))
-    positive = e > 0
-    if positive.any():  # a pure scale: the geometric mean of measured / estimated
-        k = float(np.exp(np.mean(np.log(m[positive] / e[positive]))))
-        return Factors(0.0, k)
-    return Factors(float(np.median(m)), 1.0)
-
-
-def compose(new: Factors, old: Factors | None) -> Factors:
-    """Factors against the uncalibrated estimate when ``new`` was fitted on ``old``'s output."""
-    if old is None:
-        return new
-    return Factors(new.overhead_us + new.scale * old.overhead_us, new.scale * old.scale)
-
-
-def calibrate(
-    providers: Sequence[str],
-    cases: Sequence[Case] | None = None,
-    *,
-    repeats: int = 15,
-    on_case: Callable[[str, str, Sample | str], None] | None = None,
-    path: Path | None = None,
-    host: Any = None,
-) -> dict[str, Any]:
-    """Measure every case on every provider, fit each family, and store the profile.
-
-    Providers that decline a case skip it; a family with no measured case keeps its old
-    factors. Returns the stored profile.
-    """
-    cases = default_cases() if cases is None else list(cases)
+def save_profile(profile: dict[str, Any], path: Path | None = None) -> None:
+    """Store ``profile`` (written whole, then renamed over the old one) and forget what
+    :func:`family_factors` had read."""
     path = path or profile_path()
-    profile = load_profile(path)
-    for provider in providers:
-        old = family_factors(provider)  # what the provider's estimates include right now
-        samples: list[Sample] = []
-        skipped: dict[str, str] = {}
-        for case in cases:
-            result = measure_case(case, provider, repeats, host)
-            if isinstance(result, Sample):
-                samples.append(result)
-            else:
-                skipped[case.name] = result
-            if on_case is not None:
-                on_case(provider, case.name, result)
-        entry = profile["providers"].setdefault(provider, {"families": {}})
-        for family in dict.fromkeys(s.family for s in samples):  # in the cases' order
-            mine = [s for s in samples if s.family == family]
-            if not mine:
-                continue
-            f = compose(fit(mine), old.get(family))
-            entry["families"][family] = {"overhead_us": f.overhead_us, "scale": f.scale,
-                                         "cases": len(mine)}
-        uncalibrated = [_uncalibrate(s, old.get(s.family)) for s in samples]
-        entry["samples"] = [s.to_dict() for s in uncalibrated]
-        entry["skipped"] = skipped
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(profile, indent=2) + "\n")
     os.replace(tmp, path)
     reload()
-    return profile
-
-
-def _uncalibrate(sample: Sample, old: Factors | None) -> Sample:
-    if old is None or old.scale <= 0:
-        return sample
-    raw = max(0.0, (sample.estimated_us - old.overhead_us) / old.scale)
-    return Sample(sample.provider, sample.family, sample.case, raw, sample.measured_us)

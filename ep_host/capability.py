@@ -15,9 +15,11 @@ from types import MappingProxyType
 from typing import Any
 
 from ep_host.cost import Cost
-from ep_host.discovery import Host, ProviderRecord, describe_exception
-from ep_host.errors import HostError, ProviderError
-from ep_host.graph import Model, NodeView, expand_function, paused_gc
+from ep_host.discovery import Host, ProviderRecord
+from ep_host.errors import HostError, ProviderError, describe_exception
+from ep_host.functions import expand_function
+from ep_host.graph import NodeView, paused_gc
+from ep_host.loading import Model
 from ep_host.match import Decline, KernelMatch, ReasonCode
 from ep_host.provider import ProviderContext
 

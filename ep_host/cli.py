@@ -249,7 +249,7 @@ class _Prepared:
 def _load(args: argparse.Namespace) -> tuple[Any, Any]:
     """The model (its warnings printed) and a host with the requested providers loaded."""
     from ep_host.discovery import Host
-    from ep_host.graph import load_model
+    from ep_host.loading import load_model
     from ep_host.optimize import optimize
     from ep_host.session import provider_names
 
@@ -626,7 +626,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from ep_host import calibration
+    from ep_host import calibrate, calibration
     from ep_host.discovery import Host
     from ep_host.errors import HostError
     from ep_host.report import Output, fmt_us, write_json
@@ -638,9 +638,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if p not in available:
             raise HostError(f"provider {p!r} is not available "
                             f"(available: {', '.join(available) or 'none'})")
-    cases = calibration.default_cases()
+    cases = calibrate.default_cases()
     with _progress(len(cases) * len(providers), "calibrating") as bar:
-        profile = calibration.calibrate(
+        profile = calibrate.calibrate(
             providers, cases, repeats=args.repeats, host=host,
             on_case=lambda p, c, r: bar.advance("skipped" if isinstance(r, str) else p))
     if args.json:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ep_host.discovery import describe_exception
+from ep_host.errors import describe_exception
 from ep_host.kernel import Kernel
 from ep_host.match import CaptureSupport
 from ep_host.provider import Device

@@ -18,7 +18,7 @@ from typing import Any
 import pluggy
 
 from ep_host import hookspecs
-from ep_host.errors import ProviderError
+from ep_host.errors import ProviderError, describe_exception
 from ep_host.provider import CONTRACT_VERSION, ProviderInfo, contract_major
 
 ENTRY_POINT_GROUP = "ep_host.providers"
@@ -40,11 +40,6 @@ def hook_timeout_from_env() -> float | None:
     except ValueError:
         value = DEFAULT_HOOK_TIMEOUT
     return value if value > 0 else None
-
-
-def describe_exception(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__
 
 
 @dataclass

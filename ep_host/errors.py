@@ -2,6 +2,7 @@
 
 Every error names what is at fault (the model file, node, input or provider) in its message and
 chains the original exception. Decisions (a provider declining a node) are values, not errors.
+``describe_exception`` is the one-line form in which every fault is reported.
 """
 
 from __future__ import annotations
@@ -41,3 +42,13 @@ class ResourceLimitError(HostError):
 
 class RunCancelledError(HostError):
     """A run was cancelled from another thread (``RunOptions.terminate``)."""
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"TypeName: first line of the message"`` (just the type name when the message is empty).
+
+    The form in which the host reports a fault it caught: a provider that failed to import or
+    raised in a hook, a kernel that failed to build or to run.
+    """
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__

@@ -1,36 +1,39 @@
-"""Model loading, and the read-only node and value views handed to providers.
+"""The read-only views handed to providers (values, nodes, graphs) and the topological order.
 
-Loading parses the protobuf without reading external weights, resolves every node's
-``since_version`` from the model's opset imports, and infers shapes (with data propagation) on
-a copy of the model that carries no weight bytes. Values read their data only when asked.
+Views hold no protobuf in their public fields: types are parsed, attributes are Python values
+with schema defaults filled in, and a constant reads its data only when asked.
 """
 
 from __future__ import annotations
 
 import gc
-import os
-import stat
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import cache
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto, TypeProto
+from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto
 
 from ep_host.dtypes import DType
 from ep_host.dtypes import dtype as to_dtype
-from ep_host.errors import ModelLoadError, ModelValidationError
+from ep_host.errors import ModelValidationError
+from ep_host.tensors import readonly, tensor_to_array
+
+if TYPE_CHECKING:
+    from ep_host.loading import Model
 
 DEFAULT_DOMAIN = "ai.onnx"
-# Initializers up to this size stay in the shape-inference copy, so data propagation can read
-# shape-like constants (a Reshape's target); bigger ones become typed graph inputs there.
-_INFERENCE_KEEP_BYTES = 1024
-MAX_PROTOBUF_BYTES = 2**31 - 1  # protobuf cannot parse a message larger than this
-MAX_GRAPH_DEPTH = 32  # control-flow bodies nested in bodies, to this depth
-_INT64_MAX = 2**63 - 1
+
+CONSTANT_OP = (DEFAULT_DOMAIN, "Constant")
+"""The loader's one named op, as ``(domain, op_type)``: a ``Constant`` node's ``value`` tensor
+becomes a constant value of its graph (``ValueView.is_constant``, read lazily like an
+initializer), so providers see its data when they price and prepack its consumers. No schema
+field says "the output is this attribute" (deterministic input-less ops such as SequenceEmpty
+compute theirs), so the rule is written down here rather than derived from ``onnx.defs``.
+"""
 
 Shape = tuple[int | str | None, ...]
 
@@ -146,7 +149,8 @@ def _dtype_of(code: int) -> DType:
 ParsedType = tuple[str, DType | None, Shape | None]
 
 
-def _parse_type(tp: TypeProto) -> ParsedType:
+def parse_type(tp: TypeProto) -> ParsedType:
+    """``(kind, dtype, shape)`` of a value's declared type, as :class:`ValueView` holds them."""
     which = tp.WhichOneof("value")
     if which == "tensor_type" or which == "sparse_tensor_type":
         tt = getattr(tp, which)
@@ -160,10 +164,10 @@ def _parse_type(tp: TypeProto) -> ParsedType:
             dims.append(d.dim_value if w == "dim_value" else d.dim_param if w else None)
         return "tensor", dt, tuple(dims)
     if which == "sequence_type":
-        _, dt, _ = _parse_type(tp.sequence_type.elem_type)
+        _, dt, _ = parse_type(tp.sequence_type.elem_type)
         return "sequence", dt, None
     if which == "optional_type":
-        kind, dt, shape = _parse_type(tp.optional_type.elem_type)
+        kind, dt, shape = parse_type(tp.optional_type.elem_type)
         return "optional", dt, shape
     if which == "map_type":
         return "map", None, None
@@ -176,7 +180,8 @@ def _parse_type(tp: TypeProto) -> ParsedType:
 
 
 @cache
-def _schema(domain: str, op_type: str, opset: int) -> onnx.defs.OpSchema | None:
+def op_schema(domain: str, op_type: str, opset: int) -> onnx.defs.OpSchema | None:
+    """The schema ``op_type`` of ``domain`` resolves to at ``opset``; ``None`` if none does."""
     try:
         return onnx.defs.get_schema(op_type, opset, "" if domain == DEFAULT_DOMAIN else domain)
     except onnx.defs.SchemaError:
@@ -185,7 +190,7 @@ def _schema(domain: str, op_type: str, opset: int) -> onnx.defs.OpSchema | None:
 
 @cache
 def _since_version(domain: str, op_type: str, opset: int) -> int | None:
-    schema = _schema(domain, op_type, opset)
+    schema = op_schema(domain, op_type, opset)
     return None if schema is None else schema.since_version
 
 
@@ -194,7 +199,7 @@ _NO_ATTRIBUTES: Mapping[str, Any] = MappingProxyType({})
 
 @cache
 def _schema_defaults(domain: str, op_type: str, since_version: int) -> Mapping[str, Any]:
-    schema = _schema(domain, op_type, since_version)
+    schema = op_schema(domain, op_type, since_version)
     if schema is None:
         return MappingProxyType({})
     out = {}
@@ -220,15 +225,15 @@ def _attribute_value(attr: AttributeProto, model: Model | None, parent: GraphVie
     if t == AttributeProto.STRINGS:
         return tuple(s.decode("utf-8", "replace") for s in attr.strings)
     if t == AttributeProto.TENSOR:
-        return _readonly(_tensor_to_array(attr.t, model))
+        return readonly(tensor_to_array(attr.t, model))
     if t == AttributeProto.TENSORS:
-        return tuple(_readonly(_tensor_to_array(x, model)) for x in attr.tensors)
+        return tuple(readonly(tensor_to_array(x, model)) for x in attr.tensors)
     if t == AttributeProto.GRAPH:
         return GraphView(attr.g, model, parent) if model is not None else attr.g
     if t == AttributeProto.GRAPHS:
         return tuple(GraphView(g, model, parent) for g in attr.graphs)
     if t == AttributeProto.TYPE_PROTO:
-        return _parse_type(attr.tp)
+        return parse_type(attr.tp)
     if t == AttributeProto.SPARSE_TENSOR:
         return attr.sparse_tensor
     return None
@@ -249,9 +254,9 @@ class NodeView:
     )
 
     def __init__(
-        self, proto: NodeProto, name: str, index: int, graph: GraphView, row: _Row | None = None
+        self, proto: NodeProto, name: str, index: int, graph: GraphView, row: NodeRow | None = None
     ):
-        # ``row``: the node's fields as _scan_nodes read them, so the protobuf is read once
+        # ``row``: the node's fields as scan_nodes read them, so the protobuf is read once
         _, op_type, domain, _, inputs, outputs, has_graphs, has_attributes = (
             row or _scan_node(proto))
         self._proto = proto
@@ -313,6 +318,12 @@ class NodeView:
         return f"NodeView({self.name!r}, {self.qualified_op}, since_version={self.since_version})"
 
 
+def node_proto(node: NodeView) -> NodeProto:
+    """The protobuf behind ``node``, for the host's own rewrites (function expansion, graph
+    optimization). Providers never need it: everything they read is on the view."""
+    return node._proto
+
+
 # ---------------------------------------------------------------------------------------------
 # Graphs
 # ---------------------------------------------------------------------------------------------
@@ -327,7 +338,7 @@ class GraphView:
         proto: GraphProto,
         model: Model,
         parent: GraphView | None = None,
-        rows: list[_Row] | None = None,
+        rows: list[NodeRow] | None = None,
         opset_imports: Mapping[str, int] | None = None,
     ):
         self.name = proto.name
@@ -351,11 +362,11 @@ class GraphView:
         graph_inputs = [(vi, vi.name) for vi in proto.input]
         for vi, name in graph_inputs:
             if name not in init_names:
-                values[name] = ValueView(name, *_parse_type(vi.type))
+                values[name] = ValueView(name, *parse_type(vi.type))
         if rows is None:
-            rows = _scan_nodes(proto)
+            rows = scan_nodes(proto)
         for row in rows:
-            if row[1] == "Constant" and not row[2] and row[0].attribute:
+            if row[7] and (normalize_domain(row[2]), row[1]) == CONSTANT_OP:
                 self._add_constant_output(row[0])
         unknown = ("unknown", None, None)
         producer: dict[str, int] = {}  # the last node that writes each name
@@ -372,6 +383,7 @@ class GraphView:
         self.nodes = self._build_nodes(rows, producer)
 
     def _add_constant_output(self, n: NodeProto) -> None:
+        """A :data:`CONSTANT_OP` node's output as a constant value, when it is a tensor."""
         attr = n.attribute[0]
         if attr.type == AttributeProto.TENSOR and n.output and n.output[0]:
             t = attr.t
@@ -388,11 +400,11 @@ class GraphView:
                 "input or initializer"
             )
         if view.dtype is None and vi.type.WhichOneof("value"):
-            kind, dt, shape = _parse_type(vi.type)
+            kind, dt, shape = parse_type(vi.type)
             view.kind, view.dtype, view.shape = kind, dt, shape
         return view
 
-    def _build_nodes(self, rows: list[_Row], producer: dict[str, int]) -> tuple[NodeView, ...]:
+    def _build_nodes(self, rows: list[NodeRow], producer: dict[str, int]) -> tuple[NodeView, ...]:
         used: set[str] = set()
         names = []
         for i, row in enumerate(rows):
@@ -412,13 +424,13 @@ class GraphView:
                      for pos, i in enumerate(order))
 
     def _topological_order(
-        self, rows: list[_Row], names: list[str], producer: dict[str, int]
+        self, rows: list[NodeRow], names: list[str], producer: dict[str, int]
     ) -> list[int] | None:
         """The execution order of ``rows``, or ``None`` when they are already in it."""
         values = self.values
         in_order = True
         for i, row in enumerate(rows):
-            for name in _node_reads(row[0]) if row[6] else row[4]:
+            for name in node_reads(row[0]) if row[6] else row[4]:
                 if not name:
                     continue
                 j = producer.get(name)
@@ -435,6 +447,10 @@ class GraphView:
         deps = [[j for name in _row_reads(row) if (j := producer.get(name)) is not None]
                 for row in rows]
         return _kahn(deps, names, self.model.label)
+
+    def outer_names(self) -> set[str]:
+        """The outer-scope names this graph reads (values of the graphs it is nested in)."""
+        return _captured(self._proto)
 
     def walk(self) -> Iterator[NodeView]:
         """Every node of this graph and of the bodies nested in it, depth first."""
@@ -465,15 +481,20 @@ class _ScopedValues(dict):
         return self[key] if key in self else default
 
 
+# ---------------------------------------------------------------------------------------------
+# Node rows, reads and the topological order
+# ---------------------------------------------------------------------------------------------
+
+
 # A node's fields, read from the protobuf once: (proto, op_type, domain as written, name,
 # inputs, outputs, whether an attribute holds a graph, whether it has attributes). Reading a
 # protobuf field costs far more than a tuple index, and building views reads most of them
 # several times.
-_Row = tuple[NodeProto, str, str, str, list[str], list[str], bool, bool]
+NodeRow = tuple[NodeProto, str, str, str, list[str], list[str], bool, bool]
 _GRAPH_ATTRIBUTES = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
 
 
-def _scan_node(n: NodeProto) -> _Row:
+def _scan_node(n: NodeProto) -> NodeRow:
     has_graphs = False
     attributes = n.attribute
     if attributes:
@@ -485,15 +506,16 @@ def _scan_node(n: NodeProto) -> _Row:
             len(attributes) > 0)
 
 
-def _scan_nodes(g: GraphProto) -> list[_Row]:
+def scan_nodes(g: GraphProto) -> list[NodeRow]:
+    """The rows of ``g``'s nodes, in the order the graph lists them."""
     return [_scan_node(n) for n in g.node]
 
 
-def _row_reads(row: _Row) -> list[str]:
-    return _node_reads(row[0]) if row[6] else [x for x in row[4] if x]
+def _row_reads(row: NodeRow) -> list[str]:
+    return node_reads(row[0]) if row[6] else [x for x in row[4] if x]
 
 
-def _node_reads(n: NodeProto) -> list[str]:
+def node_reads(n: NodeProto) -> list[str]:
     """Names a node reads: its inputs plus outer-scope names its subgraphs capture."""
     reads = [x for x in n.input if x]
     for attr in n.attribute:
@@ -506,12 +528,14 @@ def _node_reads(n: NodeProto) -> list[str]:
 
 
 def _captured(g: GraphProto) -> set[str]:
+    """The outer-scope names ``g`` reads (``GraphView.outer_names``; the session still imports
+    this name until it switches to that method)."""
     local = {vi.name for vi in g.input} | {t.name for t in g.initializer}
     for n in g.node:
         local.update(o for o in n.output if o)
     out = set()
     for n in g.node:
-        out.update(x for x in _node_reads(n) if x not in local)
+        out.update(x for x in node_reads(n) if x not in local)
     out.update(vi.name for vi in g.output if vi.name not in local)
     return out
 
@@ -540,586 +564,3 @@ def _kahn(deps: list[list[int]], names: list[str], label: str) -> list[int]:
         more = f" and {len(stuck) - 10} more" if len(stuck) > 10 else ""
         raise ModelValidationError(f"{label}: the graph has a cycle through nodes {shown}{more}")
     return order
-
-
-# ---------------------------------------------------------------------------------------------
-# Tensors and external data
-# ---------------------------------------------------------------------------------------------
-
-
-def _readonly(array: np.ndarray) -> np.ndarray:
-    array.flags.writeable = False
-    return array
-
-
-def _tensor_to_array(
-    t: TensorProto, model: Model | None, base_dir: str | None = None
-) -> np.ndarray:
-    label = model.label if model is not None else "<model>"
-    if t.data_location == TensorProto.EXTERNAL:
-        if model is None:
-            raise ModelLoadError(f"tensor {t.name!r} has external data but no model folder")
-        return model.read_external(t)
-    count = _element_count(t, label)
-    raw = t.HasField("raw_data")
-    try:
-        dt = to_dtype(t.data_type)
-        fixed = dt.bits % 8 == 0 and dt.name != "string"
-    except Exception:
-        fixed = False
-    if raw and not fixed:  # unknown, packed or string: to_array would not notice a bad length
-        _check_raw_length(t, count, label)
-    try:
-        return onnx.numpy_helper.to_array(t)
-    except Exception as exc:
-        if raw:  # a fixed-width type fails there exactly when its length is wrong: say so
-            _check_raw_length(t, count, label)
-        raise ModelLoadError(
-            f"{label}: cannot read tensor {t.name!r}: {type(exc).__name__}: {exc}") from exc
-
-
-def _check_raw_length(t: TensorProto, count: int, label: str) -> None:
-    """Refuse raw data whose length is not what ``count`` elements of the type take (reading
-    ``len(t.raw_data)`` copies the payload, so only where it is needed)."""
-    try:
-        expected = to_dtype(t.data_type).storage_bytes(count)
-    except Exception as exc:
-        raise ModelValidationError(
-            f"{label}: tensor {t.name!r} has unknown data type {t.data_type}") from exc
-    got = len(t.raw_data)
-    if got != expected:
-        raise ModelValidationError(
-            f"{label}: tensor {t.name!r} of shape {list(t.dims)} needs {expected} bytes of "
-            f"raw data, it holds {got}")
-
-
-def _element_count(t: TensorProto, label: str) -> int:
-    """The element count ``t.dims`` declares, refused when negative or past int64."""
-    n = 1
-    for d in t.dims:
-        if d < 0:
-            raise ModelValidationError(
-                f"{label}: tensor {t.name!r} has a negative dim in shape {list(t.dims)}")
-        n *= d
-    if n > _INT64_MAX:
-        raise ModelValidationError(
-            f"{label}: tensor {t.name!r} has shape {list(t.dims)}, whose element count "
-            "overflows int64")
-    return n
-
-
-# The typed field holding each data type's values, and how many entries one element takes.
-_TYPED_FIELDS = {
-    TensorProto.FLOAT: ("float_data", 1), TensorProto.DOUBLE: ("double_data", 1),
-    TensorProto.INT64: ("int64_data", 1), TensorProto.UINT64: ("uint64_data", 1),
-    TensorProto.UINT32: ("uint64_data", 1), TensorProto.INT32: ("int32_data", 1),
-    TensorProto.INT16: ("int32_data", 1), TensorProto.INT8: ("int32_data", 1),
-    TensorProto.UINT16: ("int32_data", 1), TensorProto.UINT8: ("int32_data", 1),
-    TensorProto.BOOL: ("int32_data", 1), TensorProto.FLOAT16: ("int32_data", 1),
-    TensorProto.BFLOAT16: ("int32_data", 1), TensorProto.STRING: ("string_data", 1),
-    TensorProto.COMPLEX64: ("float_data", 2), TensorProto.COMPLEX128: ("double_data", 2),
-}
-
-
-def _check_initializer(t: TensorProto, label: str) -> None:
-    """Dims and, for typed (not raw, not external) data, the value count against the shape;
-    raw data is checked when it is read (reading its length copies it)."""
-    n = _element_count(t, label)
-    if t.data_location == TensorProto.EXTERNAL or t.HasField("raw_data"):
-        return
-    typed = _TYPED_FIELDS.get(t.data_type)
-    if typed is None:
-        return
-    got = len(getattr(t, typed[0]))
-    if got != n * typed[1]:
-        raise ModelValidationError(
-            f"{label}: tensor {t.name!r} of shape {list(t.dims)} needs {n * typed[1]} values "
-            f"in {typed[0]}, it holds {got}")
-
-
-def _validate_structure(
-    main: GraphProto, label: str, opsets: Mapping[str, int], functions: Mapping[Any, Any],
-    rows: list[_Row] | None = None,
-) -> None:
-    """Faults the views would not see or would hide: bodies nested deeper than
-    MAX_GRAPH_DEPTH, ops from a domain the model does not import, a value written twice, a
-    graph output listed twice, initializers whose data does not fit their shape."""
-    stack: list[tuple[GraphProto, int, list[_Row] | None]] = [(main, 0, rows)]
-    while stack:
-        g, depth, g_rows = stack.pop()
-        if depth > MAX_GRAPH_DEPTH:
-            raise ModelValidationError(
-                f"{label}: control-flow bodies are nested deeper than {MAX_GRAPH_DEPTH} levels "
-                f"(graph {g.name!r})")
-        defined: dict[str, str] = {}
-        for vi in g.input:
-            defined[vi.name] = "a graph input"
-        for t in g.initializer:
-            _check_initializer(t, label)
-            defined[t.name] = "an initializer"
-        checked_domains: set[str] = set()
-        for i, (n, op_type, domain, name, _, outputs, has_graphs, has_attributes) in enumerate(
-                g_rows if g_rows is not None else _scan_nodes(g)):
-            if domain not in checked_domains:
-                if normalize_domain(domain) not in opsets and (
-                        normalize_domain(domain), op_type) not in functions:
-                    raise ModelValidationError(
-                        f"{label}: node {name or f'{op_type}_{i}'!r} ({op_type}) is in domain "
-                        f"{domain!r}, which the model does not import (no opset_import for it)")
-                if (normalize_domain(domain), op_type) not in functions:
-                    checked_domains.add(domain)
-            for out in outputs:
-                if out in defined:
-                    if not out:
-                        continue
-                    raise ModelValidationError(
-                        f"{label}: value {out!r} is written by node "
-                        f"{name or f'{op_type}_{i}'!r} ({op_type}) and is also {defined[out]}; "
-                        "every value has one producer")
-                defined[out] = f"written by node {name or f'{op_type}_{i}'!r}"
-            if has_graphs:
-                for a in n.attribute:
-                    if a.type == AttributeProto.GRAPH:
-                        stack.append((a.g, depth + 1, None))
-                    elif a.type == AttributeProto.GRAPHS:
-                        stack.extend((sub, depth + 1, None) for sub in a.graphs)
-            elif has_attributes and op_type == "Constant":
-                for a in n.attribute:
-                    if a.type == AttributeProto.TENSOR:
-                        _element_count(a.t, label)
-        seen: set[str] = set()
-        for vi in g.output:
-            if vi.name in seen:
-                raise ModelValidationError(
-                    f"{label}: graph {g.name!r} lists output {vi.name!r} twice")
-            seen.add(vi.name)
-
-
-def resolve_external_path(base_dir: str, location: str, label: str, tensor: str) -> str:
-    """The file an external-data ``location`` names, refused unless it lies inside ``base_dir``."""
-    if not location or os.path.isabs(location) or location.startswith(("/", "\\")):
-        raise ModelLoadError(
-            f"{label}: tensor {tensor!r} has external data at {location!r}: only paths relative "
-            "to the model's folder are allowed"
-        )
-    base = os.path.realpath(base_dir)
-    target = os.path.realpath(os.path.join(base, location))
-    if os.path.commonpath([base, target]) != base:
-        raise ModelLoadError(
-            f"{label}: tensor {tensor!r} has external data at {location!r}, which resolves "
-            f"outside the model's folder {base_dir!r}"
-        )
-    try:
-        st = os.stat(target)
-    except FileNotFoundError:
-        raise ModelLoadError(
-            f"{label}: tensor {tensor!r} has external data in {location!r}, which does not exist"
-        ) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ModelLoadError(
-            f"{label}: tensor {tensor!r} has external data in {location!r}, not a regular file"
-        )
-    return target
-
-
-# ---------------------------------------------------------------------------------------------
-# The model
-# ---------------------------------------------------------------------------------------------
-
-
-class Model:
-    """A loaded model: its opsets, main :class:`GraphView` and the inferred value types."""
-
-    def __init__(
-        self,
-        proto: ModelProto,
-        *,
-        path: str | None = None,
-        base_dir: str | None = None,
-        infer_shapes: bool = True,
-    ):
-        self.proto = proto
-        self.path = path
-        self.label = path or "<model bytes>"
-        self.base_dir = base_dir if base_dir is not None else (
-            os.path.dirname(os.path.abspath(path)) if path else None
-        )
-        self.warnings: list[str] = []
-        # set by ep_host.optimize on the model it returns: pass -> rewrites, and each fused
-        # node's original nodes (placed instead when no provider claims the fused node)
-        self.optimizations: dict[str, int] = {}
-        self.unfused: dict[str, list[NodeProto]] = {}
-        self.merged: dict[str, str | None] = {}  # a node rewritten away -> who does its work
-        self.opset_imports = {normalize_domain(o.domain): o.version for o in proto.opset_import}
-        newest = onnx.defs.onnx_opset_version()
-        opset = self.opset_imports.get(DEFAULT_DOMAIN, 0)
-        if opset > newest:
-            raise ModelValidationError(
-                f"{self.label}: the model uses ai.onnx opset {opset}, newer than {newest}, "
-                f"the newest this onnx {onnx.__version__} knows"
-            )
-        self.functions = {(normalize_domain(f.domain), f.name): f for f in proto.functions}
-        self._constants: dict[str, np.ndarray] = {}
-        rows = _scan_nodes(proto.graph)
-        _validate_structure(proto.graph, self.label, self.opset_imports, self.functions, rows)
-        with_graphs = [i for i, row in enumerate(rows) if row[6]]
-        self.value_types = (self._infer_types(with_graphs) if infer_shapes
-                            else self._declared_types(proto, with_graphs))
-        self.graph = GraphView(proto.graph, self, rows=rows)
-
-    # -- types ------------------------------------------------------------------------------
-
-    @staticmethod
-    def _declared_types(
-        proto: ModelProto, with_graphs: list[int] | None = None
-    ) -> dict[str, ParsedType]:
-        """Every typed value of the model, bodies included. ``with_graphs``: the indices of the
-        main graph's nodes that hold graphs, when known, so the others' attributes are not read."""
-        types: dict[str, ParsedType] = {}
-        cache: dict[bytes, ParsedType | None] = {}
-
-        def visit(g: GraphProto, nodes: Any = None) -> None:
-            for vi in (*g.input, *g.value_info, *g.output):
-                tp = vi.type
-                key = tp.SerializeToString()
-                parsed = cache.get(key, cache)
-                if parsed is cache:
-                    parsed = cache[key] = _parse_type(tp) if tp.WhichOneof("value") else None
-                if parsed is not None:
-                    types[vi.name] = parsed
-            for n in (g.node if nodes is None else nodes):
-                for a in n.attribute:
-                    if a.type == AttributeProto.GRAPH:
-                        visit(a.g)
-                    elif a.type == AttributeProto.GRAPHS:
-                        for sub in a.graphs:
-                            visit(sub)
-
-        main = proto.graph
-        if with_graphs is not None:
-            visit(main, [main.node[i] for i in with_graphs])
-        else:
-            visit(main)
-        return types
-
-    def add_types(self, types: Mapping[str, ParsedType]) -> None:
-        """Types of values that loading did not see (a function body's internals)."""
-        for name, parsed in types.items():
-            self.value_types.setdefault(name, parsed)
-
-    def _infer_types(self, with_graphs: list[int] | None = None) -> dict[str, ParsedType]:
-        light = self._weightless_copy()
-        try:
-            inferred = onnx.shape_inference.infer_shapes(
-                light, check_type=False, strict_mode=False, data_prop=True
-            )
-        except Exception as exc:  # onnx raises several kinds; any of them means "no inference"
-            self.warnings.append(f"shape inference failed, using declared types only: {exc}")
-            inferred = light
-        if len(inferred.graph.node) != len(self.proto.graph.node):
-            with_graphs = None
-        return self._declared_types(inferred, with_graphs)
-
-    def _weightless_copy(self) -> ModelProto:
-        """The model shape inference runs on: its nodes, types, opsets, functions and small
-        initializers. The model itself when that is all it holds that inference reads (no big or
-        external initializer, no sparse one), since inference never modifies its argument."""
-        src = self.proto
-        sg = src.graph
-        initializers = list(sg.initializer)
-        external = TensorProto.EXTERNAL
-        small = [t.data_location != external and t.ByteSize() <= _INFERENCE_KEEP_BYTES
-                 for t in initializers]
-        if all(small) and not sg.sparse_initializer:
-            return src
-        # Built in place (``ModelProto(graph=g)`` would copy the graph a second time), with
-        # bulk ``extend`` calls rather than one ``append`` per initializer.
-        m = onnx.ModelProto(ir_version=src.ir_version)
-        g = m.graph
-        g.name = sg.name
-        g.node.extend(sg.node)
-        g.output.extend(sg.output)
-        g.value_info.extend(sg.value_info)
-        g.input.extend(sg.input)
-        if all(small):
-            g.initializer.extend(initializers)
-        else:
-            inputs = {vi.name for vi in sg.input}
-            g.initializer.extend([t for t, keep in zip(initializers, small, strict=True) if keep])
-            g.input.extend([
-                onnx.helper.make_tensor_value_info(t.name, t.data_type, t.dims)
-                for t, keep in zip(initializers, small, strict=True)
-                if not keep and t.name not in inputs
-            ])
-        m.opset_import.extend(src.opset_import)
-        m.functions.extend(src.functions)
-        return m
-
-    # -- constants ----------------------------------------------------------------------------
-
-    def constant_value(self, name: str, tensor: TensorProto) -> np.ndarray:
-        key = f"{id(tensor)}:{name}"
-        array = self._constants.get(key)
-        if array is None:
-            try:
-                array = _readonly(_tensor_to_array(tensor, self))
-            except (ModelLoadError, ModelValidationError):
-                raise
-            except Exception as exc:
-                raise ModelLoadError(
-                    f"{self.label}: cannot read initializer {name!r}: {exc}"
-                ) from exc
-            self._constants[key] = array
-        return array
-
-    def read_external(self, t: TensorProto) -> np.ndarray:
-        info = {e.key: e.value for e in t.external_data}
-        if self.base_dir is None:
-            raise ModelLoadError(
-                f"{self.label}: tensor {t.name!r} has external data, but the model was given as "
-                "bytes without a base directory (pass base_dir=)"
-            )
-        path = resolve_external_path(self.base_dir, info.get("location", ""), self.label, t.name)
-        offset = int(info.get("offset", 0) or 0)
-        size = os.path.getsize(path)
-        expected = to_dtype(t.data_type).storage_bytes(int(np.prod(t.dims, dtype=np.int64)))
-        length = int(info["length"]) if info.get("length") else expected
-        if offset < 0 or length < 0 or offset + length > size:
-            raise ModelLoadError(
-                f"{self.label}: tensor {t.name!r} reads bytes {offset}..{offset + length} of "
-                f"{info.get('location')!r}, which has {size}"
-            )
-        with open(path, "rb") as f:
-            f.seek(offset)
-            raw = f.read(length)
-        copy = TensorProto()
-        copy.CopyFrom(t)
-        del copy.external_data[:]
-        copy.data_location = TensorProto.DEFAULT
-        copy.raw_data = raw
-        return onnx.numpy_helper.to_array(copy)
-
-
-# ---------------------------------------------------------------------------------------------
-# Function expansion
-# ---------------------------------------------------------------------------------------------
-
-
-def _function_proto(node: NodeView) -> onnx.FunctionProto | None:
-    """The body of ``node``'s op: a model-local function, or the schema's (context-dependent)
-    function for the model's opset; ``None`` when the op has none."""
-    local = node.graph.model.functions.get((node.domain, node.op_type))
-    if local is not None:
-        return local
-    if node.since_version is None or node.opset is None:
-        return None
-    schema = _schema(node.domain, node.op_type, node.opset)
-    if schema is None:
-        return None
-    if schema.has_function:
-        versions = [v for v in schema.function_opset_versions if v <= node.opset]
-        if versions:
-            data = schema.get_function_with_opset_version(max(versions))
-            return onnx.FunctionProto.FromString(data) if data else None
-    if schema.has_context_dependent_function:
-        versions = [v for v in schema.context_dependent_function_opset_versions
-                    if v <= node.opset]
-        if not versions or any(v is not None and v.dtype is None for v in node.inputs):
-            return None
-        types = [onnx.helper.make_tensor_type_proto(v.dtype.code, None).SerializeToString()
-                 if v is not None else onnx.TypeProto().SerializeToString()
-                 for v in node.inputs]
-        try:
-            data = schema.get_context_dependent_function_with_opset_version(
-                max(versions), node._proto.SerializeToString(), types)
-        except Exception:  # onnx refuses contexts it cannot build a body for
-            return None
-        return onnx.FunctionProto.FromString(data) if data else None
-    return None
-
-
-def _rename_fields(fields: Iterable[Any], rename: dict[str, str], prefix: str) -> None:
-    for field in fields:
-        for k, name in enumerate(field):
-            if name:
-                field[k] = rename.setdefault(name, prefix + name)
-
-
-def _rename_graph(g: GraphProto, rename: dict[str, str], prefix: str) -> None:
-    """Rename every name in a body nested in a function, consistently with the function's own
-    renaming, so the body's outer-scope reads find the expanded values."""
-    for vi in (*g.input, *g.output, *g.value_info):
-        vi.name = rename.setdefault(vi.name, prefix + vi.name)
-    for t in g.initializer:
-        t.name = rename.setdefault(t.name, prefix + t.name)
-    for n in g.node:
-        _rename_fields((n.input, n.output), rename, prefix)
-        for attr in n.attribute:
-            if attr.type == AttributeProto.GRAPH:
-                _rename_graph(attr.g, rename, prefix)
-            elif attr.type == AttributeProto.GRAPHS:
-                for sub in attr.graphs:
-                    _rename_graph(sub, rename, prefix)
-
-
-def _caller_attribute(node: NodeView, name: str, ref: str) -> AttributeProto | None:
-    for attr in node._proto.attribute:
-        if attr.name == ref:
-            copy = AttributeProto()
-            copy.CopyFrom(attr)
-            copy.name = name
-            return copy
-    value = node.attributes.get(ref)
-    if value is None:
-        return None
-    if isinstance(value, np.ndarray):
-        value = onnx.numpy_helper.from_array(value)
-    return onnx.helper.make_attribute(name, value)
-
-
-def expand_function(node: NodeView) -> GraphView | None:
-    """``node`` written out as its function body: a graph nested in the node's graph whose
-    nodes read the node's inputs and write its outputs; internal values are prefixed with the
-    node's name. ``None`` when the op has no function body."""
-    if node.graph.parent is None and node.name in node.graph.model.unfused:
-        return _unfused_body(node)
-    fn = _function_proto(node)
-    if fn is None:
-        return None
-    prefix = f"{node.name}::"
-    rename = {formal: actual for formal, actual in zip(fn.input, node._proto.input, strict=False)}
-    rename.update({f: "" for f in fn.input[len(node._proto.input):]})
-    rename.update(zip(fn.output, node._proto.output, strict=False))
-    defaults = {a.name: a for a in fn.attribute_proto}
-    nodes = []
-    for i, inner in enumerate(fn.node):
-        copy = NodeProto()
-        copy.CopyFrom(inner)
-        copy.name = f"{prefix}{inner.name or f'{inner.op_type}_{i}'}"
-        _rename_fields((copy.input, copy.output), rename, prefix)
-        kept = []
-        for attr in copy.attribute:
-            if attr.type == AttributeProto.GRAPH:
-                _rename_graph(attr.g, rename, prefix)
-            elif attr.type == AttributeProto.GRAPHS:
-                for g in attr.graphs:
-                    _rename_graph(g, rename, prefix)
-            if attr.ref_attr_name:
-                value = _caller_attribute(node, attr.name, attr.ref_attr_name)
-                if value is None and attr.ref_attr_name in defaults:
-                    value = AttributeProto()
-                    value.CopyFrom(defaults[attr.ref_attr_name])
-                    value.name = attr.name
-                if value is not None:
-                    kept.append(value)
-            else:
-                kept.append(attr)
-        del copy.attribute[:]
-        copy.attribute.extend(kept)
-        nodes.append(copy)
-    opsets = {normalize_domain(o.domain): o.version for o in fn.opset_import}
-    return _nested_body(node, nodes, f"{node.name} ({node.qualified_op} expanded)", opsets)
-
-
-def _unfused_body(node: NodeView) -> GraphView:
-    """A fused node's original nodes (``ep_host.optimize``), as a body nested in its graph."""
-    return _nested_body(node, node.graph.model.unfused[node.name], f"{node.name} (unfused)")
-
-
-def _nested_body(node: NodeView, nodes: Iterable[NodeProto], title: str,
-                 opsets: Mapping[str, int] | None = None) -> GraphView:
-    """``nodes`` in place of ``node``: a graph nested in the node's graph, its internal types
-    inferred; ``opsets`` adds to (or overrides) the graph's own imports."""
-    imports = {**node.graph.opset_imports, **(opsets or {})}
-    graph = onnx.helper.make_graph(list(nodes), title, [], [])
-    node.graph.model.add_types(_infer_body_types(node, graph, imports))
-    return GraphView(graph, node.graph.model, parent=node.graph, opset_imports=imports)
-
-
-def _infer_body_types(node: NodeView, graph: GraphProto, opsets: Mapping[str, int]
-                      ) -> dict[str, ParsedType]:
-    """Types of a body's internal values, by onnx shape inference on a model of the body."""
-    inputs = []
-    for v in node.inputs:
-        if v is not None and v.dtype is not None and v.kind == "tensor":
-            shape = None if v.shape is None else [d if d is not None else "?" for d in v.shape]
-            inputs.append(onnx.helper.make_tensor_value_info(v.name, v.dtype.code, shape))
-    probe = onnx.helper.make_graph(list(graph.node), "probe", inputs, [])
-    for v in node.inputs:
-        if v is not None and v.is_constant and v.nbytes <= _INFERENCE_KEEP_BYTES:
-            probe.initializer.append(onnx.numpy_helper.from_array(np.asarray(v.value), v.name))
-    model = onnx.helper.make_model(
-        probe, opset_imports=[onnx.helper.make_opsetid("" if d == DEFAULT_DOMAIN else d, ver)
-                              for d, ver in opsets.items()])
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception:
-        return {}
-    return {vi.name: _parse_type(vi.type) for vi in inferred.graph.value_info}
-
-
-def load_model(
-    model: str | os.PathLike[str] | bytes | ModelProto,
-    *,
-    base_dir: str | None = None,
-    infer_shapes: bool = True,
-) -> Model:
-    """Load an ONNX model from a path, bytes or a ``ModelProto``, without reading external data.
-
-    External data is read, when a value is asked for, only from inside the model's folder (or
-    ``base_dir`` for bytes and protos). Raises :class:`ModelLoadError` naming the file and fault.
-    """
-    path = None
-    if isinstance(model, ModelProto):
-        proto = model
-    elif isinstance(model, bytes | bytearray | memoryview):
-        proto = _parse(bytes(model), "<model bytes>")
-    else:
-        path = os.fspath(model)
-        try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                if size > MAX_PROTOBUF_BYTES:
-                    raise ModelLoadError(_too_big(path, size))
-                data = f.read()
-        except OSError as exc:
-            raise ModelLoadError(f"cannot read model {path!r}: {exc.strerror or exc}") from exc
-        proto = _parse(data, path)
-    label = path or "<model bytes>"
-    if not proto.HasField("graph"):
-        raise ModelLoadError(f"{label}: not an ONNX model (it has no graph)")
-    if proto.ir_version <= 0:
-        raise ModelLoadError(
-            f"{label}: not an ONNX model (ir_version is {proto.ir_version}; a ModelProto has one "
-            "from 1 on; is this another message, e.g. a bare graph or tensor?)")
-    if proto.ir_version > onnx.IR_VERSION:
-        raise ModelValidationError(
-            f"{label}: the model has IR version {proto.ir_version}, newer than "
-            f"{onnx.IR_VERSION}, the newest this onnx {onnx.__version__} supports")
-    with paused_gc():
-        try:
-            return Model(proto, path=path, base_dir=base_dir, infer_shapes=infer_shapes)
-        except (ModelLoadError, ModelValidationError):
-            raise
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError,
-                RecursionError) as exc:  # a field the views cannot read (a bad type code...)
-            raise ModelValidationError(
-                f"{label}: invalid model: {type(exc).__name__}: {exc}") from exc
-
-
-def _parse(data: bytes, label: str) -> ModelProto:
-    if not data:
-        raise ModelLoadError(f"{label}: the file is empty")
-    if len(data) > MAX_PROTOBUF_BYTES:
-        raise ModelLoadError(_too_big(label, len(data)))
-    proto = ModelProto()
-    try:
-        proto.ParseFromString(data)
-    except Exception as exc:
-        raise ModelLoadError(f"{label}: not a valid ONNX protobuf: {exc}") from exc
-    return proto
-
-
-def _too_big(label: str, size: int) -> str:
-    return (f"{label}: the model is {size} bytes, over protobuf's limit of {MAX_PROTOBUF_BYTES} "
-            "(2 GiB); store its weights as external data")

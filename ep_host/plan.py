@@ -8,7 +8,6 @@ running it; ``ep_host.runloop`` defines what running a step means.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -18,9 +17,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from ep_host.device_graphs import CapturedPartition, PartitionCapture, why_not
-from ep_host.discovery import describe_exception
-from ep_host.errors import KernelError, ModelValidationError, ResourceLimitError
-from ep_host.graph import GraphView, NodeView, ValueView, _captured
+from ep_host.cost import element_count
+from ep_host.errors import (
+    KernelError,
+    ModelValidationError,
+    ResourceLimitError,
+    describe_exception,
+)
+from ep_host.graph import GraphView, NodeView, ValueView
 from ep_host.kernel import Kernel
 from ep_host.placement import Placement, implied_transfers
 from ep_host.provider import HOST, Device
@@ -125,13 +129,8 @@ def captured_names(node: NodeView) -> set[str]:
     """Outer-scope names the bodies of ``node`` read."""
     out: set[str] = set()
     for sub in node.subgraphs.values():
-        out |= graph_captures(sub)
+        out |= sub.outer_names()
     return out
-
-
-def graph_captures(graph: GraphView) -> set[str]:
-    """Outer-scope names ``graph`` reads (a control-flow body's free values)."""
-    return _captured(graph._proto)
 
 
 def reassigned(placement: Placement, node: str, provider: str) -> Placement:
@@ -293,7 +292,7 @@ class _Builder:
         exceeds the session's ``max_tensor_bytes``."""
         if value.dtype is None or not value.is_static:
             return
-        count = math.prod(value.shape)
+        count = element_count(value.shape)
         if count > _INT64_MAX:
             raise ResourceLimitError(
                 f"{self.label}: output {value.name!r} of node {node.name!r} has shape "

@@ -10,15 +10,14 @@ recording runs its steps through it too. :class:`PlanRun` runs a whole plan.
 from __future__ import annotations
 
 import itertools
-import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
-from ep_host.discovery import describe_exception
-from ep_host.errors import KernelError, ResourceLimitError, RunCancelledError
+from ep_host.cost import element_count
+from ep_host.errors import KernelError, ResourceLimitError, RunCancelledError, describe_exception
 
 if TYPE_CHECKING:
     from ep_host.plan import Plan, Step
@@ -44,7 +43,7 @@ same size on); below it a fresh array is as cheap as the test for a donor."""
 def _worth_donating(dtype: Any, shape: tuple[Any, ...] | None) -> bool:
     if dtype is None or shape is None or any(d is None for d in shape):
         return False
-    return math.prod(shape) * np.dtype(dtype).itemsize >= DONATE_BYTES
+    return element_count(shape) * np.dtype(dtype).itemsize >= DONATE_BYTES
 
 
 class StepChecks:

@@ -17,13 +17,20 @@ import numpy as np
 from ep_host import capability
 from ep_host.device_graphs import OPTION as GRAPH_OPTION
 from ep_host.device_graphs import PartitionCapture
-from ep_host.discovery import Host, describe_exception
-from ep_host.errors import HostError, InputError, KernelError, ResourceLimitError
-from ep_host.graph import GraphView, Model, NodeView, ValueView, load_model
+from ep_host.discovery import Host
+from ep_host.errors import (
+    HostError,
+    InputError,
+    KernelError,
+    ResourceLimitError,
+    describe_exception,
+)
+from ep_host.graph import GraphView, NodeView, ValueView
 from ep_host.kernel import Kernel
+from ep_host.loading import Model, load_model
 from ep_host.optimize import optimize
 from ep_host.placement import Placement, choose
-from ep_host.plan import Plan, Step, build_plan, graph_captures
+from ep_host.plan import Plan, Step, build_plan
 from ep_host.provider import HOST, Device
 from ep_host.runloop import PlanRun, StepChecks
 from ep_host.threads import BlasThreads, default_threads
@@ -169,7 +176,7 @@ class _Runtime:
 
     def compile(self, graph: GraphView) -> CompiledGraph:
         """Place and compile a body graph; its outer-scope names become scope inputs."""
-        plan, runner = self.plan(graph, self.place(graph), outer=graph_captures(graph),
+        plan, runner = self.plan(graph, self.place(graph), outer=graph.outer_names(),
                                  body=True)
         return CompiledGraph(plan, runner)
 

@@ -7,12 +7,13 @@ import pytest
 from hostkit import make_model
 from onnx import TensorProto, helper
 
-from ep_host import calibration
-from ep_host.calibration import Case, Factors, Sample, compose, fit
+from ep_host import calibrate, calibration
+from ep_host.calibrate import Case, Sample, compose, fit
+from ep_host.calibration import Factors
 from ep_host.capability import walk
 from ep_host.cli import main
 from ep_host.discovery import Host
-from ep_host.graph import load_model
+from ep_host.loading import load_model
 
 
 @pytest.fixture
@@ -51,11 +52,11 @@ def test_a_stored_profile_scales_the_cpu_eps_estimates_per_family(cache):
 def test_calibrate_writes_the_profile_and_changes_estimates(cache):
     raw = cpu_estimates()
     cases = [Case("elementwise", f"Add[{n}]",
-                  lambda n=n: calibration._single_op("Add", [(n,), (n,)]))
+                  lambda n=n: calibrate.single_op_model("Add", [(n,), (n,)]))
              for n in (16, 65_536)]
     seen = []
-    profile = calibration.calibrate(["cpu"], cases, repeats=3,
-                                    on_case=lambda p, c, r: seen.append((p, c)))
+    profile = calibrate.calibrate(["cpu"], cases, repeats=3,
+                                  on_case=lambda p, c, r: seen.append((p, c)))
     assert seen == [("cpu", "Add[16]"), ("cpu", "Add[65536]")]
     stored = json.loads((cache / calibration.FILE_NAME).read_text())
     assert stored == profile and stored["schema"] == calibration.SCHEMA
@@ -68,14 +69,14 @@ def test_calibrate_writes_the_profile_and_changes_estimates(cache):
 
 def test_a_provider_that_declines_a_case_skips_it(cache):
     case = Case("elementwise", "Add[string]", lambda: _string_add())
-    profile = calibration.calibrate(["cpu"], [case], repeats=1)
+    profile = calibrate.calibrate(["cpu"], [case], repeats=1)
     entry = profile["providers"]["cpu"]
     assert "elementwise" not in entry["families"]
     assert "got string" in entry["skipped"]["Add[string]"]
 
 
 def _string_add():
-    model = calibration._single_op("Add", [(4,), (4,)])
+    model = calibrate.single_op_model("Add", [(4,), (4,)])
     for v in (*model.graph.input, *model.graph.output):
         v.type.tensor_type.elem_type = TensorProto.STRING
     return model

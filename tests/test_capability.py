@@ -8,7 +8,7 @@ from hostkit import InlineProvider, add_relu_model
 from ep_host import Cost, KernelMatch, hookimpl, require
 from ep_host.capability import walk
 from ep_host.errors import ProviderError
-from ep_host.graph import load_model
+from ep_host.loading import load_model
 
 
 class Raises(InlineProvider):

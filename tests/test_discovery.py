@@ -6,7 +6,7 @@ from hostkit import InlineProvider, add_relu_model, write_distribution
 from ep_host import capability, hookimpl
 from ep_host.discovery import Host
 from ep_host.errors import ProviderError
-from ep_host.graph import load_model
+from ep_host.loading import load_model
 
 GOOD = """
 from ep_host import Cost, KernelMatch, ProviderInfo, hookimpl

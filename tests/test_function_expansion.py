@@ -48,7 +48,8 @@ def test_a_model_local_function_is_expanded_placed_and_run():
 
 
 def test_a_schema_function_body_reads_the_nodes_inputs_and_writes_its_outputs():
-    from ep_host.graph import expand_function, load_model
+    from ep_host.functions import expand_function
+    from ep_host.loading import load_model
 
     model = make_model([helper.make_node("Celu", ["x"], ["y"], alpha=0.5, name="celu")],
                        [("x", TensorProto.FLOAT, [4])], [("y", TensorProto.FLOAT, [4])],

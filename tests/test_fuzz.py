@@ -203,7 +203,7 @@ def check_case(index: int, data: bytes, host) -> str | None:
     """``None`` when the case ends in a result or a HostError, else what went wrong."""
     from ep_host import capability
     from ep_host.errors import HostError
-    from ep_host.graph import load_model
+    from ep_host.loading import load_model
     from ep_host.placement import choose
     from ep_host.session import InferenceSession
 

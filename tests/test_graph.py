@@ -10,7 +10,7 @@ from hostkit import add_relu_model, make_model
 from onnx import TensorProto, helper, numpy_helper
 
 from ep_host.errors import ModelLoadError, ModelValidationError
-from ep_host.graph import load_model
+from ep_host.loading import load_model
 
 
 def test_since_version_resolves_from_the_models_opset():

@@ -9,7 +9,7 @@ from hostkit import InlineProvider, add_relu_model
 
 from ep_host import CONTRACT_VERSION, InferenceSession, Kernel, KernelMatch, ProviderInfo, hookspecs
 from ep_host.capability import walk
-from ep_host.graph import load_model
+from ep_host.loading import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 SPECS = [name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 from ep_host import Cost, Device, KernelMatch, ProviderInfo, hookimpl
 from ep_host.capability import walk
 from ep_host.discovery import Host
-from ep_host.graph import load_model
+from ep_host.loading import load_model
 from ep_host.placement import Placement, _Problem, choose, implied_transfers
 
 SIM0 = Device(name="sim:0", kind="sim", link_gbps=1.0, link_latency_us=5.0)

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ep_host import InferenceSession
 from ep_host.cli import main
 from ep_host.errors import HostError
-from ep_host.graph import load_model
+from ep_host.loading import load_model
 from ep_host.optimize import PASSES, optimize
 
 F = TensorProto.FLOAT

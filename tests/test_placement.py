@@ -8,7 +8,7 @@ from hostkit import InlineProvider, add_relu_model
 from ep_host import Device
 from ep_host.capability import walk
 from ep_host.errors import PlacementError
-from ep_host.graph import load_model
+from ep_host.loading import load_model
 from ep_host.placement import choose
 
 SIM = Device(name="sim:0", kind="sim", link_gbps=1.0, link_latency_us=5.0)

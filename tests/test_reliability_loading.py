@@ -12,10 +12,10 @@ import pytest
 from hostkit import add_relu_model, make_model
 from onnx import TensorProto, helper, numpy_helper
 
-import ep_host.graph as graph_module
+import ep_host.loading as loading_module
 from ep_host import InferenceSession
 from ep_host.errors import HostError, ModelLoadError, ModelValidationError, PlacementError
-from ep_host.graph import load_model
+from ep_host.loading import load_model
 
 
 def _bytes(model):
@@ -66,7 +66,7 @@ def test_an_ir_version_newer_than_supported_gives_both_numbers():
 
 def test_a_protobuf_over_2_gib_is_refused_before_parsing(tmp_path, monkeypatch):
     data = _bytes(add_relu_model())
-    monkeypatch.setattr(graph_module, "MAX_PROTOBUF_BYTES", len(data) - 1)
+    monkeypatch.setattr(loading_module, "MAX_PROTOBUF_BYTES", len(data) - 1)
     with pytest.raises(ModelLoadError, match="over protobuf's limit.*external data"):
         load_model(data)
     path = tmp_path / "big.onnx"
@@ -88,7 +88,7 @@ def _nested_if(depth):
 
 
 def test_nesting_deeper_than_the_limit_is_refused(monkeypatch):
-    monkeypatch.setattr(graph_module, "MAX_GRAPH_DEPTH", 4)
+    monkeypatch.setattr(loading_module, "MAX_GRAPH_DEPTH", 4)
     load_model(_nested_if(4))
     with pytest.raises(ModelValidationError, match="nested deeper than 4 levels"):
         load_model(_nested_if(6))

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from ep_host import Device
 from ep_host.capability import walk
 from ep_host.cli import main
-from ep_host.graph import load_model
+from ep_host.loading import load_model
 from ep_host.placement import choose
 from ep_host.report_html import copy_edges, write_report
 

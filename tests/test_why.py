@@ -15,7 +15,7 @@ from test_optimal_placement import CPU, SIM0, CostedProvider
 from ep_host.capability import walk
 from ep_host.discovery import Host
 from ep_host.errors import HostError
-from ep_host.graph import load_model
+from ep_host.loading import load_model
 from ep_host.placement import choose
 from ep_host.report import Output
 from ep_host.why import render_why, why, why_dict

@@ -12,7 +12,7 @@ from onnx import helper, numpy_helper
 
 from ep_host import InferenceSession
 from ep_host.discovery import Host
-from ep_host.graph import load_model
+from ep_host import load_model
 
 # A data-centre GPU's order of magnitude; the tests' verdicts do not hinge on the exact values.
 FIGURES = DeviceFigures(gemm_gflops=20_000.0, bandwidth_gbps=2_000.0, launch_us=8.0,

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 
 from ep_host import capability
 from ep_host.discovery import Host
-from ep_host.graph import load_model
+from ep_host import load_model
 
 CACHED = (provider.cuda_status, provider.provider_info, provider.default_provider)
 

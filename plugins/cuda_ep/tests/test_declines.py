@@ -8,7 +8,7 @@ from ep_host_cuda.provider import simulated
 from onnx import TensorProto, helper
 
 from ep_host import Decline, capability
-from ep_host.graph import load_model
+from ep_host import load_model
 
 
 def cuda_answer(model):

@@ -1,0 +1,231 @@
+"""Fusion passes of the graph optimizations: a group of nodes becomes one op (FusedConv, Gelu,
+LayerNormalization, Gemm) that remembers the nodes it replaced, so they can be placed instead
+when no provider claims it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+from onnx import NodeProto, helper
+
+from ep_host.graph import DEFAULT_DOMAIN
+from ep_host.rewriter import MS_DOMAIN, Rewriter, copy_node, is_op, node_attribute, other_input
+
+
+def _fuse(rw: Rewriter, nodes: Sequence[NodeProto], fused: NodeProto) -> None:
+    """``fused`` does the work of ``nodes`` (the last writes its output): it takes the last's
+    place, the others go, and the originals are kept to place instead if nobody claims it."""
+    rw.unfused[fused.name] = [copy_node(n) for n in nodes]
+    rw.replace(nodes[-1], fused)
+    for n in nodes[:-1]:
+        rw.remove(n, into=fused.name)
+
+
+Match = TypeVar("Match")
+
+
+def _matches(rw: Rewriter, op_type: str,
+             match: Callable[[Rewriter, NodeProto], Match | None]) -> Iterator[Match]:
+    """``match`` of each live node of ``op_type``, where it matches, as the walk reaches the
+    node (lazily: a node an earlier rewrite removed is not tried)."""
+    for node in rw.live():
+        if is_op(node, op_type):
+            found = match(rw, node)
+            if found is not None:
+                yield found
+
+
+def _scalar(rw: Rewriter, name: str) -> float | None:
+    value = rw.const(name)
+    if value is None or value.size != 1 or value.dtype.kind != "f":
+        return None
+    return float(value.reshape(()))
+
+
+def _close(value: float | None, target: float) -> bool:
+    return value is not None and abs(value - target) <= 1e-6 * abs(target)
+
+
+# -- Conv + Relu -----------------------------------------------------------------------------------
+
+
+def conv_activation_fusion(rw: Rewriter) -> int:
+    fused = 0
+    for conv in rw.live():
+        if not is_op(conv, "Conv") or rw.dtype(conv.output[0]) not in (np.float32, np.float64):
+            continue
+        relu = rw.only_consumer(conv.output[0])
+        if not is_op(relu, "Relu"):
+            continue
+        name = rw.fresh(f"{conv.name}::FusedConv")
+        node = helper.make_node("FusedConv", list(conv.input), [relu.output[0]], name=name,
+                                domain=MS_DOMAIN, activation="Relu")
+        node.attribute.extend(conv.attribute)
+        _fuse(rw, [conv, relu], node)
+        fused += 1
+    return fused
+
+
+# -- GELU ------------------------------------------------------------------------------------------
+
+
+SQRT2 = math.sqrt(2.0)
+
+
+def gelu_fusion(rw: Rewriter) -> int:
+    """``0.5 * x * (1 + erf(x / sqrt(2)))`` in its exported orders -> ``com.microsoft::Gelu``."""
+    fused = 0
+    for x, nodes, out in _matches(rw, "Erf", _match_gelu):
+        name = rw.fresh(f"{nodes[-1].name}::Gelu")
+        _fuse(rw, nodes, helper.make_node("Gelu", [x], [out], name=name, domain=MS_DOMAIN))
+        fused += 1
+    return fused
+
+
+def _match_gelu(rw: Rewriter, erf: NodeProto) -> tuple[str, list[NodeProto], str] | None:
+    scaled = rw.producer.get(erf.input[0])
+    if scaled is None or rw.only_consumer(scaled.output[0]) is not erf:
+        return None
+    if is_op(scaled, "Div") and _close(_scalar(rw, scaled.input[1]), SQRT2):
+        x = scaled.input[0]
+    elif is_op(scaled, "Mul"):
+        x = next((a for a in scaled.input
+                  if _close(_scalar(rw, other_input(scaled, a) or ""), 1 / SQRT2)), None)
+        if x is None:
+            return None
+    else:
+        return None
+    plus = rw.only_consumer(erf.output[0])
+    if not is_op(plus, "Add") or not _close(
+            _scalar(rw, other_input(plus, erf.output[0]) or ""), 1.0):
+        return None
+    mul = rw.only_consumer(plus.output[0])
+    if not is_op(mul, "Mul"):
+        return None
+    partner = other_input(mul, plus.output[0])
+    if partner == x:  # (x * (1 + erf)) * 0.5
+        half = rw.only_consumer(mul.output[0])
+        if not is_op(half, "Mul") or not _close(_scalar(rw, other_input(half, mul.output[0]) or ""),
+                                              0.5):
+            return None
+        return x, [scaled, erf, plus, mul, half], half.output[0]
+    half = rw.producer.get(partner or "")
+    if (is_op(half, "Mul") and rw.only_consumer(half.output[0]) is mul and x in half.input
+            and _close(_scalar(rw, other_input(half, x) or ""), 0.5)):  # (0.5 * x) * (1 + erf)
+        return x, [half, scaled, erf, plus, mul], mul.output[0]
+    return None
+
+
+# -- LayerNormalization ----------------------------------------------------------------------------
+
+
+def layer_norm_fusion(rw: Rewriter) -> int:
+    if rw.model.opset_imports.get(DEFAULT_DOMAIN, 0) < 17:
+        return 0  # ai.onnx LayerNormalization exists from opset 17
+    fused = 0
+    for x, scale, bias, epsilon, nodes, out in _matches(rw, "ReduceMean", _match_layer_norm):
+        name = rw.fresh(f"{nodes[-1].name}::LayerNormalization")
+        inputs = [x, scale] + ([bias] if bias else [])
+        _fuse(rw, nodes, helper.make_node("LayerNormalization", inputs, [out], name=name,
+                                          axis=-1, epsilon=epsilon))
+        fused += 1
+    return fused
+
+
+def _last_axis_mean(rw: Rewriter, node: NodeProto, x: str) -> bool:
+    """``node`` is ReduceMean of ``x`` over its last axis, keeping dims."""
+    if (not is_op(node, "ReduceMean") or node.input[0] != x
+            or not node_attribute(node, "keepdims", 1)):
+        return False
+    axes = node_attribute(node, "axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        value = rw.const(node.input[1])
+        axes = None if value is None else [int(a) for a in value.reshape(-1)]
+    shape = rw.shape(x)
+    if axes is None or len(axes) != 1 or shape is None:
+        return False
+    return axes[0] in (-1, len(shape) - 1)
+
+
+def _match_layer_norm(rw: Rewriter, mean: NodeProto) -> tuple[Any, ...] | None:
+    x = mean.input[0]
+    if not _last_axis_mean(rw, mean, x) or rw.dtype(x) not in (np.float32, np.float64):
+        return None
+    sub = rw.only_consumer(mean.output[0])
+    if not is_op(sub, "Sub") or list(sub.input) != [x, mean.output[0]]:
+        return None
+    users = list({id(u): u for u in rw.consumers.get(sub.output[0], [])}.values())
+    if len(users) != 2 or sub.output[0] in rw.outputs:
+        return None
+    div = next((u for u in users if is_op(u, "Div")), None)
+    square = next((u for u in users if u is not div), None)
+    if square is None or div is None or list(div.input)[0] != sub.output[0]:
+        return None
+    if is_op(square, "Pow"):
+        if not _close(_scalar(rw, square.input[1]), 2.0):
+            return None
+    elif not is_op(square, "Mul") or list(square.input) != [sub.output[0], sub.output[0]]:
+        return None
+    var = rw.only_consumer(square.output[0])
+    if var is None or not _last_axis_mean(rw, var, square.output[0]):
+        return None
+    add_eps = rw.only_consumer(var.output[0])
+    if not is_op(add_eps, "Add"):
+        return None
+    epsilon = _scalar(rw, other_input(add_eps, var.output[0]) or "")
+    sqrt = rw.only_consumer(add_eps.output[0])
+    if epsilon is None or not is_op(sqrt, "Sqrt") or rw.only_consumer(sqrt.output[0]) is not div:
+        return None
+    if list(div.input) != [sub.output[0], sqrt.output[0]]:
+        return None
+    mul = rw.only_consumer(div.output[0])
+    hidden = rw.shape(x)[-1]
+    if not is_op(mul, "Mul"):
+        return None
+    scale = other_input(mul, div.output[0])
+    gamma = rw.const(scale or "")
+    if gamma is None or gamma.shape != (hidden,) or gamma.dtype != rw.dtype(x):
+        return None
+    nodes = [mean, sub, square, var, add_eps, sqrt, div, mul]
+    bias, out = "", mul.output[0]
+    plus = rw.only_consumer(mul.output[0])
+    if is_op(plus, "Add"):
+        candidate = other_input(plus, mul.output[0])
+        beta = rw.const(candidate or "")
+        if beta is not None and beta.shape == (hidden,) and beta.dtype == gamma.dtype:
+            bias, out = candidate, plus.output[0]
+            nodes.append(plus)
+    return x, scale, bias, epsilon, nodes, out
+
+
+# -- MatMul + Add ----------------------------------------------------------------------------------
+
+
+def matmul_add_fusion(rw: Rewriter) -> int:
+    fused = 0
+    for mm in rw.live():
+        if not is_op(mm, "MatMul") or len(mm.input) != 2:
+            continue
+        a_shape = rw.shape(mm.input[0])
+        add = rw.only_consumer(mm.output[0])
+        if a_shape is None or len(a_shape) != 2 or not is_op(add, "Add"):
+            continue
+        b = rw.const(mm.input[1])
+        if b is None or b.ndim != 2:
+            continue
+        if b.dtype not in (np.float32, np.float64) or rw.dtype(mm.input[0]) != b.dtype:
+            continue
+        bias_name = other_input(add, mm.output[0])
+        bias = rw.const(bias_name or "")
+        n = b.shape[1]
+        if bias is None or bias.dtype != b.dtype or bias.shape not in ((n,), (1, n)):
+            continue
+        name = rw.fresh(f"{add.name}::Gemm")
+        _fuse(rw, [mm, add], helper.make_node("Gemm", [mm.input[0], mm.input[1], bias_name],
+                                              [add.output[0]], name=name))
+        fused += 1
+    return fused

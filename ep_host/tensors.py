@@ -1,0 +1,112 @@
+"""Reading a ``TensorProto``'s data as a read-only numpy array, and the checks that refuse a
+tensor whose data does not fit its declared shape (negative dims, int64 overflow, a wrong
+raw-data length or value count). External data is read through ``ep_host.external_data``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from ep_host.dtypes import dtype as to_dtype
+from ep_host.errors import ModelLoadError, ModelValidationError
+from ep_host.external_data import read_external_tensor
+
+if TYPE_CHECKING:
+    from ep_host.loading import Model
+
+_INT64_MAX = 2**63 - 1
+
+
+def readonly(array: np.ndarray) -> np.ndarray:
+    """``array``, marked read-only (constants are shared by every kernel that reads them)."""
+    array.flags.writeable = False
+    return array
+
+
+def tensor_to_array(t: TensorProto, model: Model | None) -> np.ndarray:
+    """The data of ``t`` as a numpy array; external data is read from ``model``'s folder.
+    Raises :class:`ModelLoadError` or :class:`ModelValidationError` naming the tensor."""
+    label = model.label if model is not None else "<model>"
+    if t.data_location == TensorProto.EXTERNAL:
+        if model is None:
+            raise ModelLoadError(f"tensor {t.name!r} has external data but no model folder")
+        return read_external_tensor(t, model.base_dir, model.label)
+    count = checked_element_count(t, label)
+    raw = t.HasField("raw_data")
+    try:
+        dt = to_dtype(t.data_type)
+        fixed = dt.bits % 8 == 0 and dt.name != "string"
+    except Exception:
+        fixed = False
+    if raw and not fixed:  # unknown, packed or string: to_array would not notice a bad length
+        _check_raw_length(t, count, label)
+    try:
+        return onnx.numpy_helper.to_array(t)
+    except Exception as exc:
+        if raw:  # a fixed-width type fails there exactly when its length is wrong: say so
+            _check_raw_length(t, count, label)
+        raise ModelLoadError(
+            f"{label}: cannot read tensor {t.name!r}: {type(exc).__name__}: {exc}") from exc
+
+
+def _check_raw_length(t: TensorProto, count: int, label: str) -> None:
+    """Refuse raw data whose length is not what ``count`` elements of the type take (reading
+    ``len(t.raw_data)`` copies the payload, so only where it is needed)."""
+    try:
+        expected = to_dtype(t.data_type).storage_bytes(count)
+    except Exception as exc:
+        raise ModelValidationError(
+            f"{label}: tensor {t.name!r} has unknown data type {t.data_type}") from exc
+    got = len(t.raw_data)
+    if got != expected:
+        raise ModelValidationError(
+            f"{label}: tensor {t.name!r} of shape {list(t.dims)} needs {expected} bytes of "
+            f"raw data, it holds {got}")
+
+
+def checked_element_count(t: TensorProto, label: str) -> int:
+    """The element count ``t.dims`` declares, refused when negative or past int64."""
+    n = 1
+    for d in t.dims:
+        if d < 0:
+            raise ModelValidationError(
+                f"{label}: tensor {t.name!r} has a negative dim in shape {list(t.dims)}")
+        n *= d
+    if n > _INT64_MAX:
+        raise ModelValidationError(
+            f"{label}: tensor {t.name!r} has shape {list(t.dims)}, whose element count "
+            "overflows int64")
+    return n
+
+
+# The typed field holding each data type's values, and how many entries one element takes.
+_TYPED_FIELDS = {
+    TensorProto.FLOAT: ("float_data", 1), TensorProto.DOUBLE: ("double_data", 1),
+    TensorProto.INT64: ("int64_data", 1), TensorProto.UINT64: ("uint64_data", 1),
+    TensorProto.UINT32: ("uint64_data", 1), TensorProto.INT32: ("int32_data", 1),
+    TensorProto.INT16: ("int32_data", 1), TensorProto.INT8: ("int32_data", 1),
+    TensorProto.UINT16: ("int32_data", 1), TensorProto.UINT8: ("int32_data", 1),
+    TensorProto.BOOL: ("int32_data", 1), TensorProto.FLOAT16: ("int32_data", 1),
+    TensorProto.BFLOAT16: ("int32_data", 1), TensorProto.STRING: ("string_data", 1),
+    TensorProto.COMPLEX64: ("float_data", 2), TensorProto.COMPLEX128: ("double_data", 2),
+}
+
+
+def check_initializer(t: TensorProto, label: str) -> None:
+    """Dims and, for typed (not raw, not external) data, the value count against the shape;
+    raw data is checked when it is read (reading its length copies it)."""
+    n = checked_element_count(t, label)
+    if t.data_location == TensorProto.EXTERNAL or t.HasField("raw_data"):
+        return
+    typed = _TYPED_FIELDS.get(t.data_type)
+    if typed is None:
+        return
+    got = len(getattr(t, typed[0]))
+    if got != n * typed[1]:
+        raise ModelValidationError(
+            f"{label}: tensor {t.name!r} of shape {list(t.dims)} needs {n * typed[1]} values "
+            f"in {typed[0]}, it holds {got}")
