@@ -9,15 +9,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ep_host import strategies
 from ep_host.capability import CapabilityTable
 from ep_host.errors import PlacementError
 from ep_host.graph import GraphView, paused_gc
-from ep_host.match import KernelMatch
 from ep_host.provider import Device
 from ep_host.transfers import Transfer, implied_transfers
 
 SCHEMA = "ep-host/placement/v1"
-STRATEGIES = ("optimal", "greedy", "priority")
 
 
 @dataclass
@@ -50,7 +49,7 @@ class Placement:
     devices: dict[str, Device]
     transfers: list[Transfer] = field(default_factory=list)
     model: str = ""
-    comparison: dict[str, float] | None = None  # strategy -> estimated total_us (optimal only)
+    comparison: dict[str, float] | None = None  # each strategy's estimated total_us
 
     @property
     def by_node(self) -> dict[str, NodePlacement]:
@@ -141,20 +140,36 @@ def choose(
     table: CapabilityTable,
     devices: Mapping[str, Device],
     *,
-    strategy: str = "optimal",
+    strategy: str = strategies.DEFAULT,
     pins: Mapping[str, str] | None = None,
     model: str = "",
     graph: GraphView | None = None,
 ) -> Placement:
-    """Place every node of ``table``; raises :class:`PlacementError` listing unplaceable nodes.
+    """Place every node of ``table`` with a registered strategy (:mod:`ep_host.strategies`);
+    raises :class:`PlacementError` for an unknown strategy, a bad pin, or unplaceable nodes
+    (listing them all).
 
-    With ``optimal``, ``Placement.comparison`` holds the estimated totals of ``optimal``,
-    ``greedy`` and ``priority`` (with the same pins)."""
-    if strategy not in STRATEGIES:
-        raise PlacementError(
-            f"unknown placement strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}"
-        )
+    With a strategy that compares (``optimal``), ``Placement.comparison`` holds the estimated
+    totals of every registered strategy (with the same pins)."""
+    chosen = strategies.get(strategy)
     pins = dict(pins or {})
+    _check_pins(table, pins, model)
+    with paused_gc():
+        claims = _claims(table, pins, model)
+        request = strategies.PlacementRequest(table, devices, pins, claims)
+        nodes = [NodePlacement(node.name, node.op_type, node.domain, provider, claim[provider],
+                               node.name in pins)
+                 for node, provider, claim in zip(table.nodes, request.placed_by(chosen.name),
+                                                  claims, strict=True)]
+        placement = Placement(chosen.name, list(table.providers), nodes, table, dict(devices),
+                              model=model,
+                              comparison=request.comparison() if chosen.compares else None)
+        placement.transfers = implied_transfers(placement)
+    return placement
+
+
+def _check_pins(table: CapabilityTable, pins: Mapping[str, str], model: str) -> None:
+    """Every pin names a node of the model and a provider in use."""
     known = {n.name for n in table.nodes} if pins else set()
     for node_name, provider in pins.items():
         if node_name not in known:
@@ -164,77 +179,34 @@ def choose(
                 f"{model}: --pin {node_name}={provider}: provider {provider!r} is not in use "
                 f"(providers: {', '.join(table.providers) or 'none'})"
             )
-    chosen: list[NodePlacement] = []
+
+
+def _claims(table: CapabilityTable, pins: Mapping[str, str],
+            model: str) -> list[dict[str, float]]:
+    """Per node, the providers allowed to run it (its pin alone, when pinned) in the user's
+    order, with their ``total_us``. A pin to a declining provider, or any node nobody claims,
+    is a :class:`PlacementError`."""
+    claims: list[dict[str, float]] = []
     unplaceable: list[str] = []
     answers = table.answers
     providers = table.providers
-    with paused_gc():
-        for node in table.nodes:
-            name = node.name
-            row = answers[name]
-            pin = pins.get(name) if pins else None
-            if pin is not None:
-                answer = row[pin]
-                if not answer.is_supported:
-                    raise PlacementError(
-                        f"{model}: node {name!r} is pinned to {pin!r}, which declines it: "
-                        f"{answer.reason}"
-                    )
-                provider, cost = pin, answer.cost.total_us
-            else:
-                provider, cost = _pick(row, providers,
-                                       "greedy" if strategy == "optimal" else strategy)
-                if provider is None:
-                    unplaceable.append(name)
-                    continue
-            chosen.append(NodePlacement(name, node.op_type, node.domain, provider, cost,
-                                        pin is not None))
-        if unplaceable:
-            raise PlacementError(unplaceable_message(table, unplaceable, model))
-        comparison = None
-        if strategy == "optimal":
-            comparison = _place_optimally(table, devices, pins, chosen)
-        placement = Placement(strategy, list(providers), chosen, table, dict(devices), model=model,
-                              comparison=comparison)
-        placement.transfers = implied_transfers(placement)
-    return placement
-
-
-def _place_optimally(table: CapabilityTable, devices: Mapping[str, Device],
-                     pins: Mapping[str, str], chosen: list[NodePlacement]) -> dict[str, float]:
-    """Rewrites ``chosen`` (the greedy placement) to the optimal one; returns the estimated
-    totals of the three strategies."""
-    from ep_host.min_cut import PlacementObjective, optimal_assignment
-
-    problem = PlacementObjective(table, devices, pins)
-    index = {p: i for i, p in enumerate(problem.providers)}
-    greedy = [index[n.provider] for n in chosen]
-    priority = [next(iter(opts)) for opts in problem.options]  # the first claimant in order
-    greedy_us = problem.total_us(greedy)
-    priority_us = problem.total_us(priority)
-    best, best_us = (greedy, greedy_us) if greedy_us <= priority_us else (priority, priority_us)
-    if len({problem.prov_loc[p] for opts in problem.options for p in opts}) >= 2:
-        best, best_us = optimal_assignment(problem, best, best_us, greedy, priority)
-    for n, p in zip(chosen, best, strict=True):
-        if index[n.provider] != p:
-            n.provider = problem.providers[p]
-            n.cost_us = table.answers[n.name][n.provider].cost.total_us
-    return {"optimal": best_us, "greedy": greedy_us, "priority": priority_us}
-
-
-def _pick(
-    row: Mapping[str, KernelMatch], providers: Sequence[str], strategy: str
-) -> tuple[str | None, float]:
-    """The chosen provider and its ``total_us`` (``None`` when no provider claims the node)."""
-    best = None
-    best_cost = 0.0
-    for p in providers:  # in the user's order, so the first of equal costs wins
-        answer = row[p]
-        if not answer.is_supported:
+    for node in table.nodes:
+        name = node.name
+        row = answers[name]
+        pin = pins.get(name) if pins else None
+        if pin is not None:
+            answer = row[pin]
+            if not answer.is_supported:
+                raise PlacementError(
+                    f"{model}: node {name!r} is pinned to {pin!r}, which declines it: "
+                    f"{answer.reason}"
+                )
+            claims.append({pin: answer.cost.total_us})
             continue
-        cost = answer.cost.total_us
-        if strategy == "priority":
-            return p, cost
-        if best is None or cost < best_cost:
-            best, best_cost = p, cost
-    return best, best_cost
+        claim = {p: a.cost.total_us for p in providers if (a := row[p]).is_supported}
+        if not claim:
+            unplaceable.append(name)
+        claims.append(claim)
+    if unplaceable:
+        raise PlacementError(unplaceable_message(table, unplaceable, model))
+    return claims
