@@ -1,5 +1,6 @@
-"""Placement strategies: estimated totals of ``optimal``, ``greedy`` and ``priority`` on a
-simulated two-device setup, and the time ``optimal`` adds to placement at 50k nodes.
+"""Placement strategies: estimated totals of every registered strategy (``optimal``, ``greedy``,
+``priority``, ...) on a simulated two-device setup, and the time ``optimal`` adds to placement
+at 50k nodes.
 
 The second device is simulated: provider ``sim`` asks the CPU provider about each node and
 claims what it claims, Conv/MatMul/Gemm at 1/8 of the CPU's estimate, every other op at the
@@ -22,7 +23,7 @@ import sys
 import time
 from typing import Any
 
-from ep_host import Device, KernelMatch, ProviderInfo, hookimpl
+from ep_host import Device, KernelMatch, ProviderInfo, hookimpl, strategies
 from ep_host.capability import walk
 from ep_host.discovery import Host
 from ep_host.loading import load_model
@@ -93,16 +94,19 @@ def compare(host: Host) -> list[dict[str, Any]]:
 
 
 def print_compare(rows: list[dict[str, Any]]) -> None:
+    """One column per registered strategy (the registry's order), then optimal's saving
+    against each of the others."""
+    names = strategies.names()
+    others = [n for n in names if n != "optimal"]
     print("Estimated totals, simulated two devices "
           "(sim: 12 GB/s + 10 us link; order sim,cpu,example)")
-    head = (f"{'model':<24} {'nodes':>6} {'on sim':>6} {'copies':>6} {'optimal us':>12} "
-            f"{'greedy us':>12} {'priority us':>12} {'vs greedy':>10} {'vs priority':>11}")
-    print(head)
+    print(f"{'model':<24} {'nodes':>6} {'on sim':>6} {'copies':>6} "
+          + " ".join(f"{n + ' us':>12}" for n in names) + " "
+          + " ".join(f"{'vs ' + n:>11}" for n in others))
     for r in rows:
         print(f"{r['model']:<24} {r['nodes']:>6} {r['on_sim']:>6} {r['copies']:>6} "
-              f"{r['optimal']:>12.1f} {r['greedy']:>12.1f} {r['priority']:>12.1f} "
-              f"{_saving(r['optimal'], r['greedy']):>10} "
-              f"{_saving(r['optimal'], r['priority']):>11}")
+              + " ".join(f"{r[n]:>12.1f}" for n in names) + " "
+              + " ".join(f"{_saving(r['optimal'], r[n]):>11}" for n in others))
 
 
 def _saving(opt: float, other: float) -> str:

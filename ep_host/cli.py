@@ -11,6 +11,8 @@ import os
 import sys
 from typing import Any
 
+from ep_host import strategies
+
 EPILOG = """\
 environment:
   EP_HOST_PROVIDERS=a,b     load only these provider entry points ("" loads none)
@@ -33,16 +35,20 @@ def _csv(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
 
 
+def _strategy_help() -> str:
+    """Every registered placement strategy with its description, and the default."""
+    listed = "; ".join(f"{s.name}: {s.description}" for s in strategies.registered())
+    return f"{listed}. Default: {strategies.DEFAULT}"
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="path to an .onnx file")
     p.add_argument("--providers", type=_csv, metavar="A,B",
                    help="providers to use, in priority order (default: every installed one)")
     p.add_argument("--exclude", type=_csv, default=[], metavar="A,B",
                    help="providers not to use")
-    p.add_argument("--strategy", default="optimal", choices=["optimal", "greedy", "priority"],
-                   help="optimal: least node cost plus device copies; greedy: each node's "
-                   "cheapest provider; priority: the first provider in --providers order that "
-                   "claims the node (onnxruntime's rule). Default: optimal")
+    p.add_argument("--strategy", default=strategies.DEFAULT, choices=strategies.names(),
+                   help=_strategy_help())
     p.add_argument("--pin", action="append", default=[], metavar="NODE=PROVIDER",
                    help="force a node onto a provider (repeatable)")
     p.add_argument("--no-optimize", action="store_true",

@@ -26,9 +26,10 @@ from ep_host.errors import (
 )
 from ep_host.graph import GraphView, NodeView, ValueView
 from ep_host.kernel import Kernel
-from ep_host.placement import Placement, implied_transfers
+from ep_host.placement import Placement
 from ep_host.provider import HOST, Device
 from ep_host.runloop import CompiledSteps, StepChecks
+from ep_host.transfers import implied_transfers
 
 if TYPE_CHECKING:
     from ep_host.tracing import Tracer

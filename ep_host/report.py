@@ -220,11 +220,12 @@ def render_placement(out: Output, placement: Placement) -> None:
         f"(nodes {fmt_us(placement.node_cost_us)}, copies {fmt_us(placement.transfer_cost_us)})"
     )
     if placement.comparison:
-        c = placement.comparison
+        chosen = placement.strategy
+        mine = placement.comparison[chosen]
         out.line("estimated totals by strategy: " + ", ".join(
-            f"{s} {fmt_us(us)}" + (f" (optimal saves {fmt_us(us - c['optimal'])})"
-                                   if s != "optimal" and us > c["optimal"] else "")
-            for s, us in c.items()))
+            f"{s} {fmt_us(us)}" + (f" ({chosen} saves {fmt_us(us - mine)})"
+                                   if s != chosen and us > mine else "")
+            for s, us in placement.comparison.items()))
 
 
 def write_json(data: Any, path: str) -> None:

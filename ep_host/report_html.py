@@ -15,7 +15,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ep_host.capability import CapabilityTable
-from ep_host.placement import Placement, copy_walk
+from ep_host.placement import Placement
+from ep_host.transfers import copy_walk
 from ep_host.report import explain_dict
 
 MAX_EDGE_TENSORS = 5
@@ -94,7 +95,7 @@ def copy_edges(placement: Placement) -> list[dict[str, Any]]:
     """Device copies between partitions, summed per (from, to) pair of boxes.
 
     Box -1 is the graph's inputs and weights on the host, box ``len(partitions)`` its outputs.
-    The copies are :func:`ep_host.placement.copy_walk`'s, each in the partition whose node
+    The copies are :func:`ep_host.transfers.copy_walk`'s, each in the partition whose node
     first needs the tensor on the destination device.
     """
     if not placement.transfers:

@@ -2,7 +2,7 @@
 node but lost it, the margin and where it comes from (its own cost, the copies it would force).
 
 The margin is found by re-pricing the placement with that one node moved to that provider,
-through :func:`ep_host.placement.implied_transfers`, the objective ``optimal`` minimises.
+through :func:`ep_host.transfers.implied_transfers`, the objective ``optimal`` minimises.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ep_host.errors import HostError
-from ep_host.placement import Placement, Transfer, implied_transfers
+from ep_host.placement import Placement
+from ep_host.transfers import Transfer, implied_transfers
 
 
 @dataclass

@@ -12,7 +12,9 @@ from ep_host import Cost, Device, KernelMatch, ProviderInfo, hookimpl
 from ep_host.capability import walk
 from ep_host.discovery import Host
 from ep_host.loading import load_model
-from ep_host.placement import Placement, _Problem, choose, implied_transfers
+from ep_host.min_cut import PlacementObjective
+from ep_host.placement import Placement, choose
+from ep_host.transfers import implied_transfers
 
 SIM0 = Device(name="sim:0", kind="sim", link_gbps=1.0, link_latency_us=5.0)
 SIM1 = Device(name="sim:1", kind="sim", link_gbps=4.0, link_latency_us=2.0)
@@ -92,7 +94,7 @@ def exact_total(table, devices, assign):
 
 
 def brute_force(table, devices):
-    problem = _Problem(table, devices, {})
+    problem = PlacementObjective(table, devices, {})
     return min(problem.total_us(a) for a in itertools.product(*problem.options)), problem
 
 
@@ -128,7 +130,7 @@ def test_three_devices_within_one_percent_of_brute_force(seed):
 @pytest.mark.parametrize("seed", range(6))
 def test_the_optimised_objective_is_what_implied_transfers_prices(seed):
     table, devs = random_case(300 + seed, (CPU, SIM0, SIM1), 8, host_inputs=True)
-    problem = _Problem(table, devs, {})
+    problem = PlacementObjective(table, devs, {})
     rng = random.Random(seed)
     for _ in range(20):
         assign = [rng.choice(list(o)) for o in problem.options]
@@ -176,7 +178,7 @@ def test_ties_prefer_the_users_order():
 
 
 def brute_force_with_pins(table, devices, pins):
-    problem = _Problem(table, devices, pins)
+    problem = PlacementObjective(table, devices, pins)
     return min(problem.total_us(a) for a in itertools.product(*problem.options)), problem
 
 

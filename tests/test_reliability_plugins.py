@@ -196,7 +196,7 @@ def test_a_fallback_to_another_device_updates_the_placements_copies(host, tensor
     """When a kernel moves to the next claimant on another device, the placement's copies are
     those of where the nodes now run, not of the plan that was chosen."""
     from ep_host import Device
-    from ep_host.placement import implied_transfers
+    from ep_host.transfers import implied_transfers
 
     class NoRelu(InlineProvider):
         @hookimpl
