@@ -131,9 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", metavar="DIR", help="save each output as DIR/NAME.npy")
     p.add_argument("--trace", metavar="FILE",
                    help="write Chrome trace events (open in Perfetto) for the run(s) to FILE")
-    p.add_argument("--cuda-graph", action="store_true",
-                   help="record each cuda partition as a CUDA graph once and replay it "
-                   "(provider option enable_cuda_graph); prints which partitions were recorded")
+    p.add_argument("--device-graphs", "--cuda-graph", dest="device_graphs", action="store_true",
+                   help="record each partition on a device that can capture (a CUDA graph on "
+                   "the CUDA EP) once and replay it; prints which partitions were recorded")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="BLAS threads during runs (0: numpy's default; default: 1 on machines "
                    "with at most 4 CPUs)")
@@ -150,7 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run the node test cases shipped in the onnx package, each "
                        "isolated in a worker process. Every case ends as pass, declined (with "
                        "the provider's reason), wrong (an output differs) or error.")
-    p.add_argument("--provider", default="cpu", help="provider to test (default: cpu)")
+    p.add_argument("--provider", help="provider to test (default: the first available "
+                   "provider on the host device, by name: the CPU EP when installed)")
     p.add_argument("--op", action="append", default=[], metavar="TYPE",
                    help="only cases of this op (repeatable)")
     p.add_argument("--case", metavar="REGEX", help="only cases whose name matches")
@@ -470,8 +471,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                                    pins=_pins(args), exclude=args.exclude, trace=tracer,
                                    optimizations=(),  # _load optimized it already
                                    intra_op_num_threads=args.threads,
-                                   provider_options={"cuda": {"enable_cuda_graph": True}}
-                                   if args.cuda_graph else None)
+                                   device_graphs=args.device_graphs)
     for graph in session.device_graphs:
         state = "recorded" if graph.captured else f"not recorded: {graph.reason}"
         print(f"ep-host: device graph on {graph.provider} ({len(graph.nodes)} nodes): {state}",
@@ -597,6 +597,22 @@ def _compare(out: Any, model: Any, feeds: dict[str, Any], names: list[str], ours
 # ---------------------------------------------------------------------------------------------
 
 
+def _conformance_provider(name: str | None) -> str:
+    """The provider ``conformance`` tests: the one named (an alias resolved), else the first
+    available provider whose device is the host, in name order."""
+    from ep_host.errors import HostError
+    from ep_host.session import discover_host, resolve_aliases
+
+    host = discover_host([name] if name else None)
+    if name:
+        return (resolve_aliases(host, [name]) or [name])[0]
+    on_host = sorted(r.name for r in host.records.values()
+                     if r.available and r.info.device.is_host)
+    if not on_host:
+        raise HostError("no available provider runs on the host; name one with --provider")
+    return on_host[0]
+
+
 def cmd_conformance(args: argparse.Namespace) -> int:
     from ep_host import conformance
     from ep_host.errors import HostError
@@ -606,6 +622,7 @@ def cmd_conformance(args: argparse.Namespace) -> int:
         names = conformance.select_cases(args.op, args.case)
     if not names:
         raise HostError("no conformance case matches --op/--case")
+    args.provider = _conformance_provider(args.provider)
     providers = [args.provider]
     progress = _progress(len(names), f"{args.provider}: {len(names)} cases")
     with progress as bar:

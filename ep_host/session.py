@@ -223,7 +223,8 @@ class InferenceSession:
     ``providers``: provider names in priority order (``"cpu"``; onnxruntime's
     ``"CPUExecutionProvider"`` is accepted too); default: every installed provider.
     ``provider_options``: a dict per provider name, or a list parallel to ``providers``.
-    ``strategy``: ``"optimal"`` (default), ``"greedy"`` or ``"priority"``.
+    ``strategy``: a name from ``ep_host.strategies`` (``ep-host place --help`` lists them;
+    default ``"optimal"``); an unknown name is a ``PlacementError``.
     ``pins``: node name -> provider.
     ``exclude``: providers not to use. ``host``: a :class:`Host` with providers already loaded.
     ``intra_op_num_threads``: BLAS threads during runs (0: leave numpy's BLAS as it is; default:

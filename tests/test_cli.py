@@ -120,3 +120,19 @@ def test_a_missing_model_is_a_one_line_error(args):
     result = ep_host(*args)
     assert result.returncode == 1
     assert "missing.onnx" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_conformance_defaults_to_the_host_provider_and_takes_an_alias():
+    """With no --provider, conformance tests the first available provider on the host (the CPU
+    EP here); an onnxruntime name resolves through the provider's own aliases."""
+    for extra in ((), ("--provider", "CPUExecutionProvider")):
+        result = ep_host("conformance", "--op", "Abs", "--quiet", "--jobs", "1", *extra)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "cases on cpu: " in result.stdout and " 0 wrong" in result.stdout
+
+
+def test_run_with_device_graphs_on_the_host_records_nothing_and_still_runs():
+    for flag in ("--device-graphs", "--cuda-graph"):
+        result = ep_host("run", CNN, "--random-inputs", "--providers", "cpu", flag)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "device graph" not in result.stderr
