@@ -14,8 +14,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MAP = ROOT / "docs" / "architecture.md"
 LIBRARY = "ep_host.kernels"
-ROW = re.compile(r"^\|\s*`(?P<path>[\w/.]+\.py)`\s*\|\s*(?P<layer>[\w ]+?)\s*\|\s*(?P<concept>.+?)\s*\|$")
-SOURCES = ("ep_host", "plugins/cpu_ep/ep_host_cpu", "plugins/cuda_ep/ep_host_cuda")
+ROW = re.compile(r"^\|\s*`(?P<path>[\w/.]+\.py)`\s*\|\s*(?P<layer>[\w ]+?)\s*\|"
+                 r"\s*(?P<concept>.+?)\s*\|$")
+DISTRIBUTIONS = ("ep_host", "plugins/cpu_ep/ep_host_cpu", "plugins/cuda_ep/ep_host_cuda")
+SOURCES = (*DISTRIBUTIONS, "examples/third_party_ep/ep_host_example")
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,7 @@ def module_name(path: Path) -> str:
     """``ep_host/plan.py`` -> ``ep_host.plan``; a package's ``__init__.py`` is the package."""
     rel = path.relative_to(ROOT)
     parts = list(rel.with_suffix("").parts)
-    if parts[0] == "plugins":
+    if parts[0] in ("plugins", "examples"):
         parts = parts[2:]
     if parts[-1] == "__init__":
         parts = parts[:-1]
@@ -163,7 +165,7 @@ def test_no_host_module_is_over_about_700_lines():
     assert long == {}
 
 
-@pytest.mark.parametrize("package", SOURCES)
+@pytest.mark.parametrize("package", DISTRIBUTIONS)
 def test_every_distribution_ships_type_information(package):
     assert (ROOT / package / "py.typed").is_file()
     pyproject = ROOT / Path(package).parent / "pyproject.toml"
