@@ -10,7 +10,7 @@ import pytest
 from hostkit import InlineProvider, add_relu_model, make_model
 from onnx import TensorProto, helper, numpy_helper
 
-from ep_host import FunctionKernel, InferenceSession, hookimpl
+from ep_host import HOST, FunctionKernel, InferenceSession, hookimpl
 from ep_host.discovery import Host
 from ep_host.errors import KernelError, ProviderError
 
@@ -219,3 +219,30 @@ def test_a_fallback_to_another_device_updates_the_placements_copies(host, tensor
     assert session.placement.transfers == implied_transfers(session.placement)
     out = session.run(None, _x(tensors))[0]
     np.testing.assert_allclose(out, np.maximum(tensors.x + tensors.y, 0))
+
+
+def test_a_fallback_makes_a_new_placement_and_leaves_the_chosen_one_as_it_was(host):
+    """Building kernels never edits the placement it was given: a node that moves to the next
+    claimant is in the plan's own placement value."""
+    from ep_host.capability import walk
+    from ep_host.loading import load_model
+    from ep_host.placement import choose
+    from ep_host.session import _Runtime
+
+    class CannotCreate(InlineProvider):
+        @hookimpl
+        def ep_host_create_kernel(self, node, context):
+            raise RuntimeError("out of device memory")
+
+    host.register(CannotCreate("fast", cost_us=0.1), "fast")
+    host.register(InlineProvider("cpu", cost_us=5.0), "cpu")
+    model = load_model(add_relu_model())
+    runtime = _Runtime(model, host, ["fast", "cpu"], {}, "greedy")
+    chosen = choose(walk(host, model, ["fast", "cpu"]), {"fast": HOST, "cpu": HOST},
+                    strategy="greedy")
+    before = [(n.name, n.provider, n.cost_us) for n in chosen.nodes]
+    plan, _ = runtime.plan(model.graph, chosen)
+    assert [(n.name, n.provider, n.cost_us) for n in chosen.nodes] == before
+    assert {n.provider for n in chosen.nodes} == {"fast"}
+    assert {n.provider for n in plan.placement.nodes} == {"cpu"}
+    assert plan.placement is not chosen
