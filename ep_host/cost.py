@@ -62,6 +62,13 @@ class Cost:
     def with_transfer_us(self, transfer_us: float) -> Cost:
         return replace(self, transfer_us=transfer_us)
 
+    def scaled(self, scale: float, overhead_us: float = 0.0) -> Cost:
+        """This cost as calibration corrects it: compute, memory and launch times times
+        ``scale``, plus ``overhead_us`` of launch; every other field as it is."""
+        return replace(self, compute_us=self.compute_us * scale,
+                       memory_us=self.memory_us * scale,
+                       launch_us=self.launch_us * scale + overhead_us)
+
     def __add__(self, other: Cost) -> Cost:
         if not isinstance(other, Cost):
             return NotImplemented

@@ -76,3 +76,19 @@ def test_symbolic_dims_count_as_one_and_unknowns_as_zero():
 def test_shapes_and_dtypes_must_pair():
     with pytest.raises(ValueError):
         structural_input_bytes([(1,)], [])
+
+
+def test_scaling_for_calibration_keeps_every_field_it_does_not_correct():
+    """Calibration scales compute, memory and launch and adds an overhead; a field it does not
+    know (transfer time, bytes, flops, or one added later) passes through unchanged."""
+    import dataclasses
+
+    cost = Cost(compute_us=10.0, memory_us=4.0, transfer_us=3.0, launch_us=2.0,
+                bytes_moved=640, flops=1e6)
+    scaled = cost.scaled(1.5, overhead_us=0.5)
+    assert (scaled.compute_us, scaled.memory_us, scaled.launch_us) == (15.0, 6.0, 3.5)
+    untouched = {f.name for f in dataclasses.fields(Cost)} - {"compute_us", "memory_us",
+                                                                "launch_us"}
+    assert untouched == {"transfer_us", "bytes_moved", "flops"}
+    for name in untouched:
+        assert getattr(scaled, name) == getattr(cost, name)

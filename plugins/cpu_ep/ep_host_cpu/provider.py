@@ -38,10 +38,7 @@ def calibrated(cost: Cost, factors: Factors | None) -> Cost:
     """``overhead + scale * total``: compute, memory and launch scale, the overhead adds."""
     if factors is None:
         return cost
-    return Cost(compute_us=cost.compute_us * factors.scale,
-                memory_us=cost.memory_us * factors.scale,
-                launch_us=cost.launch_us * factors.scale + factors.overhead_us,
-                bytes_moved=cost.bytes_moved, flops=cost.flops)
+    return cost.scaled(factors.scale, factors.overhead_us)
 
 
 def node_factors(spec: KernelSpec, calibration: dict[str, Factors] | None) -> Factors | None:
