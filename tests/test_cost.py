@@ -89,6 +89,6 @@ def test_scaling_for_calibration_keeps_every_field_it_does_not_correct():
     assert (scaled.compute_us, scaled.memory_us, scaled.launch_us) == (15.0, 6.0, 3.5)
     untouched = {f.name for f in dataclasses.fields(Cost)} - {"compute_us", "memory_us",
                                                                 "launch_us"}
-    assert untouched == {"transfer_us", "bytes_moved", "flops"}
+    assert "transfer_us" in untouched
     for name in untouched:
         assert getattr(scaled, name) == getattr(cost, name)
