@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 from ep_host.dtypes import DType
 from ep_host.dtypes import dtype as to_dtype
@@ -70,16 +70,10 @@ class Cost:
                        launch_us=self.launch_us * scale + overhead_us)
 
     def __add__(self, other: Cost) -> Cost:
+        """Field by field (two kernels in sequence)."""
         if not isinstance(other, Cost):
             return NotImplemented
-        return Cost(
-            self.compute_us + other.compute_us,
-            self.memory_us + other.memory_us,
-            self.transfer_us + other.transfer_us,
-            self.launch_us + other.launch_us,
-            self.bytes_moved + other.bytes_moved,
-            self.flops + other.flops,
-        )
+        return Cost(**{name: getattr(self, name) + getattr(other, name) for name in _FIELDS})
 
     @classmethod
     def roofline(
@@ -102,18 +96,11 @@ class Cost:
         )
 
     def to_dict(self) -> dict[str, float]:
-        return {
-            "compute_us": self.compute_us,
-            "memory_us": self.memory_us,
-            "transfer_us": self.transfer_us,
-            "launch_us": self.launch_us,
-            "bytes_moved": self.bytes_moved,
-            "flops": self.flops,
-            "total_us": self.total_us,
-        }
+        return {**{name: getattr(self, name) for name in _FIELDS}, "total_us": self.total_us}
 
 
 Cost.ZERO = Cost()  # type: ignore[attr-defined]
+_FIELDS = tuple(f.name for f in fields(Cost))
 
 
 def element_count(shape: Iterable[int | str | None] | None) -> int:
