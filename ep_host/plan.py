@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from ep_host.device_graphs import CapturedPartition, PartitionCapture, why_not
 from ep_host.cost import element_count
+from ep_host.device_graphs import CapturedPartition, PartitionCapture, why_not
 from ep_host.errors import (
     KernelError,
     ModelValidationError,

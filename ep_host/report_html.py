@@ -16,8 +16,8 @@ from typing import Any
 
 from ep_host.capability import CapabilityTable
 from ep_host.placement import Placement
-from ep_host.transfers import copy_walk
 from ep_host.report import explain_dict
+from ep_host.transfers import copy_walk
 
 MAX_EDGE_TENSORS = 5
 

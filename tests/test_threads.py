@@ -99,8 +99,8 @@ def test_concurrent_first_runs_build_lazy_kernel_state_safely():
             i = (k + j) % len(inputs)
             out = session.run(None, {name: inputs[i]})[0]
             # A run on another thread may differ from the main thread's in the last bits (seen:
-            # 4e-7 with numpy 2.4.6 and its OpenBLAS 0.3.31, bit-equal between worker threads); state
-            # built by two threads at once would be wrong by far more.
+            # 4e-7 with numpy 2.4.6 and its OpenBLAS 0.3.31, bit-equal between worker threads);
+            # state built by two threads at once would be wrong by far more.
             if not np.allclose(out, expected[i], rtol=1e-5, atol=1e-5):
                 failures.append((k, i))
 
