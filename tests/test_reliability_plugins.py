@@ -73,12 +73,15 @@ def test_the_hook_time_limit_comes_from_the_environment(monkeypatch):
     assert Host().hook_timeout == 10.0
 
 
-def test_a_raising_create_kernel_falls_back_to_the_next_claimant(host, tensors):
-    class CannotCreate(InlineProvider):
-        @hookimpl
-        def ep_host_create_kernel(self, node, context):
-            raise RuntimeError("out of device memory")
+class CannotCreate(InlineProvider):
+    """Claims like InlineProvider, but every kernel it makes fails."""
 
+    @hookimpl
+    def ep_host_create_kernel(self, node, context):
+        raise RuntimeError("out of device memory")
+
+
+def test_a_raising_create_kernel_falls_back_to_the_next_claimant(host, tensors):
     host.register(CannotCreate("fast", cost_us=0.1), "fast")
     host.register(InlineProvider("cpu", cost_us=5.0), "cpu")
     session = InferenceSession(add_relu_model(), providers=["fast", "cpu"], host=host,
@@ -228,11 +231,6 @@ def test_a_fallback_makes_a_new_placement_and_leaves_the_chosen_one_as_it_was(ho
     from ep_host.loading import load_model
     from ep_host.placement import choose
     from ep_host.session import _Runtime
-
-    class CannotCreate(InlineProvider):
-        @hookimpl
-        def ep_host_create_kernel(self, node, context):
-            raise RuntimeError("out of device memory")
 
     host.register(CannotCreate("fast", cost_us=0.1), "fast")
     host.register(InlineProvider("cpu", cost_us=5.0), "cpu")
