@@ -26,6 +26,9 @@ INTS = SIGNED | UNSIGNED
 NUMERIC = FLOATS | INTS
 ALL = NUMERIC | {"bool"}
 ALL_WITH_STRING = ALL | {"string"}
+BF16 = frozenset({"bfloat16"})
+FLOATS_BF16 = FLOATS | BF16
+NUMERIC_BF16 = NUMERIC | BF16
 
 
 @dataclass(frozen=True)

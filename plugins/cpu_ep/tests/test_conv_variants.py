@@ -83,7 +83,7 @@ def run_conv(x, w, b, group, strides, dilations, pads, prepared):
           "pads": pads}
     if prepared:
         constants = {1: w} if b is None else {1: w, 2: b}
-        kw.update(conv_kernels._prepare_conv(numpy_xp, constants, **kw))
+        kw.update(conv_kernels.prepare_conv(numpy_xp, constants, **kw))
     span = Tracer()
     with span.span("Conv") as s:
         y = conv_kernels.conv(numpy_xp, x, w, b, **kw)

@@ -7,7 +7,7 @@ import itertools
 
 import numpy as np
 import pytest
-from ep_host.kernels import conv as conv_kernels
+from ep_host.kernels import pool as pool_kernels
 from ep_host_cpu.xp import numpy_xp
 
 
@@ -57,7 +57,7 @@ GEOMETRIES = [
 def test_max_pool_equals_its_windows(rng, shape, kernel, strides, dilations, pads, ceil):
     x = rng.standard_normal(shape, dtype=np.float32)
     before = x.copy()
-    y = conv_kernels.max_pool(numpy_xp, x, auto_pad="NOTSET", kernel_shape=kernel,
+    y = pool_kernels.max_pool(numpy_xp, x, auto_pad="NOTSET", kernel_shape=kernel,
                               strides=strides, dilations=dilations, pads=pads, ceil_mode=ceil)
     want = window_pool(x, kernel, strides, dilations, pads, ceil, "max")
     assert y.dtype == np.float32 and y.shape == want.shape
@@ -72,7 +72,7 @@ def test_max_pool_equals_its_windows(rng, shape, kernel, strides, dilations, pad
 def test_average_pool_equals_its_windows(rng, shape, kernel, strides, dilations, pads, ceil,
                                          include_pad):
     x = rng.standard_normal(shape, dtype=np.float32)
-    y = conv_kernels.average_pool(numpy_xp, x, auto_pad="NOTSET", kernel_shape=kernel,
+    y = pool_kernels.average_pool(numpy_xp, x, auto_pad="NOTSET", kernel_shape=kernel,
                                   strides=strides, dilations=dilations, pads=pads,
                                   ceil_mode=ceil, count_include_pad=include_pad)
     want = window_pool(x, kernel, strides, dilations, pads, ceil, "avg", bool(include_pad))
@@ -82,10 +82,10 @@ def test_average_pool_equals_its_windows(rng, shape, kernel, strides, dilations,
 
 def test_max_pool_of_int8_and_a_1x1_window_copies(rng):
     x = rng.integers(-128, 127, (1, 2, 5, 5)).astype(np.int8)
-    y = conv_kernels.max_pool(numpy_xp, x, auto_pad="NOTSET", kernel_shape=(1, 1))
+    y = pool_kernels.max_pool(numpy_xp, x, auto_pad="NOTSET", kernel_shape=(1, 1))
     np.testing.assert_array_equal(y, x)
     assert y.dtype == np.int8 and not np.shares_memory(y, x)
-    y = conv_kernels.max_pool(numpy_xp, x, auto_pad="NOTSET", kernel_shape=(2, 2),
+    y = pool_kernels.max_pool(numpy_xp, x, auto_pad="NOTSET", kernel_shape=(2, 2),
                               pads=(1, 1, 1, 1), strides=(2, 2))
     np.testing.assert_array_equal(
         y, window_pool(x, (2, 2), (2, 2), (1, 1), (1, 1, 1, 1), 0, "max").astype(np.int8))
