@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 from ep_host import require
-from ep_host.kernels.conv import check_conv, conv_flops, prepare_conv, conv
-from ep_host.kernels.elementwise import _gelu
+from ep_host.kernels.conv import check_conv, conv, conv_flops, prepare_conv
+from ep_host.kernels.elementwise import gelu_of
 from ep_host.kernels.registry import kernel
 
 MS = "com.microsoft"
@@ -103,12 +103,12 @@ def _check_activation(node, provider, *attributes):
 
 @kernel("Gelu", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_activation)
 def gelu(xp, x):
-    return _gelu(xp, _wide(xp, x), "none").astype(x.dtype)
+    return gelu_of(xp, _wide(xp, x), "none").astype(x.dtype)
 
 
 @kernel("BiasGelu", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_activation)
 def bias_gelu(xp, a, b):
-    return _gelu(xp, _with_bias(xp, a, b), "none").astype(a.dtype)
+    return gelu_of(xp, _with_bias(xp, a, b), "none").astype(a.dtype)
 
 
 @kernel("FastGelu", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_activation)
