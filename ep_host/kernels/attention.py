@@ -11,9 +11,7 @@ from typing import Any
 
 from ep_host import Kernel, NodeView, ProviderContext, element_count, require
 from ep_host import dtype as onnx_dtype
-from ep_host.kernels.registry import FLOATS, kernel
-
-FLOATS_BF16 = FLOATS | {"bfloat16"}
+from ep_host.kernels.registry import FLOATS_BF16, kernel
 
 
 def _work(xp, *arrays):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import math
 
 from ep_host import require
-from ep_host.kernels.conv import _check_conv, _conv_flops, _prepare_conv, conv
-from ep_host.kernels.elementwise import _gelu
+from ep_host.kernels.conv import check_conv, conv, conv_flops, prepare_conv
+from ep_host.kernels.elementwise import gelu_of
 from ep_host.kernels.registry import kernel
 
 MS = "com.microsoft"
@@ -103,12 +103,12 @@ def _check_activation(node, provider, *attributes):
 
 @kernel("Gelu", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_activation)
 def gelu(xp, x):
-    return _gelu(xp, _wide(xp, x), "none").astype(x.dtype)
+    return gelu_of(xp, _wide(xp, x), "none").astype(x.dtype)
 
 
 @kernel("BiasGelu", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_activation)
 def bias_gelu(xp, a, b):
-    return _gelu(xp, _with_bias(xp, a, b), "none").astype(a.dtype)
+    return gelu_of(xp, _with_bias(xp, a, b), "none").astype(a.dtype)
 
 
 @kernel("FastGelu", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_activation)
@@ -736,7 +736,7 @@ FUSED_ACTIVATIONS = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip")
 
 
 def _check_fused_conv(node, provider):
-    _check_conv(node, provider)
+    check_conv(node, provider)
     attrs = node.attributes
     activation = attrs.get("activation")
     require(activation in FUSED_ACTIVATIONS, "FusedConv: {} applies activation {}, got {!r}",
@@ -752,11 +752,11 @@ def _check_fused_conv(node, provider):
 
 
 def _prepare_fused_conv(xp, constants, *, group=1, **_):  # group: the schema-less default
-    return _prepare_conv(xp, constants, group=group)
+    return prepare_conv(xp, constants, group=group)
 
 
 @kernel("FusedConv", 1, domain=MS, dtypes=HALF_FLOATS | {"float64"}, check=_check_fused_conv,
-        flops=_conv_flops, prepare=_prepare_fused_conv)
+        flops=conv_flops, prepare=_prepare_fused_conv)
 def fused_conv(xp, x, w, b=None, z=None, *, activation, activation_params=None,
                auto_pad="NOTSET", group=1, dilations=None, kernel_shape=None, pads=None,
                strides=None, packed=None, packed_bias=None):

@@ -9,7 +9,7 @@ from ep_host import Kernel, NodeView, ProviderContext, require
 from ep_host.kernels.registry import kernel
 
 
-class _BodyKernel(Kernel):
+class BodyKernel(Kernel):
     """A kernel that runs compiled bodies; the host hands it outer values as ``scope``."""
 
     def __init__(self, xp: Any, node: NodeView, context: ProviderContext, **attrs: Any):
@@ -25,13 +25,13 @@ def _scalar(x: Any) -> Any:
     return None if x is None else x.reshape(()).item() if hasattr(x, "reshape") else x
 
 
-class IfKernel(_BodyKernel):
+class IfKernel(BodyKernel):
     def run(self, cond: Any, scope: Any = None) -> list[Any]:
         branch = "then_branch" if bool(_scalar(cond)) else "else_branch"
         return self.bodies[branch].run([], scope)
 
 
-class LoopKernel(_BodyKernel):
+class LoopKernel(BodyKernel):
     def run(self, trip_count: Any, cond: Any, *carried: Any, scope: Any = None) -> list[Any]:
         xp = self.xp
         body = self.bodies["body"]
@@ -66,7 +66,7 @@ def _stack(xp: Any, values: list[Any], view: Any) -> Any:
     return xp.zeros((0, *rest), dtype=dtype)
 
 
-class ScanKernel(_BodyKernel):
+class ScanKernel(BodyKernel):
     def run(self, *inputs: Any, scope: Any = None) -> list[Any]:
         xp = self.xp
         a = self.attrs

@@ -1,9 +1,6 @@
-"""Convolution and pooling: Conv (a variant by geometry: 1x1 GEMM, depthwise multiply-adds,
-stride-1 GEMMs on shifted views, Winograd F(2x2, 3x3), im2col + GEMM; constant weights
-prepacked once), ConvInteger, ConvTranspose (one GEMM, then a scatter-add per kernel tap),
-DeformConv (multilinear sampling + GEMM), CausalConvWithState, MaxPool and AveragePool (one
-pass per spatial axis), LpPool, the global pools and LRN. Windows are strided views of a padded
-input; no Python loop runs over pixels."""
+"""Convolution: Conv (a variant by geometry: 1x1 GEMM, depthwise multiply-adds, stride-1 GEMMs
+on shifted views, Winograd F(2x2, 3x3), im2col + GEMM; constant weights prepacked once),
+ConvInteger and CausalConvWithState. Windows are strided views of a padded input."""
 
 from __future__ import annotations
 
@@ -20,13 +17,12 @@ from ep_host.kernels.conv_geometry import (
     tap_slices,
     window_geometry,
 )
-from ep_host.kernels.registry import FLOATS, kernel
+from ep_host.kernels.registry import FLOATS, FLOATS_BF16, kernel
 
-FLOATS_BF16 = FLOATS | {"bfloat16"}
 # -- Conv -------------------------------------------------------------------------------------
 
 
-def _check_conv(node, provider):
+def check_conv(node, provider):
     attrs = node.attributes
     op = node.op_type
     x, w = node.inputs[0], node.inputs[1]
@@ -60,7 +56,7 @@ def _check_conv(node, provider):
         check_window_geometry(node, provider, spatial, clamp_same=True)
 
 
-def _conv_flops(node):
+def conv_flops(node):
     w = node.inputs[1]
     per_output = element_count(w.shape[1:]) if w is not None and w.shape is not None else 1
     y = node.outputs[0]
@@ -133,7 +129,7 @@ class ConvWeights:
 SPREAD_BYTES = 8 << 20
 
 
-def _prepare_conv(xp, constants, *, group, **_):
+def prepare_conv(xp, constants, *, group, **_):
     extra = {}
     w = constants.get(1)
     if w is not None and w.ndim >= 3:
@@ -390,10 +386,10 @@ def _strided_columns(xp, padded, kernel, out, strides, dilations):
     return cols
 
 
-@kernel("Conv", 1, 11, dtypes=FLOATS, check=_check_conv, flops=_conv_flops,
-        prepare=_prepare_conv, family="conv")
-@kernel("Conv", 22, dtypes=FLOATS_BF16, check=_check_conv, flops=_conv_flops,
-        prepare=_prepare_conv, family="conv")
+@kernel("Conv", 1, 11, dtypes=FLOATS, check=check_conv, flops=conv_flops,
+        prepare=prepare_conv, family="conv")
+@kernel("Conv", 22, dtypes=FLOATS_BF16, check=check_conv, flops=conv_flops,
+        prepare=prepare_conv, family="conv")
 def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None, pads=None,
          strides=None, packed=None, packed_bias=None):
     """Variants by geometry (recorded on the trace span): ``1x1``, ``depthwise``, ``shifted``
@@ -466,352 +462,11 @@ class ConvPlan:
         self.bias_shape = (m,) + (1,) * n_spatial
 
 
-# -- MaxPool, AveragePool ---------------------------------------------------------------------
-
-
-def _check_pool(node, provider, padding_windows_have_values=False):
-    attrs = node.attributes
-    rank = input_rank(node)
-    op = node.op_type
-    require(rank is None or rank >= 3, "{}: {} takes input of rank >= 3 (N, C, D1...), got "
-            "rank {}", op, provider, rank, code="shape")
-    kernel_shape = attrs["kernel_shape"]
-    n_spatial = len(kernel_shape)
-    require(rank is None or rank - 2 == n_spatial,
-            "{}: kernel_shape {} needs one value per spatial axis of the rank-{} input", op,
-            kernel_shape, rank, code="attribute")
-    check_window_attributes(node, n_spatial, kernel_shape)
-    pads = attrs.get("pads")
-    if (pads is not None and attrs.get("auto_pad", "NOTSET") == "NOTSET"
-            and not padding_windows_have_values):
-        dilations = attrs.get("dilations") or (1,) * n_spatial
-        extents = [(k - 1) * d + 1 for k, d in zip(kernel_shape, dilations, strict=True)]
-        require(all(p < e for p, e in zip(pads, extents + extents, strict=True)),
-                "{}: {} takes pads smaller than the kernel extent {} (a window made only of "
-                "padding has no value), got pads {}", op, provider, extents, pads, code="attribute")
-    require(attrs.get("storage_order", 0) in (0, 1),
-            "{}: storage_order must be 0 (row major) or 1 (column major), got {}", op,
-            attrs.get("storage_order"), code="attribute")
-    check_window_geometry(node, provider, kernel_shape, clamp_same=False)
-
-
-def _pool_flops(node):
-    y = node.outputs[0]
-    window = math.prod(node.attributes["kernel_shape"])
-    return element_count(y.shape if y is not None else None) * window
-
-
-def _wants_second_output(node):
-    return {"with_indices": len(node.outputs) > 1 and node.outputs[1] is not None}
-
-
-def _pool_input(xp, x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, fill):
-    """The input padded with ``fill`` so that every output window lies inside it; the output
-    size and the begin and end pads that the attributes define."""
-    spatial = x.shape[2:]
-    out, begin, end = window_geometry(spatial, kernel_shape, strides, dilations, pads, auto_pad,
-                                      ceil_mode, clamp_same=False)
-    reach = [max(e, (o - 1) * s + (k - 1) * d + 1 - n - b)
-             for o, s, k, d, n, b, e in zip(out, strides, kernel_shape, dilations, spatial, begin,
-                                            end, strict=True)]
-    return pad_spatial(xp, x, begin, reach, fill), out, begin, end
-
-
-def _lowest(xp, dtype):
-    if dtype.kind in "iu":
-        return xp.iinfo(dtype).min
-    return -xp.inf
-
-
-@kernel("MaxPool", 1, 8, 10, 11, dtypes=FLOATS, check=_check_pool, flops=_pool_flops,
-        bind=_wants_second_output, family="pool")
-@kernel("MaxPool", 12, dtypes=FLOATS | {"int8", "uint8"}, check=_check_pool,
-        flops=_pool_flops, bind=_wants_second_output, family="pool")
-@kernel("MaxPool", 22, dtypes=FLOATS_BF16 | {"int8", "uint8"}, check=_check_pool,
-        flops=_pool_flops, bind=_wants_second_output, family="pool")
-def max_pool(xp, x, *, auto_pad, kernel_shape, ceil_mode=0, dilations=None, pads=None,
-             storage_order=0, strides=None, with_indices=False):
-    strides, dilations = strides_and_dilations(len(kernel_shape), strides, dilations)
-    padded, out, begin, _ = _pool_input(xp, x, kernel_shape, strides, dilations, pads, auto_pad,
-                                        ceil_mode, _lowest(xp, x.dtype))
-    if not with_indices:
-        return _separable(xp, xp.maximum, padded, kernel_shape, out, strides, dilations)
-    taps = list(itertools.product(*(range(k) for k in kernel_shape)))
-    y = padded[tap_slices(taps[0], out, strides, dilations)].copy()
-    best = xp.zeros(y.shape, dtype=xp.int64)
-    for t, offsets in enumerate(taps[1:], start=1):
-        v = padded[tap_slices(offsets, out, strides, dilations)]
-        better = v > y
-        y = xp.where(better, v, y)
-        best = xp.where(better, t, best)
-    return y, _flat_indices(xp, x.shape, best, kernel_shape, out, strides, dilations, begin,
-                            storage_order)
-
-
-def _separable(xp, combine, padded, kernel_shape, out, strides, dilations, scale=None):
-    """A window reduction (max or sum) as one pass per spatial axis, outermost first: k - 1
-    ``combine`` calls per axis instead of one per window tap; a new array, multiplied by
-    ``scale`` (broadcast over the output's spatial axes) when one is given."""
-    if len(kernel_shape) == 2:
-        return _separable_2d(xp, combine, padded, kernel_shape, out, strides, dilations, scale)
-    y = _separable_nd(xp, combine, padded, kernel_shape, out, strides, dilations)
-    if scale is not None:
-        y *= scale
-    return y
-
-
-def _separable_2d(xp, combine, padded, kernel_shape, out, strides, dilations, scale):
-    """2-D windows with every pass one call over the whole padded buffer laid out flat: the
-    rows pass combines the buffer with itself shifted by whole rows, the columns pass the result
-    with itself shifted by single elements, both at every position (stride 1); the output's
-    rows and columns are picked in the copy (or the scaling) that makes the result. A window's
-    taps never leave the buffer for a picked position, as the padding covers every window;
-    the other positions mix rows and channels and are dropped. numpy ran a shifted add 3x as
-    fast on one flat run as on 192 rows of one (838 floats). Measured one thread, against
-    slicing each axis by the stride: AveragePool 3x3 on 192 x 28 x 28 0.21 against 0.32 ms,
-    MaxPool 3x3 stride 2 on 576 x 14 x 14 0.17 against 0.20 ms."""
-    (kh, kw), (oh, ow), (sh, sw), (dh, dw) = kernel_shape, out, strides, dilations
-    padded = xp.ascontiguousarray(padded)
-    n, c, height, width = padded.shape
-    size = padded.size
-
-    def shifted(src, step, k):
-        if k == 1:
-            return src
-        dst = xp.empty_like(src)
-        reach = src.size - (k - 1) * step
-        part = dst[:reach]
-        combine(src[:reach], src[step:step + reach], out=part)
-        for j in range(2, k):
-            combine(part, src[j * step:j * step + reach], out=part)
-        return dst
-
-    if sh == 1:  # every row; the output's are the first oh
-        rows, kept = shifted(padded.reshape(size), dh * width, kh), height
-    else:  # strided rows: only the output's rows (whole rows, so each a contiguous run)
-        taps = [padded[:, :, j * dh:j * dh + (oh - 1) * sh + 1:sh] for j in range(kh)]
-        rows, kept = taps[0].copy() if kh == 1 else combine(taps[0], taps[1]), oh
-        for t in taps[2:]:
-            combine(rows, t, out=rows)
-    grid = shifted(rows.reshape(rows.size), dw, kw)
-    picked = grid.reshape(n, c, kept, width)[:, :, :oh, :(ow - 1) * sw + 1:sw]
-    if scale is not None:
-        return xp.multiply(picked, scale)
-    return picked.copy() if kh == kw == 1 else xp.ascontiguousarray(picked)
-
-
-def _separable_nd(xp, combine, padded, kernel_shape, out, strides, dilations):
-    y = padded
-    n_spatial = len(kernel_shape)
-    for i, (k, o, s, d) in enumerate(zip(kernel_shape, out, strides, dilations, strict=True)):
-        lead = (slice(None),) * (y.ndim - n_spatial + i)
-
-        def tap(j, src=y, lead=lead, o=o, s=s, d=d):
-            return src[lead + (slice(j * d, j * d + (o - 1) * s + 1, s),)]
-
-        if k == 1:
-            y = tap(0)
-            continue
-        acc = combine(tap(0), tap(1))
-        for j in range(2, k):
-            combine(acc, tap(j), out=acc)
-        y = acc
-    return y.copy() if y is padded or y.base is not None else y
-
-
-def _flat_indices(xp, shape, best, kernel_shape, out, strides, dilations, begin, storage_order):
-    """Indices into the flattened unpadded input, of the taps ``best`` picked per output."""
-    n_spatial = len(kernel_shape)
-    spatial = shape[2:]
-    n, c = shape[:2]
-    taps = xp.asarray(list(itertools.product(*(range(k) for k in kernel_shape))), dtype=xp.int64)
-    tap_of = taps[best]  # (..., n_spatial): kernel offsets of the chosen tap
-    index = xp.zeros(best.shape, dtype=xp.int64)
-    order = range(n_spatial) if storage_order == 0 else reversed(range(n_spatial))
-    for i in order:
-        pos = xp.arange(out[i], dtype=xp.int64) * strides[i] - begin[i]
-        pos = pos.reshape((-1,) + (1,) * (n_spatial - 1 - i))
-        index = index * spatial[i] + pos + tap_of[..., i] * dilations[i]
-    base = xp.arange(n * c, dtype=xp.int64).reshape((n, c) + (1,) * n_spatial)
-    return base * math.prod(spatial) + index
-
-
-def _window_counts(xp, out, stride, kernel, dilation, lo, hi):
-    """How many taps of each output's window fall in [lo, hi) along one axis."""
-    start = xp.arange(out) * stride
-    taps = start[:, None] + xp.arange(kernel)[None, :] * dilation
-    return ((taps >= lo) & (taps < hi)).sum(axis=1)
-
-
-def _average_pool(xp, x, auto_pad, kernel_shape, ceil_mode, count_include_pad, dilations, pads,
-                  strides):
-    dtype = x.dtype
-    if dtype.itemsize < 4:
-        x = x.astype(xp.float32)
-    n_spatial = len(kernel_shape)
-    strides, dilations = strides_and_dilations(n_spatial, strides, dilations)
-    spatial = x.shape[2:]
-    padded, out, begin, end = _pool_input(xp, x, kernel_shape, strides, dilations, pads, auto_pad,
-                                          ceil_mode, 0)
-    key = (id(xp), x.dtype.str, spatial, tuple(kernel_shape), out, strides, dilations, begin,
-           end, bool(count_include_pad))
-    scale = _INVERSE_COUNTS.get(key)
-    if scale is None:
-        scale = _inverse_counts(xp, x.dtype, spatial, kernel_shape, out, strides, dilations,
-                                begin, end, count_include_pad)
-        if len(_INVERSE_COUNTS) < 256:
-            _INVERSE_COUNTS[key] = scale
-    total = _separable(xp, xp.add, padded, kernel_shape, out, strides, dilations, scale=scale)
-    return total.astype(dtype, copy=False)
-
-
-_INVERSE_COUNTS: dict = {}  # per array namespace and geometry; read only
-
-
-def _inverse_counts(xp, dtype, spatial, kernel_shape, out, strides, dilations, begin, end,
-                    count_include_pad):
-    """1 / the number of taps averaged at each output position, over the spatial axes."""
-    count = None
-    n_spatial = len(kernel_shape)
-    for i in range(n_spatial):
-        lo, hi = (0, begin[i] + end[i] + spatial[i]) if count_include_pad else (
-            begin[i], begin[i] + spatial[i])
-        axis = _window_counts(xp, out[i], strides[i], kernel_shape[i], dilations[i], lo,
-                              hi).astype(dtype)
-        axis = axis.reshape((-1,) + (1,) * (n_spatial - 1 - i))
-        count = axis if count is None else count * axis
-    return 1 / count
-
-
-@kernel("AveragePool", 1, dtypes=FLOATS, check=_check_pool, flops=_pool_flops, family="pool")
-def average_pool_1(xp, x, *, auto_pad, kernel_shape, pads=None, strides=None):
-    return _average_pool(xp, x, auto_pad, kernel_shape, 0, 0, None, pads, strides)
-
-
-@kernel("AveragePool", 7, 10, 11, 19, dtypes=FLOATS, check=_check_pool, flops=_pool_flops,
-        family="pool")
-@kernel("AveragePool", 22, dtypes=FLOATS_BF16, check=_check_pool, flops=_pool_flops, family="pool")
-def average_pool(xp, x, *, auto_pad, kernel_shape, ceil_mode=0, count_include_pad=0,
-                 dilations=None, pads=None, strides=None):
-    return _average_pool(xp, x, auto_pad, kernel_shape, ceil_mode, count_include_pad, dilations,
-                         pads, strides)
-
-
-# -- global pools and LRN ---------------------------------------------------------------------
-
-
-def _check_global(node, provider):
-    rank = input_rank(node)
-    require(rank is None or rank >= 3, "{}: {} takes input of rank >= 3 (N, C, D1...), got "
-            "rank {}", node.op_type, provider, rank, code="shape")
-
-
-@kernel("GlobalAveragePool", 1, dtypes=FLOATS, check=_check_global, family="pool")
-@kernel("GlobalAveragePool", 22, dtypes=FLOATS_BF16, check=_check_global, family="pool")
-def global_average_pool(xp, x):
-    work = xp.float32 if x.dtype.itemsize < 4 else x.dtype
-    return xp.mean(x.astype(work), axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype)
-
-
-@kernel("GlobalMaxPool", 1, dtypes=FLOATS, check=_check_global, family="pool")
-@kernel("GlobalMaxPool", 22, dtypes=FLOATS_BF16, check=_check_global, family="pool")
-def global_max_pool(xp, x):
-    return xp.max(x, axis=tuple(range(2, x.ndim)), keepdims=True)
-
-
-def _check_lrn(node, provider):
-    size = node.attributes["size"]
-    require(size >= 1, "LRN: size must be >= 1, got {}", size, code="attribute")
-    rank = input_rank(node)
-    require(rank is None or rank >= 2, "LRN: {} takes input of rank >= 2 (N, C, ...), got "
-            "rank {}", provider, rank, code="shape")
-
-
-@kernel("LRN", 1, dtypes=FLOATS, check=_check_lrn, family="normalization")
-@kernel("LRN", 13, dtypes=FLOATS_BF16, check=_check_lrn, family="normalization")
-def lrn(xp, x, *, size, alpha, beta, bias):
-    dtype = x.dtype
-    if dtype.itemsize < 4:
-        x = x.astype(xp.float32)
-    channels = x.shape[1]
-    before = (size - 1) // 2
-    squares = pad_spatial(xp, xp.square(x), (before,) + (0,) * (x.ndim - 2),
-                          (size - 1 - before,) + (0,) * (x.ndim - 2))
-    total = squares[:, 0:channels].copy()
-    for i in range(1, size):
-        total += squares[:, i:i + channels]
-    return (x / (bias + (alpha / size) * total) ** beta).astype(dtype, copy=False)
-
-
-# -- LpPool, GlobalLpPool ---------------------------------------------------------------------
-
-
-def _check_lp_pool(node, provider):
-    _check_pool(node, provider, padding_windows_have_values=True)  # padding counts as 0 in the norm
-    attrs = node.attributes
-    p = attrs["p"]
-    require(p > 0, "{}: p must be positive, got {}", node.op_type, p, code="attribute")
-    strides = attrs.get("strides")
-    if node.since_version < 11 and attrs["auto_pad"] in ("SAME_UPPER", "SAME_LOWER"):
-        require(not strides or all(s == 1 for s in strides),
-                "LpPool-{}: SAME padding with strides {} is ambiguous (its text says the output "
-                "matches the input, version 11 ceil(input / stride)); give explicit pads",
-                node.since_version, strides, code="attribute")
-
-
-def _lp(xp, total, p):
-    return xp.sqrt(total) if p == 2 else total ** (1.0 / p)
-
-
-def _powered(xp, v, p):
-    return v * v if p == 2 else xp.abs(v) ** p
-
-
-def _lp_pool(xp, x, auto_pad, kernel_shape, p, ceil_mode, dilations, pads, strides):
-    dtype = x.dtype
-    if dtype.itemsize < 4:
-        x = x.astype(xp.float32)
-    strides, dilations = strides_and_dilations(len(kernel_shape), strides, dilations)
-    padded, out, _, _ = _pool_input(xp, x, kernel_shape, strides, dilations, pads, auto_pad,
-                                    ceil_mode, 0)
-    total = None
-    for offsets in itertools.product(*(range(k) for k in kernel_shape)):
-        v = _powered(xp, padded[tap_slices(offsets, out, strides, dilations)], p)
-        total = v if total is None else xp.add(total, v, out=total)
-    return _lp(xp, total, p).astype(dtype, copy=False)
-
-
-@kernel("LpPool", 1, 2, 11, dtypes=FLOATS, check=_check_lp_pool, flops=_pool_flops, family="pool")
-def lp_pool_11(xp, x, *, auto_pad, kernel_shape, p, pads=None, strides=None):
-    return _lp_pool(xp, x, auto_pad, kernel_shape, p, 0, None, pads, strides)
-
-
-@kernel("LpPool", 18, dtypes=FLOATS, check=_check_lp_pool, flops=_pool_flops, family="pool")
-@kernel("LpPool", 22, dtypes=FLOATS_BF16, check=_check_lp_pool, flops=_pool_flops, family="pool")
-def lp_pool(xp, x, *, auto_pad, kernel_shape, p, ceil_mode, dilations=None, pads=None,
-            strides=None):
-    return _lp_pool(xp, x, auto_pad, kernel_shape, p, ceil_mode, dilations, pads, strides)
-
-
-def _check_global_lp(node, provider):
-    _check_global(node, provider)
-    p = node.attributes["p"]
-    require(p > 0, "GlobalLpPool: p must be positive, got {}", p, code="attribute")
-
-
-@kernel("GlobalLpPool", 1, 2, dtypes=FLOATS, check=_check_global_lp, family="pool")
-@kernel("GlobalLpPool", 22, dtypes=FLOATS_BF16, check=_check_global_lp, family="pool")
-def global_lp_pool(xp, x, *, p):
-    work = x.astype(xp.float32) if x.dtype.itemsize < 4 else x
-    total = _powered(xp, work, p).sum(axis=tuple(range(2, x.ndim)), keepdims=True)
-    return _lp(xp, total, p).astype(x.dtype, copy=False)
-
-
 # -- ConvInteger ------------------------------------------------------------------------------
 
 
 def _check_conv_integer(node, provider):
-    _check_conv(node, provider)
+    check_conv(node, provider)
     x_zp = node.inputs[2] if len(node.inputs) > 2 else None
     w_zp = node.inputs[3] if len(node.inputs) > 3 else None
     require(x_zp is None or x_zp.shape is None or len(x_zp.shape) == 0 or
@@ -830,7 +485,7 @@ def _check_conv_integer(node, provider):
 
 
 @kernel("ConvInteger", 10, dtypes={"int8", "uint8"}, check=_check_conv_integer,
-        flops=_conv_flops, family="conv")
+        flops=conv_flops, family="conv")
 def conv_integer(xp, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, group,
                  dilations=None, kernel_shape=None, pads=None, strides=None):
     """Convolves (x - x_zero_point) with (w - w_zero_point), so padding contributes 0; sums in
@@ -845,263 +500,6 @@ def conv_integer(xp, x, w, x_zero_point=None, w_zero_point=None, *, auto_pad, gr
     y = conv(xp, xi, wi, None, auto_pad=auto_pad, group=group, dilations=dilations,
              kernel_shape=kernel_shape, pads=pads, strides=strides)
     return y.astype(xp.int32)
-
-
-# -- ConvTranspose ----------------------------------------------------------------------------
-
-
-def _transpose_pads(spatial, kernel, strides, dilations, output_padding, pads, auto_pad,
-                    output_shape):
-    """Per spatial axis: the full (unpadded) output size, begin and end pads. A negative pad
-    extends the output with zeros on that side."""
-    n = len(spatial)
-    output_padding = output_padding or (0,) * n
-    full = [s * (i - 1) + op + (k - 1) * d + 1 for i, k, s, d, op in
-            zip(spatial, kernel, strides, dilations, output_padding, strict=True)]
-    if output_shape or auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        target = output_shape or [i * s for i, s in zip(spatial, strides, strict=True)]
-        begin, end = [], []
-        for f, t in zip(full, target, strict=True):
-            total = f - t
-            b = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
-            begin.append(b)
-            end.append(total - b)
-        return full, begin, end
-    if auto_pad == "VALID" or not pads:
-        return full, [0] * n, [0] * n
-    return full, list(pads[:n]), list(pads[n:])
-
-
-def _check_conv_transpose(node, provider):
-    attrs = node.attributes
-    x, w = node.inputs[0], node.inputs[1]
-    rank = input_rank(node)
-    require(rank is None or rank >= 3, "ConvTranspose: {} takes input of rank >= 3 (N, C, "
-            "D1...), got rank {}", provider, rank, code="shape")
-    w_shape = w.shape if w is not None else None
-    require(rank is None or w_shape is None or len(w_shape) == rank, "ConvTranspose: the "
-            "weight's rank must equal the input's ({}), got {}", rank, w_shape, code="shape")
-    n_spatial = rank - 2 if rank is not None else None if w_shape is None else len(w_shape) - 2
-    kernel_shape = attrs.get("kernel_shape")
-    check_window_attributes(node, n_spatial, kernel_shape)
-    group = attrs["group"]
-    require(group >= 1, "ConvTranspose: group must be >= 1, got {}", group, code="attribute")
-    for name in ("output_padding", "output_shape"):
-        value = attrs.get(name)
-        require(value is None or n_spatial is None or len(value) == n_spatial,
-                "ConvTranspose: {} needs one value per spatial axis ({}), got {}", name,
-                n_spatial, value, code="attribute")
-        require(value is None or all(v >= 0 for v in value), "ConvTranspose: {} must be >= 0, "
-                "got {}", name, value, code="attribute")
-    auto_pad = attrs.get("auto_pad", "NOTSET")
-    derived = bool(attrs.get("output_shape")) or auto_pad in ("SAME_UPPER", "SAME_LOWER")
-    if node.since_version < 11 and auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        strides = attrs.get("strides")
-        require(not strides or all(s == 1 for s in strides) or attrs.get("output_shape"),
-                "ConvTranspose-1: SAME padding with strides {} is ambiguous (its text says the "
-                "output matches the input, later versions input x stride); give output_shape",
-                strides, code="attribute")
-    if w_shape is None:
-        return
-    spatial = tuple(w_shape[2:])
-    require(kernel_shape is None or not all(isinstance(k, int) for k in spatial)
-            or tuple(kernel_shape) == spatial, "ConvTranspose: kernel_shape {} must equal the "
-            "weight's spatial shape {}", kernel_shape, spatial, code="attribute")
-    c = None if x is None or x.shape is None else x.shape[1]
-    if isinstance(c, int) and isinstance(w_shape[0], int):
-        require(c == w_shape[0], "ConvTranspose: input channels ({}) must equal the weight's "
-                "first dimension ({})", c, w_shape[0], code="shape")
-        require(c % group == 0, "ConvTranspose: input channels ({}) must be a multiple of group "
-                "({})", c, group, code="attribute")
-    x_spatial = None if x is None or x.shape is None else tuple(x.shape[2:])
-    static = bool(x_spatial) and all(isinstance(d, int) for d in (*x_spatial, *spatial))
-    # Version 1's text puts an odd padding pixel on the other side from version 11's.
-    require(node.since_version >= 11 or not derived or static,
-            "ConvTranspose-1: derived padding (auto_pad {} / output_shape) needs static shapes "
-            "to rule out an odd total, whose side version 1's text and later versions place "
-            "differently", auto_pad, code="shape")
-    if static:
-        n = len(spatial)
-        full, begin, end = _transpose_pads(
-            x_spatial, spatial, attrs.get("strides") or (1,) * n,
-            attrs.get("dilations") or (1,) * n, attrs.get("output_padding"), attrs.get("pads"),
-            auto_pad, attrs.get("output_shape"))
-        sizes = [f - b - e for f, b, e in zip(full, begin, end, strict=True)]
-        require(all(o >= 1 for o in sizes), "ConvTranspose: pads {} leave an empty output {}",
-                attrs.get("pads"), sizes, code="attribute")
-        odd = [b + e for b, e in zip(begin, end, strict=True) if (b + e) % 2]
-        require(node.since_version >= 11 or not derived or not odd,
-                "ConvTranspose-1: an odd total padding {} is ambiguous: version 1's text puts "
-                "the extra pixel on the other side from version 11's; give explicit pads", odd,
-                code="attribute")
-
-
-def _conv_transpose_flops(node):
-    x, w = node.inputs[0], node.inputs[1]
-    if x is None or w is None or x.shape is None or w.shape is None:
-        return 1.0
-    return 2.0 * element_count(x.shape) * element_count(w.shape[1:])
-
-
-@kernel("ConvTranspose", 1, 11, dtypes=FLOATS, check=_check_conv_transpose,
-        flops=_conv_transpose_flops, family="conv")
-@kernel("ConvTranspose", 22, dtypes=FLOATS_BF16, check=_check_conv_transpose,
-        flops=_conv_transpose_flops, family="conv")
-def conv_transpose(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None,
-                   output_padding=None, output_shape=None, pads=None, strides=None):
-    dtype = x.dtype
-    work = xp.float32 if dtype.itemsize < 4 else dtype
-    x, w = x.astype(work), w.astype(work)
-    n, c = x.shape[:2]
-    spatial = x.shape[2:]
-    kernel = tuple(w.shape[2:])
-    m_group = w.shape[1]
-    strides, dilations = strides_and_dilations(len(spatial), strides, dilations)
-    full, begin, end = _transpose_pads(spatial, kernel, strides, dilations, output_padding, pads,
-                                       auto_pad, output_shape)
-    taps = math.prod(kernel)
-    # cols[n, g, (m, tap), pixel] = sum over the group's input channels of w * x
-    wt = w.reshape(group, c // group, m_group * taps).transpose(0, 2, 1)
-    cols = xp.matmul(wt, x.reshape(n, group, c // group, -1))
-    cols = cols.reshape((n, group * m_group) + kernel + tuple(spatial))
-    canvas = xp.zeros((n, group * m_group) + tuple(full), dtype=work)
-    for offsets in itertools.product(*(range(k) for k in kernel)):
-        canvas[tap_slices(offsets, spatial, strides, dilations)] += cols[(slice(None),) * 2
-                                                                          + offsets]
-    lo = [max(0, -bg) for bg in begin]
-    hi = [max(0, -e) for e in end]
-    canvas = pad_spatial(xp, canvas, lo, hi)
-    window = tuple(slice(bg + low, f - e + low)
-                   for bg, e, f, low in zip(begin, end, full, lo, strict=True))
-    y = canvas[(Ellipsis,) + window]
-    if b is not None:
-        y = y + b.astype(work).reshape((-1,) + (1,) * len(spatial))
-    return y.astype(dtype, copy=False)
-
-
-# -- DeformConv -------------------------------------------------------------------------------
-
-
-def _check_deform_conv(node, provider):
-    attrs = node.attributes
-    x, w = node.inputs[:2]
-    rank = input_rank(node)
-    require(rank is None or rank >= 3, "DeformConv: input must have rank >= 3 (N, C, D1...), "
-            "got rank {}", rank, code="shape")
-    n_spatial = rank - 2 if rank is not None else None
-    check_window_attributes(node, n_spatial, attrs.get("kernel_shape"))
-    group, offset_group = attrs["group"], attrs["offset_group"]
-    require(group >= 1 and offset_group >= 1, "DeformConv: group and offset_group must be >= 1, "
-            "got {} and {}", group, offset_group, code="attribute")
-    c = None if x is None or x.shape is None else x.shape[1]
-    if isinstance(c, int):
-        require(c % group == 0 and c % offset_group == 0, "DeformConv: channels ({}) must be a "
-                "multiple of group ({}) and offset_group ({})", c, group, offset_group,
-                code="attribute")
-    if w is not None and w.shape is not None and n_spatial is not None:
-        kernel = w.shape[2:]
-        shape_attr = attrs.get("kernel_shape")
-        require(shape_attr is None or not all(isinstance(k, int) for k in kernel)
-                or tuple(shape_attr) == tuple(kernel), "DeformConv: kernel_shape {} must equal "
-                "the weight's spatial shape {}", shape_attr, tuple(kernel), code="attribute")
-        m = w.shape[0]
-        require(not isinstance(m, int) or m % group == 0, "DeformConv: output channels ({}) "
-                "must be a multiple of group ({})", m, group, code="attribute")
-        if isinstance(c, int) and isinstance(w.shape[1], int):
-            require(c == w.shape[1] * group, "DeformConv: input channels ({}) must equal weight "
-                    "channels ({}) x group ({})", c, w.shape[1], group, code="shape")
-        if all(isinstance(k, int) for k in kernel):
-            taps = math.prod(kernel)
-            want = {"offset": offset_group * taps * n_spatial, "mask": offset_group * taps}
-            for i, name in ((2, "offset"), (4, "mask")):
-                value = node.inputs[i] if len(node.inputs) > i else None
-                have = None if value is None or value.shape is None else value.shape[1]
-                require(not isinstance(have, int) or have == want[name], "DeformConv: {} needs "
-                        "{} channels (offset_group x kernel taps{}), got {}", name, want[name],
-                        " x spatial axes" if name == "offset" else "", have, code="shape")
-            check_window_geometry(node, provider, kernel, clamp_same=True)
-            _check_deform_output(node, kernel)
-
-
-def _check_deform_output(node, kernel):
-    """The offset (and mask) must cover exactly the output grid the attributes define."""
-    x = node.inputs[0]
-    if x is None or x.shape is None or not all(isinstance(d, int) for d in x.shape[2:]):
-        return
-    attrs = node.attributes
-    try:
-        out, _, _ = window_geometry(tuple(x.shape[2:]), kernel, attrs.get("strides"),
-                                    attrs.get("dilations"), attrs.get("pads"), "NOTSET")
-    except ValueError:
-        return  # check_window_geometry has declined it
-    for i in (2, 4):
-        value = node.inputs[i] if len(node.inputs) > i else None
-        if value is None or value.shape is None:
-            continue
-        grid = tuple(value.shape[2:])
-        require(not all(isinstance(d, int) for d in grid) or grid == out,
-                "DeformConv: {!r} must have the output's spatial shape {}, got {}", value.name,
-                out, grid, code="shape")
-
-
-def _deform_flops(node):
-    return _conv_flops(node) * 2
-
-
-@kernel("DeformConv", 19, dtypes=FLOATS, check=_check_deform_conv, flops=_deform_flops)
-@kernel("DeformConv", 22, dtypes=FLOATS_BF16, check=_check_deform_conv, flops=_deform_flops)
-def deform_conv(xp, x, w, offset, b=None, mask=None, *, group, offset_group, dilations=None,
-                kernel_shape=None, pads=None, strides=None):
-    dtype = x.dtype
-    work = xp.float32 if dtype.itemsize < 4 else dtype
-    x, w, offset = x.astype(work), w.astype(work), offset.astype(work)
-    n, c = x.shape[:2]
-    spatial = tuple(x.shape[2:])
-    ns = len(spatial)
-    kernel = tuple(w.shape[2:])
-    taps = math.prod(kernel)
-    strides, dilations = strides_and_dilations(ns, strides, dilations)
-    out, begin, _ = window_geometry(spatial, kernel, strides, dilations, pads, "NOTSET")
-    if tuple(offset.shape[2:]) != out:
-        raise ValueError(f"DeformConv: offset must have the output's spatial shape {out}, got "
-                         f"{tuple(offset.shape[2:])}")
-    pixels = math.prod(out)
-    # base[i][tap, pixel]: where each tap of each output window reads, before its offset
-    grid = xp.stack(xp.meshgrid(*(xp.arange(o) for o in out), indexing="ij")).reshape(ns, -1)
-    tap = xp.asarray(list(itertools.product(*(range(k) for k in kernel)))).reshape(taps, ns).T
-    base = [grid[i][None, :] * strides[i] - begin[i] + tap[i][:, None] * dilations[i]
-            for i in range(ns)]
-    shift = offset.reshape(n, offset_group, taps, ns, pixels)
-    flat = x.reshape(n, offset_group, c // offset_group, -1)
-    sampled = xp.zeros((n, offset_group, c // offset_group, taps * pixels), dtype=work)
-    lows, fracs = [], []
-    for i in range(ns):
-        pos = base[i] + shift[:, :, :, i]  # (n, offset_group, taps, pixels)
-        low = xp.floor(pos)
-        lows.append(low.astype(xp.int64))
-        fracs.append(pos - low)
-    for corner in itertools.product((0, 1), repeat=ns):
-        weight = xp.ones(shift.shape[:2] + (taps, pixels), dtype=work)
-        index = xp.zeros(weight.shape, dtype=xp.int64)
-        inside = xp.ones(weight.shape, dtype=bool)
-        for i, up in enumerate(corner):
-            at = lows[i] + up
-            weight = weight * (fracs[i] if up else 1 - fracs[i])
-            inside &= (at >= 0) & (at < spatial[i])
-            index = index * spatial[i] + xp.clip(at, 0, spatial[i] - 1)
-        index = index.reshape(n, offset_group, 1, -1)
-        picked = xp.take_along_axis(flat, xp.broadcast_to(index, flat.shape[:3] + index.shape[3:]),
-                                    axis=-1)
-        sampled += picked * xp.where(inside, weight, 0).reshape(n, offset_group, 1, -1)
-    sampled = sampled.reshape(n, offset_group, c // offset_group, taps, pixels)
-    if mask is not None:
-        sampled = sampled * mask.astype(work).reshape(n, offset_group, 1, taps, pixels)
-    m = w.shape[0]
-    cols = sampled.reshape(n, group, (c // group) * taps, pixels)
-    y = xp.matmul(w.reshape(group, m // group, -1), cols).reshape((n, m) + tuple(out))
-    if b is not None:
-        y = y + b.astype(work).reshape((m,) + (1,) * ns)
-    return y.astype(dtype, copy=False)
 
 
 # -- CausalConvWithState ----------------------------------------------------------------------

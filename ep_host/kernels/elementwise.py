@@ -11,32 +11,23 @@ from __future__ import annotations
 import math
 
 from ep_host import require
-from ep_host.kernels.registry import FLOATS, INTS, NUMERIC, SIGNED, kernel
+from ep_host.kernels.helpers import broadcast_shape, is_float, legacy_rhs, upcast
+from ep_host.kernels.registry import (
+    BF16,
+    FLOATS,
+    FLOATS_BF16,
+    INTS,
+    NUMERIC,
+    NUMERIC_BF16,
+    SIGNED,
+    kernel,
+)
 
-BF16 = frozenset({"bfloat16"})
-FLOATS_BF16 = FLOATS | BF16
-NUMERIC_BF16 = NUMERIC | BF16
 WIDE_INTS = frozenset({"int32", "int64", "uint32", "uint64"})
 ARITH = FLOATS | WIDE_INTS  # Add/Sub/Mul/Div 6..13
 SIGNED_NUMBERS = FLOATS | SIGNED  # Neg 6+, Relu 14
 POW_BASE = FLOATS | {"int32", "int64"}
 PRELU_9 = FLOATS | WIDE_INTS
-# ml_dtypes floats: numpy gives them kind "V", so ``dtype.kind == "f"`` misses them
-ML_FLOATS = frozenset({"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
-                       "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn"})
-
-
-def is_float(dtype):
-    return dtype.kind == "f" or dtype.name in ML_FLOATS
-
-
-def upcast(xp, x):
-    """Floats narrower than float32 as float32 (exactly), so that a formula rounds once."""
-    if x.dtype.itemsize < 4 and is_float(x.dtype):
-        return x.astype(xp.float32)
-    return x
-
-
 def _unary(xp, fn, x):
     return fn(upcast(xp, x)).astype(x.dtype, copy=False)
 
@@ -47,42 +38,11 @@ def fits(out, shape, dtype):
             and tuple(out.shape) == tuple(shape))
 
 
-def broadcast_shape(a, b):
-    """The shape numpy broadcasting gives ``a`` and ``b`` (``None`` if they do not broadcast);
-    CuPy's namespace may lack ``broadcast_shapes``."""
-    n = max(len(a), len(b))
-    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
-    out = []
-    for x, y in zip(a, b, strict=True):
-        if x != y and 1 not in (x, y):
-            return None
-        out.append(y if x == 1 else x)
-    return tuple(out)
-
-
 def _unary_ufunc(xp, fn, x, out):
     """``fn`` (a ufunc) of ``x``; into ``out`` when it fits and no widening is needed."""
     if x.dtype.itemsize >= 4 and fits(out, x.shape, x.dtype):
         return fn(x, out=out)
     return _unary(xp, fn, x)
-
-
-def legacy_rhs(a, b, broadcast, axis):
-    """``b`` shaped to broadcast onto ``a`` as opset 1..6 binary ops define it.
-
-    Without ``broadcast`` the shapes must be equal; with it, ``b`` has one element or its shape
-    is a contiguous run of ``a``'s, starting at ``axis`` (by default, a suffix).
-    """
-    if not broadcast:
-        if a.shape != b.shape:
-            raise ValueError(f"shapes {a.shape} and {b.shape} differ and broadcast is 0")
-        return b
-    if b.size == 1:
-        return b.reshape(())
-    start = a.ndim - b.ndim if axis is None else axis
-    if start < 0 or tuple(a.shape[start:start + b.ndim]) != tuple(b.shape):
-        raise ValueError(f"shape {b.shape} is not a run of {a.shape} at axis {start}")
-    return b.reshape(tuple(b.shape) + (1,) * (a.ndim - start - b.ndim))
 
 
 def _same_shapes(xs):
@@ -497,7 +457,7 @@ def mish(xp, x):
     return _unary(xp, lambda y: y * xp.tanh(_softplus(xp, y)), x)
 
 
-def _gelu(xp, y, approximate):
+def gelu_of(xp, y, approximate):
     """0.5 y (1 + erf(y / sqrt 2)), or with tanh; in place on its own one temporary."""
     if approximate == "tanh":
         t = xp.multiply(y, y)
@@ -522,7 +482,7 @@ def check_gelu(node, provider):
 
 @kernel("Gelu", 20, dtypes=FLOATS_BF16, check=check_gelu, family="transcendental")
 def gelu(xp, x, *, approximate):
-    return _unary(xp, lambda y: _gelu(xp, y, approximate), x)
+    return _unary(xp, lambda y: gelu_of(xp, y, approximate), x)
 
 
 @kernel("Swish", 24, dtypes=FLOATS_BF16)

@@ -11,8 +11,8 @@ import itertools
 import math
 
 from ep_host import require
-from ep_host.kernels.registry import FLOATS, NUMERIC, kernel
-from ep_host.kernels.shape import EXOTIC, MOVABLE, _axis, _ints, _pad, _product, _zero
+from ep_host.kernels.helpers import int_list, normalize_axis, pad_axes, zero_of
+from ep_host.kernels.registry import EXOTIC, FLOATS, MOVABLE, NUMERIC, kernel
 
 REAL = FLOATS | {"bfloat16"}  # interpolated in float32 (float64 for float64) and cast back
 NEAREST_TYPES = MOVABLE - EXOTIC | {"bfloat16"}
@@ -81,8 +81,8 @@ def space_to_depth_1(xp, x, *, blocksize):
 
 @kernel("CenterCropPad", 18, dtypes=MOVABLE, host_inputs=(1,))
 def center_crop_pad(xp, x, shape, *, axes=None):
-    axes = list(range(x.ndim)) if axes is None else [_axis(a, x.ndim) for a in axes]
-    target = _ints(shape)
+    axes = list(range(x.ndim)) if axes is None else [normalize_axis(a, x.ndim) for a in axes]
+    target = int_list(shape)
     if len(target) != len(axes):
         raise ValueError(f"shape {target} does not give a size for each of axes {axes}")
     before, after = [], []
@@ -91,7 +91,7 @@ def center_crop_pad(xp, x, shape, *, axes=None):
         first = grow // 2 if grow >= 0 else -(-grow // 2)
         before.append(first)
         after.append(grow - first)
-    return _pad(xp, x, before + after, None, "constant", axes)
+    return pad_axes(xp, x, before + after, None, "constant", axes)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -202,7 +202,7 @@ def _apply_taps(xp, x, axis, rows, work):
 def _resize_shape(x, roi, scales, sizes, axes, policy, transform):
     """The output length, scale and roi (start, end) of each resized axis."""
     rank = x.ndim
-    axes = list(range(rank)) if axes is None else [_axis(a, rank) for a in axes]
+    axes = list(range(rank)) if axes is None else [normalize_axis(a, rank) for a in axes]
     given_scales = scales is not None and scales.size > 0
     given_sizes = sizes is not None and sizes.size > 0
     if given_scales == given_sizes:
@@ -222,7 +222,7 @@ def _resize_shape(x, roi, scales, sizes, axes, policy, transform):
             length = x.shape[a] * (end - start) * s
             plan[a] = (math.floor(length), length, s, (start, end))
         return plan
-    targets = _ints(sizes)
+    targets = int_list(sizes)
     if len(targets) != len(axes):
         raise ValueError(f"sizes {targets} must give one length per axis of {axes}")
     if policy == "stretch":
@@ -502,7 +502,7 @@ def _grid_sample(xp, x, grid, mode, padding, align):
         for _, _, v in combo[1:]:
             valid = valid & v
         if work is None:  # nearest on non-float data: select, never multiply
-            term = xp.where(valid[..., None], values, _zero(xp, x.dtype))
+            term = xp.where(valid[..., None], values, zero_of(xp, x.dtype))
         else:
             weight = xp.ones(valid.shape, dtype=xp.float64)
             for _, w, _ in combo:
@@ -542,15 +542,15 @@ SINGLE_ALIGNED = ("AffineGrid: with align_corners=1 an axis of size 1 has no agr
 def check_affine_grid(node, provider):
     size = node.inputs[1]
     if node.attributes.get("align_corners") and size.is_constant:
-        require(1 not in _ints(size.value)[2:], SINGLE_ALIGNED, provider, code="shape")
+        require(1 not in int_list(size.value)[2:], SINGLE_ALIGNED, provider, code="shape")
 
 
 @kernel("AffineGrid", 20, dtypes=REAL, host_inputs=(1,), check=check_affine_grid)
 def affine_grid(xp, theta, size, *, align_corners):
-    dims = _ints(size)[2:]  # (D,) H, W
+    dims = int_list(size)[2:]  # (D,) H, W
     r = len(dims)
     if r not in (2, 3) or theta.shape[1:] != (r, r + 1):
-        raise ValueError(f"theta of shape {theta.shape} for size {_ints(size)}")
+        raise ValueError(f"theta of shape {theta.shape} for size {int_list(size)}")
     if align_corners and 1 in dims:
         raise ValueError(SINGLE_ALIGNED.format("this kernel"))
     lines = [_grid_line(xp, n, align_corners) for n in dims]
@@ -677,7 +677,7 @@ def _iou(xp, top, left, bottom, right):
 @kernel("NonMaxSuppression", 10, 11, dtypes={"float32"}, host_inputs=(2, 3, 4))
 def non_max_suppression(xp, boxes, scores, max_output_boxes_per_class=None, iou_threshold=None,
                         score_threshold=None, *, center_point_box):
-    limit = 0 if max_output_boxes_per_class is None else _ints(max_output_boxes_per_class)[0]
+    limit = 0 if max_output_boxes_per_class is None else int_list(max_output_boxes_per_class)[0]
     overlap = 0.0 if iou_threshold is None else float(iou_threshold.reshape(-1)[0])
     least = None if score_threshold is None else float(score_threshold.reshape(-1)[0])
     selected = []
@@ -716,18 +716,18 @@ def max_unpool(xp, x, indices, output_shape=None, *, kernel_shape, pads=None, st
     shape = tuple(x.shape[:2]) + tuple(
         (x.shape[2 + i] - 1) * strides[i] - pads[i] - pads[i + r] + kernel_shape[i]
         for i in range(r))
-    out = xp.zeros(_product(shape), dtype=x.dtype)
+    out = xp.zeros(math.prod(shape), dtype=x.dtype)
     flat = indices.reshape(-1).astype(xp.int64)
     if flat.size and (int(flat.min()) < 0 or int(flat.max()) >= out.size):
         raise IndexError(f"an index lies outside an output of shape {shape}")
     out[flat] = x.reshape(-1)
     out = out.reshape(shape)
     if ignored:
-        extra = [t - d for t, d in zip(_ints(output_shape), shape, strict=True)]
+        extra = [t - d for t, d in zip(int_list(output_shape), shape, strict=True)]
         if extra[:2] != [0, 0] or not all(e in (0, 1) for e in extra):
-            raise ValueError(f"output_shape {_ints(output_shape)} differs from the unpooled "
+            raise ValueError(f"output_shape {int_list(output_shape)} differs from the unpooled "
                              f"shape {shape} by more than one row per axis")
-        out = _pad(xp, out, [0] * len(extra) + extra, None, "constant")
+        out = pad_axes(xp, out, [0] * len(extra) + extra, None, "constant")
     return out
 
 
@@ -736,7 +736,7 @@ COL2IM_TYPES = NUMERIC | {"bfloat16"}
 
 @kernel("Col2Im", 18, dtypes=COL2IM_TYPES, host_inputs=(1, 2), family="conv")
 def col2im(xp, x, image_shape, block_shape, *, dilations=None, pads=None, strides=None):
-    image, block = _ints(image_shape), _ints(block_shape)
+    image, block = int_list(image_shape), int_list(block_shape)
     r = len(image)
     dilations = list(dilations or [1] * r)
     pads = list(pads or [0] * 2 * r)
@@ -744,10 +744,10 @@ def col2im(xp, x, image_shape, block_shape, *, dilations=None, pads=None, stride
     padded = [image[i] + pads[i] + pads[i + r] for i in range(r)]
     counts = [(padded[i] - dilations[i] * (block[i] - 1) - 1) // strides[i] + 1 for i in range(r)]
     n, cols = x.shape[0], x.shape[2]
-    if cols != _product(counts) or x.shape[1] % _product(block):
+    if cols != math.prod(counts) or x.shape[1] % math.prod(block):
         raise ValueError(f"input of shape {x.shape} does not hold blocks {block} of an image "
                          f"{image} ({counts} blocks)")
-    c = x.shape[1] // _product(block)
+    c = x.shape[1] // math.prod(block)
     work = xp.float32 if x.dtype.name == "bfloat16" else x.dtype
     blocks = x.astype(work).reshape((n, c) + tuple(block) + tuple(counts))
     out = xp.zeros((n, c) + tuple(padded), dtype=work)

@@ -8,8 +8,17 @@ arithmetic ops of that era do.
 from __future__ import annotations
 
 from ep_host import require
-from ep_host.kernels.elementwise import BF16, legacy_rhs, upcast
-from ep_host.kernels.registry import ALL, ALL_WITH_STRING, FLOATS, INTS, NUMERIC, UNSIGNED, kernel
+from ep_host.kernels.helpers import legacy_rhs, upcast
+from ep_host.kernels.registry import (
+    ALL,
+    ALL_WITH_STRING,
+    BF16,
+    FLOATS,
+    INTS,
+    NUMERIC,
+    UNSIGNED,
+    kernel,
+)
 
 BOOL = frozenset({"bool"})
 EQUAL_1 = frozenset({"bool", "int32", "int64"})  # Equal 1 and 7

@@ -5,9 +5,7 @@ in float32 and rounded once."""
 from __future__ import annotations
 
 from ep_host import require
-from ep_host.kernels.registry import FLOATS, kernel
-
-FLOATS_BF16 = FLOATS | {"bfloat16"}
+from ep_host.kernels.registry import FLOATS, FLOATS_BF16, kernel
 REDUCTIONS = ("none", "sum", "mean")
 
 

@@ -6,8 +6,8 @@ once.
 from __future__ import annotations
 
 from ep_host import element_count, require
-from ep_host.kernels.elementwise import BF16, upcast
-from ep_host.kernels.registry import FLOATS, NUMERIC, kernel
+from ep_host.kernels.helpers import upcast
+from ep_host.kernels.registry import BF16, FLOATS, NUMERIC, kernel
 
 MATMUL_INTS = frozenset({"int32", "int64", "uint32", "uint64"})
 

@@ -12,9 +12,8 @@ import math
 
 import ep_host
 from ep_host import deny, require
+from ep_host.kernels.helpers import as_text, object_array
 from ep_host.kernels.registry import kernel
-from ep_host.kernels.text import _strings as _objects
-from ep_host.kernels.text import _text
 
 ML = "ai.onnx.ml"
 NUMBERS = frozenset({"float32", "float64", "int64", "int32"})
@@ -36,7 +35,7 @@ def _lookup(xp, x, keys, values, default, out_dtype, key_of):
         table[key_of(k)] = v  # a repeated key: the last one wins
     mapped = [table.get(key_of(k), default) for k in x.reshape(-1).tolist()]
     if out_dtype is object:
-        return _objects(xp, [_text(v) for v in mapped], x.shape)
+        return object_array(xp, [as_text(v) for v in mapped], x.shape)
     return xp.asarray(mapped, dtype=out_dtype).reshape(x.shape)
 
 
@@ -67,11 +66,11 @@ def label_encoder_1(xp, x, *, default_int64, default_string, classes_strings=())
     classes = list(classes_strings)
     if x.dtype == object:
         index = {c: i for i, c in enumerate(classes)}
-        out = [index.get(_text(s), default_int64) for s in x.reshape(-1).tolist()]
+        out = [index.get(as_text(s), default_int64) for s in x.reshape(-1).tolist()]
         return xp.asarray(out, dtype=xp.int64).reshape(x.shape)
     out = [classes[i] if 0 <= i < len(classes) else default_string
            for i in x.reshape(-1).tolist()]
-    return _objects(xp, out, x.shape)
+    return object_array(xp, out, x.shape)
 
 
 _KEY_TYPES2 = {"keys_strings": "string", "keys_int64s": "int64", "keys_floats": "float32"}
@@ -146,7 +145,7 @@ def _label_encoder(xp, x, attrs, nan_matches_nan):
     else:
         default = attrs["default_int64"]
     if x.dtype == object:
-        key_of = _text
+        key_of = as_text
     elif x.dtype.kind == "f":
         if nan_matches_nan:
             def key_of(v):
@@ -191,7 +190,7 @@ def _check_category_mapper(node, provider):
 @kernel("CategoryMapper", 1, domain=ML, dtypes={"string", "int64"}, check=_check_category_mapper)
 def category_mapper(xp, x, *, default_int64, default_string, cats_int64s=(), cats_strings=()):
     if x.dtype == object:
-        return _lookup(xp, x, cats_strings, cats_int64s, default_int64, xp.int64, _text)
+        return _lookup(xp, x, cats_strings, cats_int64s, default_int64, xp.int64, as_text)
     return _lookup(xp, x, cats_int64s, cats_strings, default_string, object, int)
 
 
@@ -688,7 +687,7 @@ def one_hot_encoder(xp, x, *, zeros, cats_int64s=None, cats_strings=None):
     for i, c in enumerate(cats):
         index.setdefault(c, i)
     flat = x.reshape(-1).tolist()
-    keys = [_text(v) for v in flat] if x.dtype == object else [int(v) for v in flat]
+    keys = [as_text(v) for v in flat] if x.dtype == object else [int(v) for v in flat]
     out = xp.zeros((len(keys), len(cats)), dtype=xp.float32)
     for i, k in enumerate(keys):
         j = index.get(k)

@@ -1,7 +1,7 @@
 """Normalizations: BatchNormalization (estimated or batch statistics), LayerNormalization,
 RMSNormalization, GroupNormalization, InstanceNormalization, LpNormalization,
-MeanVarianceNormalization, Softmax, LogSoftmax, and Dropout (the identity outside training, a
-random mask in training).
+MeanVarianceNormalization, Softmax, LogSoftmax, Dropout (the identity outside training, a random
+mask in training) and LRN (local response normalization across channels).
 
 Normalizations of half-precision input compute in float32 (or the stash type) and round back
 once; Softmax and LogSoftmax compute each step in the input's type, as their function bodies do."""
@@ -9,9 +9,9 @@ once; Softmax and LogSoftmax compute each step in the input's type, as their fun
 from __future__ import annotations
 
 from ep_host import element_count, require
-from ep_host.kernels.registry import FLOATS, kernel
+from ep_host.kernels.conv_geometry import input_rank, pad_spatial
+from ep_host.kernels.registry import FLOATS, FLOATS_BF16, kernel
 
-FLOATS_BF16 = FLOATS | {"bfloat16"}
 STASH_TYPES = {1: "float32", 11: "float64"}  # TensorProto codes a stash may name here
 
 
@@ -453,3 +453,30 @@ def dropout(xp, data, ratio=None, training_mode=None, *, seed=None, with_mask=Fa
     y = (mask * data.astype(xp.float32 if data.dtype.itemsize < 4 else data.dtype) / (1 - r))
     y = y.astype(data.dtype)
     return (y, mask) if with_mask else y
+
+
+# -- LRN --------------------------------------------------------------------------------------
+
+
+def _check_lrn(node, provider):
+    size = node.attributes["size"]
+    require(size >= 1, "LRN: size must be >= 1, got {}", size, code="attribute")
+    rank = input_rank(node)
+    require(rank is None or rank >= 2, "LRN: {} takes input of rank >= 2 (N, C, ...), got "
+            "rank {}", provider, rank, code="shape")
+
+
+@kernel("LRN", 1, dtypes=FLOATS, check=_check_lrn, family="normalization")
+@kernel("LRN", 13, dtypes=FLOATS_BF16, check=_check_lrn, family="normalization")
+def lrn(xp, x, *, size, alpha, beta, bias):
+    dtype = x.dtype
+    if dtype.itemsize < 4:
+        x = x.astype(xp.float32)
+    channels = x.shape[1]
+    before = (size - 1) // 2
+    squares = pad_spatial(xp, xp.square(x), (before,) + (0,) * (x.ndim - 2),
+                          (size - 1 - before,) + (0,) * (x.ndim - 2))
+    total = squares[:, 0:channels].copy()
+    for i in range(1, size):
+        total += squares[:, i:i + channels]
+    return (x / (bias + (alpha / size) * total) ** beta).astype(dtype, copy=False)

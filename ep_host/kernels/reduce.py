@@ -11,13 +11,12 @@ norms truncate toward zero, as onnxruntime computes them.
 from __future__ import annotations
 
 from ep_host import element_count, require
-from ep_host.kernels.elementwise import BF16, is_float, upcast
-from ep_host.kernels.registry import FLOATS, NUMERIC, kernel
+from ep_host.kernels.helpers import is_float, normalize_axis, upcast
+from ep_host.kernels.registry import BF16, FLOATS, FLOATS_BF16, NUMERIC, kernel
 
 TYPES = FLOATS | {"int32", "int64", "uint32", "uint64"}
 TYPES_12 = TYPES | {"int8", "uint8"}  # ReduceMax/ReduceMin 12+
 TYPES_20 = TYPES_12 | {"bool"}  # ReduceMax/ReduceMin 20+
-FLOATS_BF16 = FLOATS | BF16
 
 
 def _axes(values, rank):
@@ -25,10 +24,8 @@ def _axes(values, rank):
     if values is None or len(values) == 0:
         return tuple(range(rank))
     out = set()
-    for a in (int(v) for v in values):
-        if not -rank <= a < rank:
-            raise ValueError(f"axis {a} is out of range for rank {rank}")
-        out.add(a % rank)
+    for a in values:
+        out.add(normalize_axis(int(a), rank))
     if len(out) != len(values):
         raise ValueError(f"axes {list(values)} repeat an axis")
     return tuple(sorted(out))
@@ -388,10 +385,7 @@ SCAN_TYPES = frozenset({"float32", "float64", "int32", "int64", "uint32", "uint6
 def _scan(xp, fn, x, axis, exclusive, reverse, identity):
     """Running ``fn`` along ``axis``: ``exclusive`` shifts in ``identity`` and drops the last
     element, ``reverse`` runs from the end. Narrow floats run in float32; integers wrap."""
-    axis = _one_int(axis)
-    if not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"axis {axis} is out of range for rank {x.ndim}")
-    axis %= x.ndim
+    axis = normalize_axis(_one_int(axis), x.ndim)
     y = upcast(xp, x)
     if reverse:
         y = xp.flip(y, axis=axis)

@@ -26,6 +26,13 @@ INTS = SIGNED | UNSIGNED
 NUMERIC = FLOATS | INTS
 ALL = NUMERIC | {"bool"}
 ALL_WITH_STRING = ALL | {"string"}
+BF16 = frozenset({"bfloat16"})
+FLOATS_BF16 = FLOATS | BF16
+NUMERIC_BF16 = NUMERIC | BF16
+# types numpy lacks, stored as ml_dtypes arrays (2- and 4-bit ones one element per byte)
+EXOTIC = frozenset({"bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
+                    "float8e8m0", "float4e2m1", "int4", "uint4", "int2", "uint2"})
+MOVABLE = ALL_WITH_STRING | {"complex64", "complex128"} | EXOTIC  # what data movement copies
 
 
 @dataclass(frozen=True)

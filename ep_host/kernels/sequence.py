@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ep_host import NodeView, require
-from ep_host.kernels.control_flow import _BodyKernel
+from ep_host.kernels.control_flow import BodyKernel
 from ep_host.kernels.registry import kernel
 
 NO_FLOPS = {"flops": lambda node: 0, "bytes": lambda node: 0}
@@ -120,7 +120,7 @@ def optional_get_element(xp, x):
 # ---------------------------------------------------------------------------------------------
 
 
-class SequenceMapKernel(_BodyKernel):
+class SequenceMapKernel(BodyKernel):
     def run(self, seq: Any, *extra: Any, scope: Any = None) -> list[Any]:
         body = self.bodies["body"]
         n_out = len(self.node.outputs)

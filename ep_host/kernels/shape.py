@@ -16,36 +16,30 @@ from fractions import Fraction
 
 import numpy as np
 
-from ep_host import deny, dtype, require
-from ep_host.kernels.elementwise import broadcast_shape
-from ep_host.kernels.registry import ALL, ALL_WITH_STRING, FLOATS, INTS, NUMERIC, kernel
+from ep_host import deny, dtype, element_count, require
+from ep_host.kernels.helpers import (
+    broadcast_shape,
+    int_list,
+    normalize_axis,
+    pad_axes,
+    zero_of,
+)
+from ep_host.kernels.registry import (
+    ALL,
+    ALL_WITH_STRING,
+    EXOTIC,
+    FLOATS,
+    INTS,
+    MOVABLE,
+    NUMERIC,
+    kernel,
+)
 
-# types numpy lacks, stored as ml_dtypes arrays (2- and 4-bit ones one element per byte)
-EXOTIC = frozenset({"bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
-                    "float8e8m0", "float4e2m1", "int4", "uint4", "int2", "uint2"})
-MOVABLE = ALL_WITH_STRING | {"complex64", "complex128"} | EXOTIC  # what data movement copies
 RANGE_11 = frozenset({"float32", "float64", "int16", "int32", "int64"})
 
 
 def no_work(node):
     return 0
-
-
-def _ints(values):
-    return [int(v) for v in (values.reshape(-1).tolist() if hasattr(values, "reshape") else values)]
-
-
-def _axis(axis, rank, what="axis"):
-    if not -rank <= axis < rank:
-        raise ValueError(f"{what} {axis} is out of range for rank {rank}")
-    return axis % rank
-
-
-def _product(dims):
-    n = 1
-    for d in dims:
-        n *= d
-    return n
 
 
 def _element_type(array):
@@ -61,7 +55,7 @@ def _element_type(array):
 
 
 def _reshape(data, shape, allowzero):
-    dims = _ints(shape)
+    dims = int_list(shape)
     if not allowzero:  # 0 copies the input's dim at that position
         for i, d in enumerate(dims):
             if d == 0:
@@ -98,13 +92,13 @@ def flatten(xp, x, *, axis):
     if not -rank <= axis <= rank:
         raise ValueError(f"axis {axis} is out of range [-{rank}, {rank}]")
     axis = axis + rank if axis < 0 else axis
-    return x.reshape(_product(x.shape[:axis]), _product(x.shape[axis:]))
+    return x.reshape(element_count(x.shape[:axis]), element_count(x.shape[axis:]))
 
 
 def _squeeze(data, axes):
     if axes is None or len(axes) == 0:
         return data.reshape(tuple(d for d in data.shape if d != 1))
-    drop = {_axis(a, data.ndim) for a in _ints(axes)}
+    drop = {normalize_axis(a, data.ndim) for a in int_list(axes)}
     for a in drop:
         if data.shape[a] != 1:
             raise ValueError(f"cannot squeeze axis {a} of size {data.shape[a]}")
@@ -123,9 +117,9 @@ def squeeze_axes_attribute(xp, data, *, axes=None):
 
 
 def _unsqueeze(data, axes):
-    values = _ints(axes)
+    values = int_list(axes)
     rank = data.ndim + len(values)
-    inserted = sorted({_axis(a, rank) for a in values})
+    inserted = sorted({normalize_axis(a, rank) for a in values})
     if len(inserted) != len(values):
         raise ValueError(f"axes {values} repeat an axis")
     shape = list(data.shape)
@@ -170,7 +164,7 @@ def shape_whole(xp, data):
 @kernel("Size", 1, 13, 19, 21, 23, 24, 25, dtypes=None, flops=no_work, bytes=no_work,
         family="data_movement")
 def size(xp, data):
-    return xp.asarray(_product(data.shape), dtype=xp.int64)
+    return xp.asarray(element_count(data.shape), dtype=xp.int64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -180,7 +174,7 @@ def size(xp, data):
 
 @kernel("Gather", 1, 11, 13, dtypes=MOVABLE, family="data_movement")
 def gather(xp, data, indices, *, axis):
-    return xp.take(data, indices, axis=_axis(axis, data.ndim))  # indices may be negative
+    return xp.take(data, indices, axis=normalize_axis(axis, data.ndim))  # indices may be negative
 
 
 @kernel("GatherND", 12, 13, dtypes=MOVABLE, family="data_movement")
@@ -190,24 +184,24 @@ def gather_nd(xp, data, indices, *, batch_dims=0):
     if tuple(indices.shape[:b]) != tuple(data.shape[:b]) or not 1 <= k <= data.ndim - b:
         raise ValueError(f"indices of shape {indices.shape} cannot index data of shape "
                          f"{data.shape} with batch_dims={b}")
-    batches = _product(data.shape[:b])
+    batches = element_count(data.shape[:b])
     flat = data.reshape((batches,) + tuple(data.shape[b:]))
-    index = indices.reshape(batches, _product(indices.shape[b:-1]), k)
+    index = indices.reshape(batches, element_count(indices.shape[b:-1]), k)
     rows = xp.arange(batches).reshape(batches, 1)
     out = flat[(rows,) + tuple(index[..., j] for j in range(k))]  # negative indices wrap once
     return out.reshape(tuple(indices.shape[:-1]) + tuple(data.shape[b + k:]))
 
 
 def _slice(data, starts, ends, axes, steps):
-    starts, ends = _ints(starts), _ints(ends)
-    axes = list(range(len(starts))) if axes is None else _ints(axes)
-    steps = [1] * len(starts) if steps is None else _ints(steps)
+    starts, ends = int_list(starts), int_list(ends)
+    axes = list(range(len(starts))) if axes is None else int_list(axes)
+    steps = [1] * len(starts) if steps is None else int_list(steps)
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise ValueError("starts, ends, axes and steps must have one length")
     index = [slice(None)] * data.ndim
     seen = set()
     for start, end, axis, step in zip(starts, ends, axes, steps, strict=True):
-        axis = _axis(axis, data.ndim)
+        axis = normalize_axis(axis, data.ndim)
         if axis in seen or step == 0:
             raise ValueError(f"axis {axis} repeats or has step 0")
         seen.add(axis)
@@ -238,13 +232,13 @@ def slice_attributes(xp, data, *, starts, ends, axes=None):
 
 
 def _split(xp, data, axis, sizes, n_outputs):
-    axis = _axis(axis, data.ndim)
+    axis = normalize_axis(axis, data.ndim)
     dim = data.shape[axis]
     if sizes is None:
         if dim % n_outputs:
             raise ValueError(f"dim {dim} does not split into {n_outputs} equal parts")
         sizes = [dim // n_outputs] * n_outputs
-    sizes = _ints(sizes)
+    sizes = int_list(sizes)
     if len(sizes) != n_outputs or sum(sizes) != dim or min(sizes, default=0) < 0:
         raise ValueError(f"split {sizes} does not cut dim {dim} into {n_outputs} parts")
     offsets, at = [], 0
@@ -272,7 +266,7 @@ def check_split_18(node, provider):
         family="data_movement")
 def split(xp, data, sizes=None, *, axis, num_outputs=None, n_outputs=None):
     if num_outputs is not None:  # parts of ceil(dim / n), the last one smaller
-        dim = data.shape[_axis(axis, data.ndim)]
+        dim = data.shape[normalize_axis(axis, data.ndim)]
         chunk = -(-dim // num_outputs)
         sizes = [chunk] * (num_outputs - 1) + [dim - chunk * (num_outputs - 1)]
     return _split(xp, data, axis, sizes, n_outputs)
@@ -290,7 +284,7 @@ def split_attribute(xp, data, *, axis, split=None, n_outputs=None):
 
 @kernel("Concat", 4, 11, 13, dtypes=MOVABLE, family="data_movement")
 def concat(xp, *inputs, axis):
-    return xp.concatenate(inputs, axis=_axis(axis, inputs[0].ndim))
+    return xp.concatenate(inputs, axis=normalize_axis(axis, inputs[0].ndim))
 
 
 @kernel("Concat", 1, dtypes=FLOATS, family="data_movement")
@@ -312,7 +306,7 @@ def _broadcast_shape(a, b):
 
 @kernel("Expand", 8, 13, dtypes=MOVABLE, host_inputs=(1,), family="data_movement")
 def expand(xp, data, shape):
-    return xp.broadcast_to(data, _broadcast_shape(data.shape, _ints(shape))).copy()
+    return xp.broadcast_to(data, _broadcast_shape(data.shape, int_list(shape))).copy()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -564,7 +558,7 @@ def check_constant_of_shape(node, provider):
 @kernel("ConstantOfShape", 9, 20, 21, 23, 24, 25, dtypes={"int64"}, host_inputs=(0,),
         check=check_constant_of_shape, family="data_movement")
 def constant_of_shape(xp, shape, *, value=None):
-    dims = tuple(_ints(shape))
+    dims = tuple(int_list(shape))
     if value is None:
         return xp.zeros(dims, dtype=xp.float32)
     return xp.full(dims, value.reshape(-1)[0], dtype=value.dtype)
@@ -637,64 +631,6 @@ def constant(xp, *, array=None):
 # ---------------------------------------------------------------------------------------------
 
 
-def _zero(xp, dtype_):
-    """The fill for "zero" of an element type: 0, False, or the empty string."""
-    if dtype_.kind == "O":
-        return xp.asarray("", dtype=object)
-    return xp.zeros((), dtype=dtype_)
-
-
-def _pad_source(xp, dim, before, after, mode):
-    """For each output position along one axis, the input position it copies, and in constant
-    mode whether that position lies inside the input."""
-    j = xp.arange(-before, dim + after)
-    if mode == "constant":
-        return xp.clip(j, 0, dim - 1), (j >= 0) & (j < dim)
-    if dim == 0:
-        raise ValueError(f"{mode} padding cannot extend an empty axis")
-    if mode == "edge":
-        return xp.clip(j, 0, dim - 1), None
-    if mode == "wrap":
-        return j % dim, None
-    period = max(2 * (dim - 1), 1)  # reflect: mirrored on the first and last values
-    r = j % period
-    return xp.where(r < dim, r, period - r), None
-
-
-def _pad(xp, data, pads, value, mode, axes=None):
-    rank = data.ndim
-    axes = list(range(rank)) if axes is None else [_axis(a, rank) for a in _ints(axes)]
-    pads = _ints(pads)
-    if len(pads) != 2 * len(axes) or len(set(axes)) != len(axes):
-        raise ValueError(f"pads {pads} do not give a begin and an end for each of axes {axes}")
-    edges = {a: (pads[i], pads[i + len(axes)]) for i, a in enumerate(axes)}
-    crop = [slice(None)] * rank  # negative pads crop first; the rest pads what is left
-    for a, (before, after) in edges.items():
-        keep = data.shape[a] - max(-before, 0) - max(-after, 0)
-        if keep < 0:
-            raise ValueError(f"pads {pads} crop more than the input shape {data.shape} holds")
-        crop[a] = slice(max(-before, 0), max(-before, 0) + keep)
-        edges[a] = (max(before, 0), max(after, 0))
-    data = data[tuple(crop)]
-    shape = tuple(d + sum(edges.get(a, (0, 0))) for a, d in enumerate(data.shape))
-    fill = _zero(xp, data.dtype) if value is None else xp.asarray(value, dtype=data.dtype)
-    fill = fill.reshape(())
-    if mode == "constant" and data.size == 0:
-        return xp.full(shape, fill, dtype=data.dtype)
-    out, inside = data, None
-    for axis, (before, after) in edges.items():
-        if before == 0 and after == 0:
-            continue
-        index, valid = _pad_source(xp, data.shape[axis], before, after, mode)
-        out = xp.take(out, index, axis=axis)
-        if valid is not None:
-            valid = valid.reshape((1,) * axis + (-1,) + (1,) * (rank - axis - 1))
-            inside = valid if inside is None else inside & valid
-    if inside is not None:
-        out = xp.where(inside, out, fill)
-    return out if out is not data else data.copy()
-
-
 def _check_pad(*modes):
     def check(node, provider):
         mode = node.attributes.get("mode", "constant")
@@ -708,25 +644,25 @@ def _check_pad(*modes):
 @kernel("Pad", 18, dtypes=MOVABLE, host_inputs=(1, 3),
         check=_check_pad("constant", "reflect", "edge"), family="data_movement")
 def pad(xp, data, pads, constant_value=None, axes=None, *, mode):
-    return _pad(xp, data, pads, constant_value, mode, axes)
+    return pad_axes(xp, data, pads, constant_value, mode, axes)
 
 
 @kernel("Pad", 11, 13, dtypes=MOVABLE, host_inputs=(1,),
         check=_check_pad("constant", "reflect", "edge"), family="data_movement")
 def pad_11(xp, data, pads, constant_value=None, *, mode):
-    return _pad(xp, data, pads, constant_value, mode)
+    return pad_axes(xp, data, pads, constant_value, mode)
 
 
 @kernel("Pad", 2, dtypes=FLOATS, check=_check_pad("constant", "reflect", "edge"),
         family="data_movement")
 def pad_2(xp, data, *, pads, mode, value):
-    return _pad(xp, data, pads, value, mode)
+    return pad_axes(xp, data, pads, value, mode)
 
 
 @kernel("Pad", 1, dtypes=FLOATS, check=_check_pad("constant", "reflect", "edge"),
         family="data_movement")
 def pad_1(xp, data, *, paddings, mode, value):
-    return _pad(xp, data, paddings, value, mode)
+    return pad_axes(xp, data, paddings, value, mode)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -761,7 +697,7 @@ def _element_index(xp, indices, data, axis):
 
 @kernel("GatherElements", 11, 13, dtypes=MOVABLE, family="data_movement")
 def gather_elements(xp, data, indices, *, axis):
-    return data[_element_index(xp, indices, data, _axis(axis, data.ndim))]
+    return data[_element_index(xp, indices, data, normalize_axis(axis, data.ndim))]
 
 
 REDUCIBLE = FLOATS | INTS
@@ -794,14 +730,14 @@ def _check_scatter(*reductions):
 @kernel("ScatterElements", 16, dtypes=MOVABLE, check=_check_scatter("none", "add", "mul"),
         family="data_movement")
 def scatter_elements(xp, data, indices, updates, *, axis, reduction):
-    index = _element_index(xp, indices, data, _axis(axis, data.ndim))
+    index = _element_index(xp, indices, data, normalize_axis(axis, data.ndim))
     return _scatter(xp, data.copy(), index, updates, reduction)
 
 
 @kernel("ScatterElements", 11, 13, dtypes=MOVABLE, family="data_movement")
 @kernel("Scatter", 9, 11, dtypes=MOVABLE)
 def scatter_elements_11(xp, data, indices, updates, *, axis):
-    index = _element_index(xp, indices, data, _axis(axis, data.ndim))
+    index = _element_index(xp, indices, data, normalize_axis(axis, data.ndim))
     return _scatter(xp, data.copy(), index, updates, "none")
 
 
@@ -809,7 +745,7 @@ def _scatter_nd(xp, data, indices, updates, reduction):
     k = indices.shape[-1]
     if not 1 <= k <= data.ndim:
         raise ValueError(f"indices of shape {indices.shape} cannot index data of rank {data.ndim}")
-    rows = _product(indices.shape[:-1])
+    rows = element_count(indices.shape[:-1])
     flat = indices.reshape(rows, k)
     index = tuple(_in_range(xp, flat[:, j], data.shape[j]) for j in range(k))
     values = updates.reshape((rows,) + tuple(data.shape[k:]))
@@ -837,7 +773,7 @@ def check_tensor_scatter(node, provider):
 
 @kernel("TensorScatter", 24, dtypes=MOVABLE, check=check_tensor_scatter)
 def tensor_scatter(xp, past_cache, update, write_indices=None, *, mode, axis):
-    axis = _axis(axis, past_cache.ndim)
+    axis = normalize_axis(axis, past_cache.ndim)
     if axis == 0:
         raise ValueError("TensorScatter's sequence axis cannot be the batch axis 0")
     batch, size, steps = past_cache.shape[0], past_cache.shape[axis], update.shape[axis]
@@ -861,7 +797,7 @@ def tensor_scatter(xp, past_cache, update, write_indices=None, *, mode, axis):
 
 @kernel("Tile", 6, 13, dtypes=MOVABLE, host_inputs=(1,), family="data_movement")
 def tile(xp, x, repeats):
-    reps = _ints(repeats)
+    reps = int_list(repeats)
     if len(reps) != x.ndim or min(reps, default=0) < 0:
         raise ValueError(f"repeats {reps} must give a count >= 0 for each of {x.ndim} axes")
     return xp.tile(x, tuple(reps))
@@ -870,7 +806,7 @@ def tile(xp, x, repeats):
 @kernel("Tile", 1, dtypes=FLOATS, host_inputs=(1, 2), family="data_movement")
 def tile_1(xp, x, tiles, axis):
     reps = [1] * x.ndim
-    reps[_axis(_ints(axis)[0], x.ndim)] = _ints(tiles)[0]
+    reps[normalize_axis(int_list(axis)[0], x.ndim)] = int_list(tiles)[0]
     return xp.tile(x, tuple(reps))
 
 
@@ -882,7 +818,7 @@ def _one_hot(xp, indices, depth, values, axis, wrap):
     if wrap:
         idx = xp.where(idx < 0, idx + n, idx)
     rank = idx.ndim + 1
-    axis = _axis(axis, rank)
+    axis = normalize_axis(axis, rank)
     classes = xp.arange(n).reshape((1,) * axis + (n,) + (1,) * (rank - axis - 1))
     flat = values.reshape(-1)
     off, on = flat[0:1].reshape(()), flat[1:2].reshape(())
@@ -904,7 +840,7 @@ def compress(xp, x, condition, *, axis=None):
     keep = xp.nonzero(condition.reshape(-1))[0]
     if axis is None:
         x, axis = x.reshape(-1), 0
-    axis = _axis(axis, x.ndim)
+    axis = normalize_axis(axis, x.ndim)
     if keep.size and int(keep[-1]) >= x.shape[axis]:
         raise IndexError(f"condition selects entry {int(keep[-1])} of an axis of {x.shape[axis]}")
     return xp.take(x, keep, axis=axis)
@@ -943,7 +879,7 @@ def unique(xp, x, *, axis=None, sorted):
     wide = _exactly_wider(x)
     if axis is None:
         wide, axis = wide.reshape(-1), 0
-    axis = _axis(axis, wide.ndim)
+    axis = normalize_axis(axis, wide.ndim)
     y, first, inverse, counts = xp.unique(wide, return_index=True, return_inverse=True,
                                           return_counts=True, axis=axis)
     inverse = inverse.reshape(-1)
@@ -1001,11 +937,11 @@ def eye_like(xp, x, *, k, out_type=None):
 
 @kernel("Trilu", 14, dtypes=MOVABLE, host_inputs=(1,), family="data_movement")
 def trilu(xp, x, k=None, *, upper):
-    k = 0 if k is None else _ints(k)[0]
+    k = 0 if k is None else int_list(k)[0]
     rows, cols = x.shape[-2:]
     above = xp.arange(cols).reshape(1, cols) - xp.arange(rows).reshape(rows, 1)
     keep = above >= k if upper else above <= k
-    return xp.where(keep, x, _zero(xp, x.dtype))
+    return xp.where(keep, x, zero_of(xp, x.dtype))
 
 
 def check_bit_cast(node, provider):

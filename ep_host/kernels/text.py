@@ -14,20 +14,10 @@ import importlib.util
 import re
 
 from ep_host import deny, require
+from ep_host.kernels.helpers import as_text, object_array
 from ep_host.kernels.registry import kernel
 
 STRING = frozenset({"string"})
-
-
-def _text(s) -> str:
-    return s.decode("utf-8") if isinstance(s, bytes) else str(s)
-
-
-def _strings(xp, values, shape):
-    out = xp.empty(len(values), dtype=object)
-    for i, v in enumerate(values):
-        out[i] = v
-    return out.reshape(shape)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,7 +51,7 @@ def string_normalizer(xp, x, *, case_change_action, is_case_sensitive, locale=No
                       stopwords=()):
     if x.ndim == 2 and x.shape[0] != 1 or x.ndim not in (1, 2):
         raise ValueError(f"StringNormalizer takes [C] or [1, C], got {x.shape}")
-    words = [_text(s) for s in x.reshape(-1)]
+    words = [as_text(s) for s in x.reshape(-1)]
     if stopwords:
         if is_case_sensitive:
             stop = set(stopwords)
@@ -75,14 +65,14 @@ def string_normalizer(xp, x, *, case_change_action, is_case_sensitive, locale=No
         words = [w.upper() for w in words]
     if not words:
         words = [""]
-    return _strings(xp, words, (len(words),) if x.ndim == 1 else (1, len(words)))
+    return object_array(xp, words, (len(words),) if x.ndim == 1 else (1, len(words)))
 
 
 @kernel("StringConcat", 20, dtypes=STRING)
 def string_concat(xp, x, y):
     a, b = xp.broadcast_arrays(x, y)
-    joined = [_text(p) + _text(q) for p, q in zip(a.reshape(-1), b.reshape(-1), strict=True)]
-    return _strings(xp, joined, a.shape)
+    joined = [as_text(p) + as_text(q) for p, q in zip(a.reshape(-1), b.reshape(-1), strict=True)]
+    return object_array(xp, joined, a.shape)
 
 
 _SPACE = " \t\n\v\f\r"
@@ -103,11 +93,11 @@ def string_split(xp, x, *, delimiter=None, maxsplit=None):
     """Without a delimiter, runs of ASCII whitespace (space, tab, newline, vertical tab, form
     feed, carriage return) separate; leading and trailing whitespace is dropped."""
     limit = -1 if maxsplit is None else maxsplit
-    parts = [_split(_text(s), delimiter, limit) for s in x.reshape(-1)]
+    parts = [_split(as_text(s), delimiter, limit) for s in x.reshape(-1)]
     width = max((len(p) for p in parts), default=0)
     flat = [q for p in parts for q in p + [""] * (width - len(p))]
     counts = xp.asarray([len(p) for p in parts], dtype=xp.int64).reshape(x.shape)
-    return _strings(xp, flat, tuple(x.shape) + (width,)), counts
+    return object_array(xp, flat, tuple(x.shape) + (width,)), counts
 
 
 # ---------------------------------------------------------------------------------------------
@@ -293,7 +283,7 @@ def _compiled(node):
 
 @kernel("RegexFullMatch", 20, dtypes=STRING, check=_check_regex, bind=_compiled)
 def regex_full_match(xp, x, *, pattern=None, compiled=None):
-    matches = [compiled.fullmatch(_text(s)) is not None for s in x.reshape(-1)]
+    matches = [compiled.fullmatch(as_text(s)) is not None for s in x.reshape(-1)]
     return xp.asarray(matches, dtype=bool).reshape(x.shape)
 
 
@@ -368,7 +358,7 @@ def tfidf_vectorizer(xp, x, *, max_gram_length, max_skip_count, min_gram_length,
     rows = x.reshape(1, -1) if x.ndim == 1 else x
     out = xp.zeros((rows.shape[0], width), dtype=xp.float32)
     for r in range(rows.shape[0]):
-        tokens = [_text(t) if is_text else int(t) for t in rows[r].tolist()]
+        tokens = [as_text(t) if is_text else int(t) for t in rows[r].tolist()]
         counts: dict[int, int] = {}
         for n in range(min_gram_length, max_gram_length + 1):
             for gap in range(max_skip_count + 1 if n > 1 else 1):

@@ -4,7 +4,7 @@ onnxruntime, read the CPU EP's answer."""
 from __future__ import annotations
 
 import numpy as np
-from onnx import helper
+from onnx import TensorProto, helper, numpy_helper
 
 import ep_host
 
@@ -74,3 +74,46 @@ def assert_declines(model, code, *words):
     assert answer.code == code, answer.reason
     for word in words:
         assert word in answer.reason, answer.reason
+
+
+def node_model(op, inputs, outputs, opset, elem=TensorProto.FLOAT, **attrs):
+    """One ``op`` node; ``inputs``: (name, shape) pairs, or (name, shape, elem)."""
+    node = helper.make_node(op, [i[0] for i in inputs], list(outputs), **attrs)
+    graph_inputs = [(i[0], i[2] if len(i) > 2 else elem, i[1]) for i in inputs]
+    return make_model([node], graph_inputs, [(o, elem, None) for o in outputs], opset=opset)
+
+
+def feeds_model(op, feeds, *, opset, out_type=None, outputs=1, **attrs):
+    """One ``op`` node whose inputs are the graph inputs ``feeds``, in order."""
+    names = list(feeds)
+    node = helper.make_node(op, names, [f"out{i}" for i in range(outputs)], **attrs)
+    inputs = [(n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+              for n, a in feeds.items()]
+    out_type = inputs[0][1] if out_type is None else out_type
+    return make_model([node], inputs, [(f"out{i}", out_type, None) for i in range(outputs)],
+                      opset=opset)
+
+
+def model_of(op, feeds, consts=None, *, opset, out_types=None, **attrs):
+    """One ``op`` node: ``feeds`` are graph inputs, ``consts`` initializers (in that order)."""
+    consts = consts or {}
+    node = helper.make_node(op, [*feeds, *consts], [f"out{i}" for i in
+                                                   range(len(out_types or [None]))], **attrs)
+    inputs = [(n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+              for n, a in feeds.items()]
+    out_types = out_types or [inputs[0][1]]
+    inits = [numpy_helper.from_array(a, n) for n, a in consts.items()]
+    return make_model([node], inputs, [(f"out{i}", t, None) for i, t in enumerate(out_types)],
+                      opset=opset, initializers=inits)
+
+
+def randn(rng, *shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def flops(model):
+    """The registered kernel's flop estimate for the model's first node."""
+    from ep_host.kernels import REGISTRY
+
+    node = ep_host.load_model(model.SerializeToString()).graph.nodes[0]
+    return REGISTRY.lookup(node).flops(node)

@@ -1,5 +1,6 @@
 """com.microsoft ops (and SimplifiedLayerNormalization) on the CPU EP, against onnxruntime's own
-contrib kernels on one-node models with random weights."""
+contrib kernels on one-node models with random weights; FusedConv against a Conv followed by
+its activation."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 from cpukit import assert_declines, cpu_answer, make_model, run_ep_host, run_onnxruntime
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 MS = "com.microsoft"
 F32, F16 = np.float32, np.float16
@@ -53,9 +54,6 @@ def rn(rng):
     return draw
 
 
-# -- Activations --------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("dtype", [F32, F16])
 @pytest.mark.parametrize("op, bias, attrs", [
     ("Gelu", False, {}), ("FastGelu", False, {}), ("FastGelu", True, {}),
@@ -67,8 +65,6 @@ def test_activations(rn, dtype, op, bias, attrs):
         inputs.append(("b", rn(8, dtype=dtype)))
     compare(op, inputs, dtype=dtype, **attrs)
 
-
-# -- Normalizations -----------------------------------------------------------------------------
 
 LAYER_NORM_OUTPUTS = ("y", "mean", "inv_std_var", "input_skip_bias_sum")
 
@@ -101,9 +97,6 @@ def test_simplified_layer_norm(rn, x_type, scale_type, axis, scale_shape):
     inputs = [("x", rn(2, 3, 16, dtype=x_type)), ("scale", rn(*scale_shape, dtype=scale_type))]
     compare("SimplifiedLayerNormalization", inputs, ("y", "inv_std_var"), domain="",
             dtype=F16 if F16 in (x_type, scale_type) else F32, axis=axis, epsilon=1e-3)
-
-
-# -- FusedMatMul and MatMulNBits ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize("dtype", [F32, F16])
@@ -181,9 +174,6 @@ def test_matmul_nbits_g_idx(rng, zero_points):
     compare("MatMulNBits", inputs, tol={"rtol": 0, "atol": 1e-2}, K=70, N=8, block_size=16)
 
 
-# -- RotaryEmbedding ----------------------------------------------------------------------------
-
-
 def caches(rng, positions, half, dtype=F32):
     angles = rng.random((positions, half)) * 6
     return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
@@ -210,8 +200,6 @@ def test_rotary_embedding_partial(rng, rn, layout):
     compare("RotaryEmbedding", [("x", x), ("pos", pos), ("cos", cos), ("sin", sin)],
             num_heads=3, rotary_embedding_dim=4)
 
-
-# -- MultiHeadAttention -------------------------------------------------------------------------
 
 B, S, L, NH, H = 2, 4, 6, 3, 8
 D = NH * H
@@ -302,8 +290,6 @@ def test_mha_packed_qkv_and_kv_equal_the_unpacked_op(rn):
     np.testing.assert_allclose(y, expected, rtol=0, atol=1e-4)
 
 
-# -- GroupQueryAttention ------------------------------------------------------------------------
-
 QH, KVH = 4, 2
 GQA_OUTPUTS = ("y", "present_key", "present_value")
 
@@ -388,9 +374,6 @@ def test_gqa_float16(rn):
     gqa(q, k, v, past, [7, 4], 8, dtype=F16)
 
 
-# -- Resolution and declines --------------------------------------------------------------------
-
-
 def test_com_microsoft_resolves_by_the_models_opset(rn):
     model, _ = contrib_model("Gelu", [("x", rn(2, 3))])
     assert cpu_answer(model).is_supported
@@ -444,3 +427,59 @@ def test_mha_declines_the_qk_output():
                              ("k", np.zeros((1, 2, 8), F32)), ("v", np.zeros((1, 2, 8), F32))],
                              ("y", "", "", "qk"), num_heads=2)
     assert_declines(model, "op", "qk output")
+
+
+F = TensorProto.FLOAT
+CONV_RNG = np.random.default_rng(0)
+CONV_X = CONV_RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)
+CONV_W = (CONV_RNG.standard_normal((4, 3, 3, 3)) * 0.5).astype(np.float32)
+CONV_B = CONV_RNG.standard_normal(4).astype(np.float32)
+
+
+def conv_reference():
+    padded = np.pad(CONV_X, ((0, 0), (0, 0), (1, 1), (1, 1)))
+    out = np.zeros((1, 4, 6, 6))
+    for i in range(6):
+        for j in range(6):
+            out[0, :, i, j] = np.tensordot(CONV_W, padded[0, :, i:i + 3, j:j + 3], 3)
+    return out + CONV_B.reshape(4, 1, 1)
+
+
+ACTIVATIONS = {
+    "Relu": ([], lambda y: np.maximum(y, 0)),
+    "LeakyRelu": ([0.2], lambda y: np.where(y < 0, 0.2 * y, y)),
+    "Sigmoid": ([], lambda y: 1 / (1 + np.exp(-y))),
+    "Tanh": ([], np.tanh),
+    "Clip": ([-0.5, 0.5], lambda y: np.clip(y, -0.5, 0.5)),
+}
+
+
+def fused_model(activation, params, with_weights_as_inputs=False):
+    node = helper.make_node("FusedConv", ["x", "w", "b"], ["y"], domain="com.microsoft",
+                            activation=activation, pads=[1, 1, 1, 1], group=1,
+                            **({"activation_params": params} if params else {}))
+    inputs = [("x", F, [1, 3, 6, 6])]
+    inits = [numpy_helper.from_array(CONV_W, "w"), numpy_helper.from_array(CONV_B, "b")]
+    if with_weights_as_inputs:
+        inputs += [("w", F, [4, 3, 3, 3]), ("b", F, [4])]
+        inits = []
+    return make_model([node], inputs, [("y", F, [1, 4, 6, 6])], initializers=inits,
+                      domains=[("com.microsoft", 1)])
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+@pytest.mark.parametrize("constant_weights", [True, False])
+def test_fused_conv_equals_conv_then_activation(activation, constant_weights):
+    params, fn = ACTIVATIONS[activation]
+    model = fused_model(activation, params, with_weights_as_inputs=not constant_weights)
+    feeds = {"x": CONV_X} if constant_weights else {"x": CONV_X, "w": CONV_W, "b": CONV_B}
+    (y,) = run_ep_host(model, feeds)
+    np.testing.assert_allclose(y, fn(conv_reference()), rtol=1e-5, atol=1e-5)
+
+
+def test_an_unknown_activation_is_declined_with_its_name():
+    import ep_host
+
+    model = fused_model("Softplus", [])
+    with pytest.raises(ep_host.PlacementError, match="FusedConv: CPU EP applies activation"):
+        ep_host.InferenceSession(model.SerializeToString(), ["cpu"])

@@ -1,13 +1,15 @@
-"""Elementwise kernels (arithmetic, math, activations, variadic) against onnxruntime."""
+"""Elementwise kernels against onnxruntime: arithmetic, Pow and Mod, math and trigonometry,
+activations, rounding, Clip, the variadic ops, and bfloat16 and float16 rounding once."""
 
 from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from cpukit import assert_matches_onnxruntime, cpu_answer, make_model, run_ep_host
+from cpukit import assert_matches_onnxruntime, cpu_answer, feeds_model, make_model, run_ep_host
 from ep_host.kernels import REGISTRY
 from onnx import helper, numpy_helper
 
@@ -38,11 +40,6 @@ def test_every_version_in_onnx_is_registered():
         expected = sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
                            if s.name == op and s.domain == ""})
         assert REGISTRY.versions("ai.onnx", op) == expected, op
-
-
-# ---------------------------------------------------------------------------------------------
-# Binary arithmetic
-# ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("op", ["Add", "Sub", "Mul", "Div"])
@@ -120,11 +117,6 @@ def test_add_declines_int8_before_version_14(opset):
     assert "got int8" in answer.reason and "int32" in answer.reason
 
 
-# ---------------------------------------------------------------------------------------------
-# Pow
-# ---------------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("opset", [12, 13, 15])
 @pytest.mark.parametrize(("base", "exponent"), [
     (np.array([[2.0, 0.5, 3.0], [1.5, 4.0, 9.0]], np.float32),
@@ -169,10 +161,6 @@ def test_pow_declines_an_integer_exponent_before_version_12():
     answer = cpu_answer(one_node("Pow", ["x", "y"], {"x": x, "y": y}, opset=7))
     assert not answer.is_supported and answer.code == "dtype"
 
-
-# ---------------------------------------------------------------------------------------------
-# Unary math and activations
-# ---------------------------------------------------------------------------------------------
 
 UNARY = ["Sqrt", "Exp", "Log", "Tanh", "Erf", "Neg", "Abs", "Reciprocal", "Sigmoid", "Floor",
          "Ceil", "Relu", "Identity"]
@@ -260,11 +248,6 @@ def test_version_1_unary_ops_ignore_consumed_inputs():
     assert run_ep_host(model, {"x": x[1:]})[0].tolist() == [2.0]
 
 
-# ---------------------------------------------------------------------------------------------
-# Clip
-# ---------------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize(("dtype", "opset"), [(np.float32, 11), (np.float32, 13), (np.int32, 12),
                                               (np.int64, 13), (np.uint8, 13)])
 @pytest.mark.parametrize("bounds", [(2, 6), (2, None), (None, 6), (None, None), (6, 2)])
@@ -319,11 +302,6 @@ def test_clip_declines_integers_at_version_11():
     x = np.ones(3, np.int32)
     answer = cpu_answer(one_node("Clip", ["x"], {"x": x}, opset=11))
     assert not answer.is_supported and answer.code == "dtype"
-
-
-# ---------------------------------------------------------------------------------------------
-# Variadic Sum, Max, Min, Mean
-# ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("op", ["Sum", "Max", "Min", "Mean"])
@@ -400,3 +378,182 @@ def test_opset_9_light_model_ops_resolve_to_registered_versions():
         names = ["a"] * n_inputs
         answer = cpu_answer(one_node(op, names, {"a": a}, opset=9))
         assert answer.is_supported, (op, answer.reason)
+
+
+def test_every_version_of_the_trigonometric_and_activation_ops_is_registered():
+    for op in ["Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh",
+               "Atanh", "Elu", "Selu", "Celu", "HardSigmoid", "HardSwish", "Softplus", "Softsign",
+               "ThresholdedRelu", "Shrink", "Mish", "Gelu", "Swish", "PRelu", "Round", "Sign",
+               "Mod"]:
+        expected = sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
+                           if s.name == op and s.domain == ""})
+        assert REGISTRY.versions("ai.onnx", op) == expected, op
+
+
+BF16 = ml_dtypes.bfloat16
+CLOSE = {"rtol": 1e-5, "atol": 1e-6}
+
+
+UNARY_RANGES = {  # op: (opsets, low, high, attributes)
+    "Sin": ((7,), -4, 4, {}), "Cos": ((7,), -4, 4, {}), "Tan": ((7,), -1.5, 1.5, {}),
+    "Asin": ((7,), -1, 1, {}), "Acos": ((7,), -1, 1, {}), "Atan": ((7,), -9, 9, {}),
+    "Sinh": ((9,), -5, 5, {}), "Cosh": ((9,), -5, 5, {}), "Asinh": ((9,), -9, 9, {}),
+    "Acosh": ((9,), 1, 9, {}), "Atanh": ((9,), -0.99, 0.99, {}),
+    "Elu": ((6, 22), -4, 4, {"alpha": 0.7}), "Selu": ((6, 22), -4, 4, {}),
+    "Celu": ((12,), -4, 4, {"alpha": 1.5}), "HardSigmoid": ((6, 22), -6, 6, {"alpha": 0.3}),
+    "HardSwish": ((14, 22), -6, 6, {}), "Softplus": ((1, 22), -30, 30, {}),
+    "Softsign": ((1, 22), -5, 5, {}), "ThresholdedRelu": ((10, 22), -3, 3, {"alpha": 0.5}),
+    "Mish": ((18, 22), -6, 6, {}), "Gelu": ((20,), -4, 4, {"approximate": "tanh"}),
+    "Round": ((11, 22), -5, 5, {}), "Sign": ((9, 13), -2, 2, {}),
+    "Shrink": ((9,), -3, 3, {"lambd": 0.8, "bias": 0.3}),
+}
+
+
+@pytest.mark.parametrize("op", sorted(UNARY_RANGES))
+def test_unary_ops_match_onnxruntime(op, rng):
+    opsets, low, high, attrs = UNARY_RANGES[op]
+    x = rng.uniform(low, high, (3, 7)).astype(np.float32)
+    for opset in opsets:
+        model = feeds_model(op, {"x": x}, opset=opset, **attrs)
+        assert_matches_onnxruntime(model, {"x": x}, **CLOSE)
+
+
+def test_gelu_without_approximation_and_swish():
+    x = np.linspace(-5, 5, 21, dtype=np.float32)
+    assert_matches_onnxruntime(feeds_model("Gelu", {"x": x}, opset=20), {"x": x}, **CLOSE)
+    (out,) = run_ep_host(feeds_model("Swish", {"x": x}, opset=24, alpha=0.5), {"x": x})
+    np.testing.assert_allclose(out, x / (1 + np.exp(-0.5 * x)), rtol=1e-6)
+
+
+def test_round_halves_to_even_and_keeps_specials():
+    x = np.array([0.5, 1.5, 2.5, -2.5, -0.5, 2.3, np.inf, -0.0, np.nan], np.float32)
+    (out,) = assert_matches_onnxruntime(feeds_model("Round", {"x": x}, opset=11), {"x": x})
+    np.testing.assert_array_equal(out, [0, 2, 2, -2, -0.0, 2, np.inf, -0.0, np.nan])
+
+
+def test_softplus_does_not_overflow():
+    x = np.array([-200, 0, 200], np.float32)
+    (out,) = run_ep_host(feeds_model("Softplus", {"x": x}, opset=22), {"x": x})
+    np.testing.assert_allclose(out, [0, np.log(2), 200], rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int8, np.uint8])
+def test_integer_shrink(dtype):
+    x = np.array([0, 1, 2, 3, 5, 100], dtype)
+    if dtype != np.uint8:
+        x = np.concatenate([x, np.array([-1, -2, -3, -100], dtype)])
+    model = feeds_model("Shrink", {"x": x}, opset=9, lambd=2.0, bias=1.0)
+    assert_matches_onnxruntime(model, {"x": x})
+
+
+def test_shrink_declines_integers_with_a_fractional_bias():
+    x = np.ones(3, np.int32)
+    answer = cpu_answer(feeds_model("Shrink", {"x": x}, opset=9, lambd=1.0, bias=0.5))
+    assert not answer.is_supported and answer.code == "attribute"
+    assert "whole lambd and bias" in answer.reason and "bias=0.5" in answer.reason
+
+
+@pytest.mark.parametrize(("slope_shape", "opset"), [((4,), 9), ((3, 1), 16), ((1,), 7)])
+def test_prelu_broadcasts_the_slope(slope_shape, opset, rng):
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    slope = rng.uniform(0, 1, slope_shape).astype(np.float32)
+    assert_matches_onnxruntime(feeds_model("PRelu", {"x": x, "s": slope}, opset=opset),
+                               {"x": x, "s": slope})
+
+
+def test_integer_prelu():
+    x, s = np.array([-4, -1, 0, 3], np.int64), np.array([2], np.int64)
+    (out,) = run_ep_host(feeds_model("PRelu", {"x": x, "s": s}, opset=16), {"x": x, "s": s})
+    assert out.tolist() == [-8, -2, 0, 3]
+
+
+def test_prelu_6_declines_a_slope_it_cannot_place():
+    x, s = np.ones((2, 3, 4), np.float32), np.ones((3, 1), np.float32)
+    answer = cpu_answer(feeds_model("PRelu", {"x": x, "s": s}, opset=6))
+    assert not answer.is_supported and answer.code == "shape"
+    assert "slope of one element or of X's shape" in answer.reason
+    s1 = np.full((1,), 0.5, np.float32)
+    (out,) = run_ep_host(feeds_model("PRelu", {"x": -x, "s": s1}, opset=6), {"x": -x, "s": s1})
+    assert (out == -0.5).all()
+
+
+def test_gelu_declines_an_unknown_approximation():
+    x = np.ones(2, np.float32)
+    answer = cpu_answer(feeds_model("Gelu", {"x": x}, opset=20, approximate="erf"))
+    assert not answer.is_supported and answer.code == "attribute" and "'erf'" in answer.reason
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.int8, np.uint16])
+@pytest.mark.parametrize("fmod", [0, 1])
+def test_integer_mod_matches_onnxruntime(dtype, fmod):
+    a = np.array([-7, 7, -8, 8, 5, 0, 13], np.int64)
+    b = np.array([3, -3, -3, 3, 5, 4, -6], np.int64)
+    if np.dtype(dtype).kind == "u":
+        a, b = np.abs(a), np.abs(b)
+    a, b = a.astype(dtype), b.astype(dtype)
+    assert_matches_onnxruntime(feeds_model("Mod", {"a": a, "b": b}, opset=13, fmod=fmod),
+                               {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_float_fmod_matches_onnxruntime(dtype):
+    a = np.array([-4.3, 7.2, 5.0, -7.2, 8.0], dtype)
+    b = np.array([2.1, -3.4, 8.0, 3.4, 5.0], dtype)
+    assert_matches_onnxruntime(feeds_model("Mod", {"a": a, "b": b}, opset=13, fmod=1),
+                               {"a": a, "b": b})
+
+
+def test_mod_28_floors_floats_with_fmod_0():
+    a = np.array([-4.5, 4.5, 0.0, -0.0, 1.0, -1.0, np.inf], np.float32)
+    b = np.array([2.0, -2.0, -2.0, 2.0, -np.inf, np.inf, 2.0], np.float32)
+    (out,) = run_ep_host(feeds_model("Mod", {"a": a, "b": b}, opset=28, fmod=0), {"a": a, "b": b})
+    np.testing.assert_array_equal(out, [1.5, -1.5, -0.0, 0.0, -np.inf, np.inf, np.nan])
+    assert np.signbit(out[2]) and not np.signbit(out[3])
+
+
+def test_mod_before_28_declines_floats_with_fmod_0():
+    a = np.ones(2, np.float32)
+    answer = cpu_answer(feeds_model("Mod", {"a": a, "b": a}, opset=13, fmod=0))
+    assert not answer.is_supported and answer.code == "attribute"
+    assert "need fmod=1" in answer.reason
+
+
+def test_integer_mod_by_zero_is_zero():
+    a, b = np.array([5, -5], np.int32), np.array([0, 0], np.int32)
+    (out,) = run_ep_host(feeds_model("Mod", {"a": a, "b": b}, opset=13), {"a": a, "b": b})
+    assert out.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize(("op", "fn", "opset"), [
+    ("Add", np.add, 13), ("Mul", np.multiply, 14), ("Div", np.divide, 14),
+    ("Sub", np.subtract, 13), ("Max", np.maximum, 13),
+])
+def test_bfloat16_binary_ops_round_once(op, fn, opset, rng):
+    a = rng.standard_normal((3, 4)).astype(BF16)
+    b = (rng.standard_normal((4,)) + 3).astype(BF16)
+    (out,) = run_ep_host(feeds_model(op, {"a": a, "b": b}, opset=opset), {"a": a, "b": b})
+    assert out.dtype == BF16
+    expected = fn(a.astype(np.float32), b.astype(np.float32)).astype(BF16)
+    np.testing.assert_array_equal(out.astype(np.float32), expected.astype(np.float32))
+
+
+@pytest.mark.parametrize(("op", "fn", "opset"), [
+    ("Sin", np.sin, 22), ("Exp", np.exp, 13), ("Sqrt", np.sqrt, 13), ("Tanh", np.tanh, 13),
+    ("Sigmoid", lambda v: 1 / (1 + np.exp(-v)), 13), ("Round", np.rint, 22),
+])
+def test_bfloat16_unary_ops_round_once(op, fn, opset, rng):
+    x = rng.uniform(0.1, 3, (2, 5)).astype(BF16)
+    (out,) = run_ep_host(feeds_model(op, {"x": x}, opset=opset), {"x": x})
+    assert out.dtype == BF16
+    expected = fn(x.astype(np.float32)).astype(BF16).astype(np.float32)
+    np.testing.assert_allclose(out.astype(np.float32), expected, rtol=2**-8)
+
+
+def test_bfloat16_is_declined_before_its_version():
+    x = np.ones(2, BF16)
+    for op, opset in (("Add", 7), ("Sin", 7), ("Elu", 6), ("Mod", 10)):
+        feeds = {"a": x, "b": x} if op in ("Add", "Mod") else {"x": x}
+        answer = cpu_answer(feeds_model(op, feeds, opset=opset, **({"fmod": 1} if op == "Mod"
+                                                                  else {})))
+        assert not answer.is_supported and answer.code == "dtype", op
+        assert "got bfloat16" in answer.reason, op

@@ -1,16 +1,20 @@
-"""Comparisons, boolean logic and Where: bool outputs, broadcasting, dtypes per version."""
+"""Comparisons, boolean logic, Where, the bitwise ops, BitShift, IsInf and IsNaN: bool outputs,
+broadcasting, dtypes per version."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnx
 import pytest
-from cpukit import assert_matches_onnxruntime, cpu_answer, make_model, run_ep_host
+from cpukit import assert_matches_onnxruntime, cpu_answer, feeds_model, make_model, run_ep_host
 from ep_host.kernels import REGISTRY
 from onnx import TensorProto, helper
 
 COMPARISONS = {"Equal": np.equal, "Less": np.less, "LessOrEqual": np.less_equal,
                "Greater": np.greater, "GreaterOrEqual": np.greater_equal}
+
+
 LOGIC = {"And": np.logical_and, "Or": np.logical_or, "Xor": np.logical_xor}
 
 
@@ -115,11 +119,6 @@ def test_version_1_broadcasts_b_onto_a_at_axis(op, fn, rng):
     np.testing.assert_array_equal(out, fn(a, b.reshape(3, 1)))
 
 
-# ---------------------------------------------------------------------------------------------
-# Where
-# ---------------------------------------------------------------------------------------------
-
-
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.uint8, np.int32, np.float16])
 @pytest.mark.parametrize("opset", [9, 16])
 def test_where_broadcasts_all_three_inputs(dtype, opset, rng):
@@ -169,3 +168,76 @@ def test_where_declines_a_non_bool_condition():
     assert not answer.is_supported and answer.code == "dtype" and "got int32" in answer.reason
 
 
+def test_every_version_of_the_bitwise_ops_and_is_inf_is_nan_is_registered():
+    for op in ["BitShift", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot", "IsInf", "IsNaN"]:
+        expected = sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
+                           if s.name == op and s.domain == ""})
+        assert REGISTRY.versions("ai.onnx", op) == expected, op
+
+
+@pytest.mark.parametrize("op", ["BitwiseAnd", "BitwiseOr", "BitwiseXor"])
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint16, np.uint64])
+def test_bitwise_binary_matches_onnxruntime(op, dtype, rng):
+    a = rng.integers(0, 120, (2, 3)).astype(dtype)
+    b = rng.integers(0, 120, (3,)).astype(dtype)
+    assert_matches_onnxruntime(feeds_model(op, {"a": a, "b": b}, opset=18), {"a": a, "b": b})
+
+
+def test_bitwise_not():
+    x = np.array([0, 1, -1, 127], np.int8)
+    (out,) = assert_matches_onnxruntime(feeds_model("BitwiseNot", {"x": x}, opset=18), {"x": x})
+    assert out.tolist() == [-1, -2, 0, -128]
+
+
+@pytest.mark.parametrize("direction", ["LEFT", "RIGHT"])
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint32, np.uint64])
+def test_bit_shift_11_matches_onnxruntime(direction, dtype):
+    x, y = np.array([16, 4, 1, 255], dtype), np.array([1, 2, 3, 4], dtype)
+    assert_matches_onnxruntime(feeds_model("BitShift", {"x": x, "y": y}, opset=11,
+                                           direction=direction), {"x": x, "y": y})
+
+
+def test_bit_shift_28_on_signed_values():
+    x = np.array([-16, -16, 64, 1, -1, 5, -5, 5], np.int8)
+    y = np.array([2, 8, 1, 7, 9, -1, 3, 8], np.int8)
+    (right,) = run_ep_host(feeds_model("BitShift", {"x": x, "y": y}, opset=28, direction="RIGHT"),
+                           {"x": x, "y": y})
+    (left,) = run_ep_host(feeds_model("BitShift", {"x": x, "y": y}, opset=28, direction="LEFT"),
+                          {"x": x, "y": y})
+    # arithmetic right shift; out-of-range amounts leave only the sign fill
+    assert right.tolist() == [-4, -1, 32, 0, -1, 0, -1, 0]
+    assert left.tolist() == [-64, 0, -128, -128, 0, 0, -40, 0]
+
+
+def test_bit_shift_11_declines_signed_types():
+    x = np.ones(2, np.int32)
+    answer = cpu_answer(feeds_model("BitShift", {"x": x, "y": x}, opset=11, direction="LEFT"))
+    assert not answer.is_supported and answer.code == "dtype" and "got int32" in answer.reason
+
+
+@pytest.mark.parametrize(("pos", "neg"), [(1, 1), (1, 0), (0, 1)])
+def test_is_inf_matches_onnxruntime(pos, neg):
+    x = np.array([np.inf, -np.inf, np.nan, 0, 1e38], np.float32)
+    model = feeds_model("IsInf", {"x": x}, opset=10, out_type=TensorProto.BOOL,
+                        detect_positive=pos, detect_negative=neg)
+    assert_matches_onnxruntime(model, {"x": x})
+
+
+def test_is_inf_and_is_nan_on_float8():
+    x = np.array([np.inf, -np.inf, np.nan, 3.0], np.float32)
+    for dtype, infs in ((ml_dtypes.float8_e5m2, [1, 1, 0, 0]),
+                        (ml_dtypes.float8_e4m3fn, [0, 0, 0, 0])):  # E4M3 saturates to NaN
+        x8 = x.astype(dtype)
+        (inf,) = run_ep_host(feeds_model("IsInf", {"x": x8}, opset=20, out_type=TensorProto.BOOL),
+                             {"x": x8})
+        (nan,) = run_ep_host(feeds_model("IsNaN", {"x": x8}, opset=20, out_type=TensorProto.BOOL),
+                             {"x": x8})
+        assert inf.tolist() == [bool(v) for v in infs]
+        assert nan.tolist() == np.isnan(x8.astype(np.float32)).tolist()
+
+
+def test_is_nan_13_declines_float8():
+    x = np.ones(2, ml_dtypes.float8_e4m3fn)
+    answer = cpu_answer(feeds_model("IsNaN", {"x": x}, opset=13, out_type=TensorProto.BOOL))
+    assert not answer.is_supported and answer.code == "dtype"
+    assert "got float8e4m3fn" in answer.reason

@@ -1,14 +1,24 @@
-"""MatMul and Gemm on the CPU EP, against onnxruntime (or the spec's formula where it has none)."""
+"""MatMul, Gemm, Einsum and Det on the CPU EP, against onnxruntime (or the spec's formula where
+it has none)."""
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
+import onnx
 import pytest
-from cpukit import assert_declines, assert_matches_onnxruntime, make_model, run_ep_host
+from cpukit import (
+    assert_declines,
+    assert_matches_onnxruntime,
+    cpu_answer,
+    flops,
+    make_model,
+    model_of,
+    run_ep_host,
+)
 from ep_host.kernels import REGISTRY
 from onnx import TensorProto, helper
 
-import ep_host
 from ep_host import KernelError
 
 F = TensorProto.FLOAT
@@ -128,17 +138,9 @@ def test_integer_gemm_with_whole_alpha_and_beta(rng):
     np.testing.assert_array_equal(y, 2 * a @ b.T - 3 * c)
 
 
-def flops(model):
-    node = ep_host.load_model(model.SerializeToString()).graph.nodes[0]
-    return REGISTRY.lookup(node).flops(node)
-
-
 def test_flops():
     assert flops(matmul_model([2, 3, 4], [4, 5], 13)) == 2 * 2 * 3 * 5 * 4
     assert flops(gemm_model([4, 3], [5, 4], [5], 13, transA=1, transB=1)) == 2 * 3 * 5 * 4
-
-
-# -- declines ---------------------------------------------------------------------------------
 
 
 def test_matmul_declines_int8():
@@ -164,3 +166,65 @@ def test_gemm_declines_a_3d_operand():
 def test_gemm_before_7_declines_a_c_to_broadcast_without_broadcast_1():
     model = gemm_model([3, 4], [4, 5], [5], 6)
     assert_declines(model, "shape", "(M, N) = (3, 5)", "set broadcast=1")
+
+
+def test_every_version_of_einsum_and_det_is_registered():
+    for op in ["Einsum", "Det"]:
+        expected = sorted({s.since_version for s in onnx.defs.get_all_schemas_with_history()
+                           if s.name == op and s.domain == ""})
+        assert REGISTRY.versions("ai.onnx", op) == expected, op
+
+
+BF16 = ml_dtypes.bfloat16
+
+
+@pytest.mark.parametrize(("equation", "shapes"), [
+    ("ij,jk->ik", [(2, 3), (3, 4)]), ("bij, bjk -> bik", [(2, 2, 3), (2, 3, 2)]),
+    ("i,i", [(5,), (5,)]), ("ii->i", [(3, 3)]), ("...ij->...ji", [(2, 3, 4)]),
+    ("ij", [(2, 3)]), ("ba", [(2, 3)]), ("Ab,bA->", [(2, 3), (3, 2)]),
+])
+def test_einsum_matches_onnxruntime(equation, shapes, rng):
+    feeds = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
+    assert_matches_onnxruntime(model_of("Einsum", feeds, opset=12, equation=equation), feeds,
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_integer_and_bfloat16_einsum():
+    a = np.array([[1, 2], [3, 4]], np.int64)
+    (out,) = run_ep_host(model_of("Einsum", {"a": a, "b": a}, opset=12, equation="ij,jk->ik"),
+                         {"a": a, "b": a})
+    assert out.tolist() == [[7, 10], [15, 22]]
+    b = a.astype(BF16)
+    (out,) = run_ep_host(model_of("Einsum", {"a": b}, opset=28, equation="ij->i"), {"a": b})
+    assert out.dtype == BF16 and out.astype(np.float32).tolist() == [3, 7]
+
+
+def test_einsum_declines_an_equation_for_other_operands():
+    a = np.ones((2, 2), np.float32)
+    answer = cpu_answer(model_of("Einsum", {"a": a}, opset=12, equation="ij,jk->ik"))
+    assert not answer.is_supported and answer.code == "attribute"
+    assert "names 2 operands, the node has 1" in answer.reason
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4)])
+def test_det_matches_onnxruntime(shape, rng):
+    x = rng.standard_normal(shape).astype(np.float32)
+    (out,) = assert_matches_onnxruntime(model_of("Det", {"x": x}, opset=11), {"x": x},
+                                        rtol=1e-4, atol=1e-5)
+    assert out.shape == shape[:-2]
+
+
+def test_det_declines_non_square_matrices():
+    x = np.ones((2, 3), np.float32)
+    answer = cpu_answer(model_of("Det", {"x": x}, opset=22))
+    assert not answer.is_supported and answer.code == "shape" and "square" in answer.reason
+
+
+def test_bfloat16_matmul_accumulates_in_float32(rng):
+    a = rng.standard_normal((4, 256)).astype(BF16)
+    b = rng.standard_normal((256, 3)).astype(BF16)
+    (out,) = run_ep_host(model_of("MatMul", {"a": a, "b": b}, opset=13), {"a": a, "b": b})
+    expected = (a.astype(np.float32) @ b.astype(np.float32)).astype(BF16)
+    assert out.dtype == BF16
+    np.testing.assert_allclose(out.astype(np.float32), expected.astype(np.float32), rtol=2**-7,
+                               atol=1e-2)

@@ -1,94 +1,34 @@
-"""Conv, MaxPool, AveragePool, the global pools and LRN on the CPU EP, against onnxruntime."""
+"""MaxPool, AveragePool, LpPool and the global pools on the CPU EP: against onnxruntime, and
+against the window-by-window definition for every geometry (one pass per spatial axis)."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
-from cpukit import assert_declines, assert_matches_onnxruntime, cpu_answer, make_model, run_ep_host
-from ep_host.kernels import REGISTRY
+from cpukit import (
+    assert_declines,
+    assert_matches_onnxruntime,
+    cpu_answer,
+    flops,
+    make_model,
+    node_model,
+    randn,
+    run_ep_host,
+)
+from ep_host.kernels import pool as pool_kernels
+from ep_host_cpu.xp import numpy_xp
 from onnx import TensorProto, helper
-
-import ep_host
 
 F = TensorProto.FLOAT
 TOL = {"rtol": 1e-4, "atol": 1e-5}
-
-
-def conv_model(x_shape, w_shape, opset, bias=True, elem=F, **attrs):
-    names = ["x", "w", "b"] if bias else ["x", "w"]
-    inputs = [("x", elem, x_shape), ("w", elem, w_shape)] + ([("b", elem, [w_shape[0]])] if bias
-                                                             else [])
-    return make_model([helper.make_node("Conv", names, ["y"], **attrs)], inputs,
-                      [("y", elem, None)], opset=opset)
 
 
 def pool_model(op, x_shape, opset, elem=F, indices=False, **attrs):
     outputs = [("y", elem, None)] + ([("i", TensorProto.INT64, None)] if indices else [])
     node = helper.make_node(op, ["x"], [n for n, _, _ in outputs], **attrs)
     return make_model([node], [("x", elem, x_shape)], outputs, opset=opset)
-
-
-CONV_CASES = [
-    ([1, 3, 9, 9], [4, 3, 3, 3], {}),
-    ([2, 4, 9, 8], [6, 2, 3, 2], {"group": 2, "strides": [2, 1], "pads": [1, 0, 2, 1],
-                                  "dilations": [1, 2]}),
-    ([1, 6, 9, 8], [6, 1, 3, 3], {"group": 6, "auto_pad": "SAME_UPPER", "strides": [2, 2]}),
-    ([1, 6, 9, 8], [12, 1, 4, 4], {"group": 6, "auto_pad": "SAME_LOWER", "strides": [2, 3]}),
-    ([1, 6, 9, 8], [4, 3, 2, 4], {"group": 2, "auto_pad": "VALID", "strides": [2, 3]}),
-    ([1, 4, 10], [5, 4, 3], {"strides": [2], "pads": [1, 2]}),
-    ([1, 2, 5, 6, 7], [3, 2, 2, 3, 2], {"strides": [1, 2, 1], "pads": [0, 1, 1, 1, 0, 0],
-                                        "dilations": [2, 1, 1]}),
-    ([2, 8, 7, 7], [16, 8, 1, 1], {}),
-    ([2, 8, 7, 7], [16, 8, 1, 1], {"strides": [2, 2]}),
-    ([2, 8, 7, 7], [16, 4, 1, 1], {"group": 2, "kernel_shape": [1, 1]}),
-    ([1, 2, 5], [3, 2, 1], {"auto_pad": "SAME_UPPER", "strides": [3]}),  # negative SAME pad -> 0
-]
-
-
-@pytest.mark.parametrize("opset", [9, 11, 22])
-@pytest.mark.parametrize(("x_shape", "w_shape", "attrs"), CONV_CASES)
-def test_conv_matches_onnxruntime(rng, opset, x_shape, w_shape, attrs):
-    feeds = {"x": rng.standard_normal(x_shape).astype(np.float32),
-             "w": rng.standard_normal(w_shape).astype(np.float32),
-             "b": rng.standard_normal(w_shape[0]).astype(np.float32)}
-    assert_matches_onnxruntime(conv_model(x_shape, w_shape, opset, **attrs), feeds, **TOL)
-
-
-@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
-def test_conv_same_padding_counts_the_dilated_kernel_extent(rng, auto_pad):
-    # onnxruntime refuses SAME with dilations; the spec pads by the extent (k - 1) * d + 1:
-    # axis 0: extent 5, pads (2, 2); axis 1: extent 4 with stride 2, pads (1, 2) or (2, 1).
-    feeds = {"x": rng.standard_normal([1, 4, 5, 7]).astype(np.float32),
-             "w": rng.standard_normal([2, 4, 3, 2]).astype(np.float32),
-             "b": rng.standard_normal([2]).astype(np.float32)}
-    same = conv_model([1, 4, 5, 7], [2, 4, 3, 2], 22, auto_pad=auto_pad, dilations=[2, 3],
-                      strides=[1, 2])
-    pads = [2, 1, 2, 2] if auto_pad == "SAME_UPPER" else [2, 2, 2, 1]
-    explicit = conv_model([1, 4, 5, 7], [2, 4, 3, 2], 22, pads=pads, dilations=[2, 3],
-                          strides=[1, 2])
-    (ours,) = run_ep_host(same, feeds)
-    (expected,) = assert_matches_onnxruntime(explicit, feeds, **TOL)
-    assert ours.shape == (1, 2, 5, 4)
-    np.testing.assert_allclose(ours, expected, **TOL)
-
-
-def test_conv_float64_and_float16_without_bias(rng):
-    x = rng.standard_normal([1, 4, 6, 6])
-    w = rng.standard_normal([4, 2, 3, 3])
-    attrs = {"group": 2, "pads": [1, 1, 1, 1]}
-    single = conv_model([1, 4, 6, 6], [4, 2, 3, 3], 22, bias=False, **attrs)
-    (expected,) = assert_matches_onnxruntime(
-        single, {"x": x.astype(np.float32), "w": w.astype(np.float32)}, **TOL)
-    # onnxruntime has no float64 Conv: compare with its float32 answer.
-    double = conv_model([1, 4, 6, 6], [4, 2, 3, 3], 22, bias=False, elem=TensorProto.DOUBLE,
-                        **attrs)
-    (y,) = run_ep_host(double, {"x": x, "w": w})
-    assert y.dtype == np.float64
-    np.testing.assert_allclose(y, expected, **TOL)
-    half = conv_model([1, 4, 6, 6], [4, 2, 3, 3], 22, bias=False, elem=TensorProto.FLOAT16,
-                      **attrs)
-    feeds = {"x": x.astype(np.float16), "w": w.astype(np.float16)}
-    assert_matches_onnxruntime(half, feeds, rtol=1e-2, atol=1e-2)
 
 
 MAXPOOL_CASES = [
@@ -100,6 +40,8 @@ MAXPOOL_CASES = [
     ([1, 2, 9], {"kernel_shape": [3], "pads": [1, 1], "strides": [2]}),
     ([1, 2, 5, 6, 5], {"kernel_shape": [2, 3, 2], "pads": [1, 1, 0, 0, 1, 1]}),
 ]
+
+
 MAXPOOL_10_CASES = [
     ([1, 2, 7, 7], {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
     ([1, 2, 8, 8], {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 0, 1, 1],
@@ -139,6 +81,8 @@ INDICES_CASES = [
     ([1, 2, 4, 5, 6], {"kernel_shape": [2, 3, 2], "storage_order": 1, "strides": [1, 2, 2]}),
     ([2, 2, 9], {"kernel_shape": [3], "pads": [1, 1], "strides": [2], "storage_order": 1}),
 ]
+
+
 INDICES_CASES = [(opset, *case) for opset in (9, 10, 22) for case in INDICES_CASES] + [
     (opset, [1, 2, 9, 8], {"kernel_shape": [2, 2], "dilations": [2, 2], "ceil_mode": 1,
                            "strides": [2, 2]}) for opset in (10, 22)]
@@ -201,6 +145,8 @@ AVGPOOL_CASES = [
     ([1, 2, 5, 6, 5], {"kernel_shape": [2, 3, 2], "pads": [1, 1, 0, 0, 1, 1],
                        "count_include_pad": 1}),
 ]
+
+
 AVGPOOL_10_CASES = [
     ([1, 2, 7, 7], {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
     ([1, 2, 7, 7], {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 2, 1],
@@ -254,62 +200,9 @@ def test_global_pools(rng, opset, op, shape):
     assert_matches_onnxruntime(pool_model(op, shape, opset), {"x": x}, **TOL)
 
 
-def lrn_model(opset, **attrs):
-    node = helper.make_node("LRN", ["x"], ["y"], **attrs)
-    return make_model([node], [("x", F, [2, 6, 4, 3])], [("y", F, None)], opset=opset)
-
-
-@pytest.mark.parametrize("opset", [9, 13])
-@pytest.mark.parametrize("attrs", [
-    {"size": 5},
-    {"size": 3, "alpha": 0.001, "beta": 0.5, "bias": 2.0},
-    {"size": 1},
-])
-def test_lrn(rng, opset, attrs):
-    x = rng.standard_normal([2, 6, 4, 3]).astype(np.float32) * 3
-    assert_matches_onnxruntime(lrn_model(opset, **attrs), {"x": x}, **TOL)
-
-
-@pytest.mark.parametrize("opset", [9, 13])
-def test_lrn_even_size_sums_one_more_channel_after(rng, opset):
-    # onnxruntime takes odd sizes only; the spec sums channels c - 1 ... c + 2 for size 4.
-    x = rng.standard_normal([2, 6, 4, 3]).astype(np.float32) * 3
-    (y,) = run_ep_host(lrn_model(opset, size=4, alpha=0.01, beta=0.75, bias=1.5), {"x": x})
-    expected = np.empty_like(x)
-    for c in range(6):
-        window = x[:, max(0, c - 1):min(6, c + 3)]
-        expected[:, c] = x[:, c] / (1.5 + 0.01 / 4 * (window**2).sum(axis=1)) ** 0.75
-    np.testing.assert_allclose(y, expected, **TOL)
-
-
-def flops(model):
-    node = ep_host.load_model(model.SerializeToString()).graph.nodes[0]
-    return REGISTRY.lookup(node).flops(node)
-
-
-def test_flops():
-    model = conv_model([2, 4, 8, 8], [6, 2, 3, 3], 22, group=2, pads=[1, 1, 1, 1])
-    assert flops(model) == 2 * (2 * 6 * 8 * 8) * (2 * 3 * 3)
+def test_pool_flops():
     model = pool_model("MaxPool", [1, 2, 8, 8], 22, kernel_shape=[2, 3], strides=[2, 2])
     assert flops(model) == (1 * 2 * 4 * 3) * 6
-
-
-# -- declines ---------------------------------------------------------------------------------
-
-
-def test_conv_declines_integer_input():
-    model = conv_model([1, 2, 5, 5], [3, 2, 3, 3], 22, bias=False, elem=TensorProto.INT32)
-    assert_declines(model, "dtype", "float16/float32/float64", "int32")
-
-
-def test_conv_declines_a_group_that_does_not_divide_the_channels():
-    model = conv_model([1, 4, 5, 5], [3, 2, 3, 3], 22, bias=False, group=2)
-    assert_declines(model, "attribute", "multiple of group")
-
-
-def test_conv_declines_an_input_smaller_than_the_kernel():
-    model = conv_model([1, 2, 2, 2], [3, 2, 3, 3], 22, bias=False)
-    assert_declines(model, "attribute", "kernel extent 3")
 
 
 def test_pools_decline_pads_as_large_as_the_kernel():
@@ -338,8 +231,114 @@ def test_max_pool_declines_int8_before_version_12():
     assert_declines(model, "dtype", "float16/float32/float64", "int8")
 
 
-def test_lrn_declines_integer_input():
-    node = helper.make_node("LRN", ["x"], ["y"], size=3)
-    model = make_model([node], [("x", TensorProto.INT32, [1, 4, 3, 3])],
-                       [("y", TensorProto.INT32, None)], opset=13)
-    assert_declines(model, "dtype", "float16/float32/float64")
+@pytest.mark.parametrize("opset", [11, 18, 22])
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [3, 3], "p": 3},
+                                   {"kernel_shape": [2, 3], "p": 1, "strides": [2, 1],
+                                    "pads": [1, 1, 0, 2]},
+                                   {"kernel_shape": [3, 2], "p": 2, "auto_pad": "SAME_UPPER"}])
+def test_lp_pool_matches_onnxruntime(rng, opset, attrs):
+    model = node_model("LpPool", [("x", [1, 2, 6, 6])], ["y"], opset, **attrs)
+    assert_matches_onnxruntime(model, {"x": randn(rng, 1, 2, 6, 6)}, **TOL)
+
+
+def test_lp_pool_18_ceil_mode_and_dilations_match_onnxruntime(rng):
+    model = node_model("LpPool", [("x", [1, 2, 7, 7])], ["y"], 18, kernel_shape=[2, 2], p=2,
+                       ceil_mode=1, strides=[2, 2], dilations=[2, 1])
+    assert_matches_onnxruntime(model, {"x": randn(rng, 1, 2, 7, 7)}, **TOL)
+
+
+def test_lp_pool_declines():
+    model = node_model("LpPool", [("x", [1, 2, 6, 6])], ["y"], 2, kernel_shape=[2, 2], p=2,
+                       strides=[2, 2], auto_pad="SAME_UPPER")
+    assert_declines(model, "attribute", "LpPool-2", "ambiguous")
+    model = node_model("LpPool", [("x", [1, 2, 6, 6])], ["y"], 22, kernel_shape=[2, 2], p=0)
+    assert_declines(model, "attribute", "p must be positive")
+
+
+@pytest.mark.parametrize(("opset", "p"), [(1, 3.0), (2, 3), (22, 1)])
+def test_global_lp_pool_is_the_norm_over_space(rng, opset, p):
+    x = randn(rng, 2, 3, 4, 5)
+    (y,) = run_ep_host(node_model("GlobalLpPool", [("x", [2, 3, 4, 5])], ["y"], opset, p=p),
+                       {"x": x})
+    want = (np.abs(x.astype(np.float64)) ** p).sum(axis=(2, 3), keepdims=True) ** (1 / p)
+    np.testing.assert_allclose(y, want, **TOL)
+
+
+def window_pool(x, kernel, strides, dilations, pads, ceil_mode, reduce, include_pad=False):
+    """Each output from its own window, taps inside the input only (with count_include_pad
+    the padded taps inside the explicit pads count as zeros)."""
+    ns = len(kernel)
+    spatial = x.shape[2:]
+    out = []
+    for i in range(ns):
+        span = spatial[i] + pads[i] + pads[i + ns] - ((kernel[i] - 1) * dilations[i] + 1)
+        o = (-(-span // strides[i]) if ceil_mode else span // strides[i]) + 1
+        if ceil_mode and (o - 1) * strides[i] >= spatial[i] + pads[i]:
+            o -= 1
+        out.append(o)
+    y = np.empty(x.shape[:2] + tuple(out), dtype=np.float64)
+    for pos in itertools.product(*(range(o) for o in out)):
+        values, count = [], 0
+        for tap in itertools.product(*(range(k) for k in kernel)):
+            idx = [p * s - pads[i] + t * d for i, (p, s, t, d) in
+                   enumerate(zip(pos, strides, tap, dilations, strict=True))]
+            inside = all(0 <= j < n for j, n in zip(idx, spatial, strict=True))
+            in_pads = all(-pads[i] <= j < spatial[i] + pads[i + ns] for i, j in enumerate(idx))
+            if inside:
+                values.append(x[(Ellipsis, *idx)].astype(np.float64))
+                count += 1
+            elif include_pad and in_pads:
+                count += 1
+        stack = np.stack(values)
+        y[(Ellipsis, *pos)] = stack.max(axis=0) if reduce == "max" else stack.sum(axis=0) / count
+    return y
+
+
+GEOMETRIES = [
+    ((2, 3, 8, 8), (2, 2), (2, 2), (1, 1), (0, 0, 0, 0), 0),
+    ((1, 3, 9, 9), (3, 3), (2, 2), (1, 1), (0, 0, 1, 1), 0),
+    ((1, 2, 7, 7), (3, 3), (1, 1), (1, 1), (1, 1, 1, 1), 0),
+    ((1, 2, 10, 9), (3, 2), (2, 3), (2, 1), (1, 0, 2, 1), 1),
+    ((1, 2, 11), (4,), (3,), (1,), (1, 2), 1),
+    ((1, 2, 5, 6, 7), (2, 3, 2), (1, 2, 2), (1, 1, 2), (0, 1, 1, 1, 0, 1), 0),
+    ((1, 4, 7, 7), (7, 7), (1, 1), (1, 1), (0, 0, 0, 0), 0),
+]
+
+
+@pytest.mark.parametrize(("shape", "kernel", "strides", "dilations", "pads", "ceil"),
+                         GEOMETRIES)
+def test_max_pool_equals_its_windows(rng, shape, kernel, strides, dilations, pads, ceil):
+    x = rng.standard_normal(shape, dtype=np.float32)
+    before = x.copy()
+    y = pool_kernels.max_pool(numpy_xp, x, auto_pad="NOTSET", kernel_shape=kernel,
+                              strides=strides, dilations=dilations, pads=pads, ceil_mode=ceil)
+    want = window_pool(x, kernel, strides, dilations, pads, ceil, "max")
+    assert y.dtype == np.float32 and y.shape == want.shape
+    np.testing.assert_array_equal(y, want.astype(np.float32))
+    np.testing.assert_array_equal(x, before)
+    assert not np.shares_memory(y, x)
+
+
+@pytest.mark.parametrize("include_pad", [0, 1])
+@pytest.mark.parametrize(("shape", "kernel", "strides", "dilations", "pads", "ceil"),
+                         GEOMETRIES)
+def test_average_pool_equals_its_windows(rng, shape, kernel, strides, dilations, pads, ceil,
+                                         include_pad):
+    x = rng.standard_normal(shape, dtype=np.float32)
+    y = pool_kernels.average_pool(numpy_xp, x, auto_pad="NOTSET", kernel_shape=kernel,
+                                  strides=strides, dilations=dilations, pads=pads,
+                                  ceil_mode=ceil, count_include_pad=include_pad)
+    want = window_pool(x, kernel, strides, dilations, pads, ceil, "avg", bool(include_pad))
+    assert y.dtype == np.float32 and y.shape == want.shape
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+def test_max_pool_of_int8_and_a_1x1_window_copies(rng):
+    x = rng.integers(-128, 127, (1, 2, 5, 5)).astype(np.int8)
+    y = pool_kernels.max_pool(numpy_xp, x, auto_pad="NOTSET", kernel_shape=(1, 1))
+    np.testing.assert_array_equal(y, x)
+    assert y.dtype == np.int8 and not np.shares_memory(y, x)
+    y = pool_kernels.max_pool(numpy_xp, x, auto_pad="NOTSET", kernel_shape=(2, 2),
+                              pads=(1, 1, 1, 1), strides=(2, 2))
+    np.testing.assert_array_equal(
+        y, window_pool(x, (2, 2), (2, 2), (1, 1), (1, 1, 1, 1), 0, "max").astype(np.int8))
