@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ep_host import require
 from ep_host.kernels.registry import FLOATS, FLOATS_BF16, kernel
+
 REDUCTIONS = ("none", "sum", "mean")
 
 

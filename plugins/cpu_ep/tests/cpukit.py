@@ -54,9 +54,8 @@ def assert_matches_onnxruntime(model, feeds, rtol=1e-5, atol=1e-6):
 
 def cpu_answer(model, node_index=0):
     """The CPU EP's KernelMatch for one node of ``model``."""
-    from ep_host import capability
+    from ep_host import capability, load_model
     from ep_host.discovery import Host
-    from ep_host import load_model
 
     host = Host.discover(["cpu"])
     loaded = load_model(model.SerializeToString())

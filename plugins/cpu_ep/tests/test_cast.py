@@ -16,10 +16,10 @@ from cpukit import (
     run_ep_host,
     run_onnxruntime,
 )
-from ep_host.kernels import REGISTRY
 from onnx import TensorProto, helper
 
 import ep_host
+from ep_host.kernels import REGISTRY
 
 T = TensorProto
 

@@ -17,10 +17,10 @@ from cpukit import (
     randn,
     run_ep_host,
 )
-from ep_host.kernels import conv as conv_kernels
 from ep_host_cpu.xp import numpy_xp
 from onnx import TensorProto, helper, numpy_helper
 
+from ep_host.kernels import conv as conv_kernels
 from ep_host.tracing import Tracer
 
 F = TensorProto.FLOAT

@@ -10,10 +10,10 @@ import numpy as np
 import onnx
 import pytest
 from cpukit import assert_matches_onnxruntime, cpu_answer, feeds_model, make_model, run_ep_host
-from ep_host.kernels import REGISTRY
 from onnx import helper, numpy_helper
 
 import ep_host
+from ep_host.kernels import REGISTRY
 
 TRANSCENDENTAL = {"rtol": 1e-5, "atol": 1e-5}
 

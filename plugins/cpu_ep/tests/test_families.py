@@ -2,6 +2,7 @@
 (``@kernel(..., family=...)``): the same ops and families the host's old table named."""
 
 import pytest
+
 from ep_host.kernels import REGISTRY
 
 # The table ep_host.calibration held before each kernel declared its family.

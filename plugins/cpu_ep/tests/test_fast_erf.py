@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import scipy.special
 from ep_host_cpu.erf import CHUNK, erf, erf_float32
-from ep_host.kernels import contrib, elementwise
 from ep_host_cpu.xp import numpy_xp
+
+from ep_host.kernels import contrib, elementwise
 
 MAX_ERROR = 1.8e-7  # three float32 ulps at 0.73, the worst of every float32 in [2^-20, 4.6]
 

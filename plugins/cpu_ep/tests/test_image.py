@@ -7,10 +7,10 @@ import numpy as np
 import onnx
 import pytest
 from cpukit import assert_matches_onnxruntime, cpu_answer, make_model, run_ep_host
-from ep_host.kernels import REGISTRY
 from onnx import TensorProto, helper, numpy_helper
 
 import ep_host
+from ep_host.kernels import REGISTRY
 
 
 def elem(array):

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from ep_host.kernels import elementwise, math, normalization
 from ep_host_cpu.xp import numpy_xp as xp
+
+from ep_host.kernels import elementwise, math, normalization
 
 UNARY = [
     ("relu", {}), ("sigmoid", {}), ("tanh", {}), ("exp", {}), ("sqrt", {}),

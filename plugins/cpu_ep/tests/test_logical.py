@@ -8,8 +8,9 @@ import numpy as np
 import onnx
 import pytest
 from cpukit import assert_matches_onnxruntime, cpu_answer, feeds_model, make_model, run_ep_host
-from ep_host.kernels import REGISTRY
 from onnx import TensorProto, helper
+
+from ep_host.kernels import REGISTRY
 
 COMPARISONS = {"Equal": np.equal, "Less": np.less, "LessOrEqual": np.less_equal,
                "Greater": np.greater, "GreaterOrEqual": np.greater_equal}

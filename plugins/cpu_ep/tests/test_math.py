@@ -16,10 +16,10 @@ from cpukit import (
     model_of,
     run_ep_host,
 )
-from ep_host.kernels import REGISTRY
 from onnx import TensorProto, helper
 
 from ep_host import KernelError
+from ep_host.kernels import REGISTRY
 
 F = TensorProto.FLOAT
 TOL = {"rtol": 1e-4, "atol": 1e-5}

@@ -17,9 +17,10 @@ from cpukit import (
     randn,
     run_ep_host,
 )
-from ep_host.kernels import pool as pool_kernels
 from ep_host_cpu.xp import numpy_xp
 from onnx import TensorProto, helper
+
+from ep_host.kernels import pool as pool_kernels
 
 F = TensorProto.FLOAT
 TOL = {"rtol": 1e-4, "atol": 1e-5}

@@ -8,8 +8,9 @@ import numpy as np
 import onnx
 import pytest
 from cpukit import assert_matches_onnxruntime, cpu_answer, make_model, model_of, run_ep_host
-from ep_host.kernels import REGISTRY
 from onnx import TensorProto, helper, numpy_helper
+
+from ep_host.kernels import REGISTRY
 
 OPS = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
        "ReduceL2"]

@@ -1,8 +1,9 @@
 """Reshape, Flatten, Squeeze, Unsqueeze and Transpose hand back views of their input: no copy."""
 
 import numpy as np
-from ep_host.kernels import shape as shape_kernels
 from ep_host_cpu.xp import numpy_xp as xp
+
+from ep_host.kernels import shape as shape_kernels
 
 X = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
 

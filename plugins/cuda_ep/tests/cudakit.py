@@ -10,9 +10,8 @@ from ep_host_cuda.figures import DeviceFigures
 from ep_host_cuda.provider import simulated
 from onnx import helper, numpy_helper
 
-from ep_host import InferenceSession
+from ep_host import InferenceSession, load_model
 from ep_host.discovery import Host
-from ep_host import load_model
 
 # A data-centre GPU's order of magnitude; the tests' verdicts do not hinge on the exact values.
 FIGURES = DeviceFigures(gemm_gflops=20_000.0, bandwidth_gbps=2_000.0, launch_us=8.0,

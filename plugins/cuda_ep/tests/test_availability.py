@@ -8,9 +8,8 @@ import pytest
 from ep_host_cuda import provider
 from onnx import TensorProto, helper
 
-from ep_host import capability
+from ep_host import capability, load_model
 from ep_host.discovery import Host
-from ep_host import load_model
 
 CACHED = (provider.cuda_status, provider.provider_info, provider.default_provider)
 

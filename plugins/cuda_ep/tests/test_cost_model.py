@@ -11,8 +11,7 @@ from ep_host_cuda import figures as figures_module
 from ep_host_cuda.figures import DeviceFigures, device_figures, device_key
 from ep_host_cuda.provider import simulated
 
-from ep_host import capability
-from ep_host import load_model
+from ep_host import capability, load_model
 
 
 def answers(model):

@@ -8,9 +8,10 @@ import textwrap
 import types
 
 import pytest
-from ep_host.kernels import REGISTRY
 from ep_host_cuda.kernels import CUDA_KERNELS, FAMILIES
 from ep_host_cuda.xp import CUPY_NAMES
+
+from ep_host.kernels import REGISTRY
 
 ALLOWED_XP = CUPY_NAMES | {"erf", "lib", "ElementwiseKernel"}
 HOST_MODULES = {"np", "numpy", "scipy", "ml_dtypes"}

@@ -7,8 +7,7 @@ from cudakit import FIGURES, first_node, node_model, sim_host
 from ep_host_cuda.provider import simulated
 from onnx import TensorProto, helper
 
-from ep_host import Decline, capability
-from ep_host import load_model
+from ep_host import Decline, capability, load_model
 
 
 def cuda_answer(model):

@@ -193,11 +193,11 @@ def test_com_microsoft_gelu_is_the_gpu_specific_kernel(dtype):
     """A com.microsoft node has no since_version: the CPU EP's registry resolves it (newest <=
     the domain's opset), and the CUDA EP's own kernel under that key replaces the shared one."""
     from cudakit import FIGURES, first_node, run_on
-    from ep_host.kernels import REGISTRY
     from ep_host_cuda.kernels import CUDA_KERNELS
     from ep_host_cuda.provider import simulated
 
     from ep_host import ProviderContext
+    from ep_host.kernels import REGISTRY
 
     x = np.linspace(-4, 4, 64).astype(dtype).reshape(4, 16)
     model = node_model("Gelu", {"x": x}, domain=MS)
