@@ -41,11 +41,11 @@ _INT64_MAX = 2**63 - 1
 class Step:
     """One step of a plan: a kernel computing ``nodes`` on ``provider``, or a device copy.
 
-    ``inputs``/``outputs``: value slots (``-1`` for an omitted optional value); ``release``: the
-    slots no later step reads; ``expect``: per output, the numpy dtype and shape (``None`` where
-    unknown) the kernel must return; ``scope``: (outer name, slot) pairs a node's bodies read;
-    ``copy``: (source, destination) devices of a copy step; ``lock``: set when the kernel is not
-    thread-safe; ``span``: the trace span's arguments (what placement estimated).
+    ``inputs``/``outputs``: value slots (``-1`` for an omitted optional value); ``expect``: per
+    output, the numpy dtype and shape (``None`` where unknown) the kernel must return;
+    ``scope``: (outer name, slot) pairs a node's bodies read; ``copy``: (source, destination)
+    devices of a copy step; ``lock``: set when the kernel is not thread-safe; ``span``: the trace
+    span's arguments (what placement estimated).
     """
 
     name: str
@@ -57,7 +57,6 @@ class Step:
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     expect: tuple[tuple[Any, Any], ...] = ()
-    release: tuple[int, ...] = ()
     scope: tuple[tuple[str, int], ...] = ()
     copy: tuple[Device, Device] | None = None
     lock: Any = None
@@ -78,6 +77,7 @@ class Step:
 class Plan:
     """A placed graph ready to run: its steps, slots, constants and outputs.
 
+    ``releases[i]``: the slots that die after step ``i`` (no later step reads them).
     ``placement`` is the placement the kernels were made for (a kernel that failed to build moves
     its node to the next claimant, in a new placement value). ``outer_slots``: values read from an
     enclosing graph (a control-flow body's outer scope). ``keep``: slots that are never freed or
@@ -89,6 +89,7 @@ class Plan:
     graph_name: str
     placement: Placement
     steps: tuple[Step, ...]
+    releases: tuple[tuple[int, ...], ...]
     n_slots: int
     input_slots: Mapping[str, int]
     outer_slots: Mapping[str, int]
@@ -211,7 +212,7 @@ class _Builder:
         steps = self.steps if self.body else self.record_partitions(keep)
         return Plan(
             label=self.label, graph_name=graph.name, placement=self.placement,
-            steps=tuple(with_releases(steps, keep)), n_slots=len(self.slots),
+            steps=tuple(steps), releases=release_points(steps, keep), n_slots=len(self.slots),
             input_slots=MappingProxyType(input_slots),
             outer_slots=MappingProxyType(outer_slots),
             output_names=tuple(v.name for v in graph.outputs),
@@ -373,8 +374,8 @@ class _Builder:
                      lock=threading.Lock(), span=MappingProxyType(span))]
 
 
-def with_releases(steps: Sequence[Step], keep: frozenset[int]) -> list[Step]:
-    """``steps`` with each slot freed right after its last reader (or writer), except ``keep``."""
+def release_points(steps: Sequence[Step], keep: frozenset[int]) -> tuple[tuple[int, ...], ...]:
+    """Per step, the slots to free right after it: those it reads or writes last, but ``keep``."""
     last_use: dict[int, int] = {}
     for i, step in enumerate(steps):
         for s in (*step.inputs, *step.outputs, *(s for _, s in step.scope)):
@@ -384,5 +385,4 @@ def with_releases(steps: Sequence[Step], keep: frozenset[int]) -> list[Step]:
     for s, i in last_use.items():
         if s not in keep:
             frees.setdefault(i, []).append(s)
-    return [replace(step, release=tuple(frees[i])) if i in frees else step
-            for i, step in enumerate(steps)]
+    return tuple(tuple(frees.get(i, ())) for i in range(len(steps)))

@@ -144,10 +144,11 @@ class CompiledSteps:
     """``steps`` compiled to one function; ``run(values, cancel)`` returns ``outputs``' values.
 
     ``values`` maps the ``inputs`` slots to their values (graph inputs, outer-scope values);
-    ``constants`` (slot -> value) are bound into the function. ``keep``: slots a kernel may
-    never write into. Flags, each adding lines to every step: ``tracer`` (a span per step),
-    ``cancellable`` (``cancel.terminate`` is read before every step), ``check_all`` (every
-    output takes the full check, as the size limit needs).
+    ``constants`` (slot -> value) are bound into the function. ``releases[i]``: the slots freed
+    after step ``i`` (none when not given); ``keep``: slots a kernel may never write into.
+    Flags, each adding lines to every step: ``tracer`` (a span per step), ``cancellable``
+    (``cancel.terminate`` is read before every step), ``check_all`` (every output takes the full
+    check, as the size limit needs).
 
     A kernel that raises is named by :meth:`StepChecks.failure`; the host's own errors (a
     check, a cancellation) pass through as they are.
@@ -155,8 +156,8 @@ class CompiledSteps:
 
     def __init__(self, steps: Sequence[Step], inputs: Sequence[int], constants: Mapping[int, Any],
                  outputs: Sequence[int], keep: set[int] | frozenset[int], checks: StepChecks, *,
-                 tracer: Tracer | None = None, cancellable: bool = False,
-                 check_all: bool = False):
+                 releases: Sequence[Sequence[int]] = (), tracer: Tracer | None = None,
+                 cancellable: bool = False, check_all: bool = False):
         self.steps = tuple(steps)
         self.checks = checks
         self.filename = FILENAME.format(next(_numbers))
@@ -194,13 +195,14 @@ class CompiledSteps:
                 emit(f"{indent}if cancel.terminate: stop({i})", i, own=True)
             if tracer is not None:
                 indent = self._emit_span(names, i, step, args, indent)
+            release = tuple(releases[i]) if releases else ()
             if step.copy is not None:
                 src, dst = step.copy
                 names[f"down{i}"], names[f"up{i}"] = src.download, dst.upload
                 emit(f"{indent}v{step.outputs[0]} = up{i}(down{i}({args}))", i)
             else:
-                self._emit_node(names, i, step, args, keep, ref, indent)
-            for s in step.release:
+                self._emit_node(names, i, step, args, release, keep, ref, indent)
+            for s in release:
                 if s not in constants:
                     emit(f"    v{s} = None", i)
         emit("    return [" + ", ".join(ref(s) for s in outputs) + "]")
@@ -239,8 +241,8 @@ class CompiledSteps:
         return indent + "    "
 
     def _emit_node(self, names: dict[str, Any], i: int, step: Step, args: str,
-                   keep: set[int] | frozenset[int], ref: Callable[[int], str],
-                   indent: str) -> None:
+                   release: tuple[int, ...], keep: set[int] | frozenset[int],
+                   ref: Callable[[int], str], indent: str) -> None:
         """One kernel call and the checks of its outputs: ``Kernel.call`` for a kernel with
         one output (a dead input handed over as ``out=`` where it can take it), else
         ``Kernel.run`` and its sequence of outputs."""
@@ -257,7 +259,7 @@ class CompiledSteps:
         if kernel.call is not None and len(step.outputs) == 1 and live and not scope:
             names[f"k{i}"] = kernel.call
             out = step.outputs[0]
-            donor = _donor(step, keep)
+            donor = _donor(step, release, keep)
             dtype, shape = step.expect[0] if step.expect else (None, None)
             if donor is not None and _worth_donating(dtype, shape):
                 # the donor must be the output's own dtype and shape, held by nothing else
@@ -317,14 +319,14 @@ class CompiledSteps:
         return found
 
 
-def _donor(step: Step, keep: set[int] | frozenset[int]) -> int | None:
+def _donor(step: Step, release: tuple[int, ...], keep: set[int] | frozenset[int]) -> int | None:
     """The input slot the kernel may write its output into: dead after this step, not kept,
     read once by it."""
     for index in step.kernel.inplace:
         if index >= len(step.inputs):
             continue
         s = step.inputs[index]
-        if s < 0 or s in keep or s not in step.release:
+        if s < 0 or s in keep or s not in release:
             continue
         if step.inputs.count(s) != 1 or any(s == o for _, o in step.scope):
             continue
@@ -349,7 +351,8 @@ class PlanRun:
     def _compile(self, cancellable: bool) -> CompiledSteps:
         plan = self.plan
         return CompiledSteps(plan.steps, self._inputs, plan.constants, self._outputs, plan.keep,
-                             self.checks, tracer=self.tracer, cancellable=cancellable,
+                             self.checks, releases=plan.releases, tracer=self.tracer,
+                             cancellable=cancellable,
                              check_all=self.checks.max_tensor_bytes is not None)
 
     def run(self, feeds: Mapping[str, Any], scope: Mapping[str, Any] | None = None,
