@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ep_host.discovery import Host
     from ep_host.graph import GraphView, NodeView, ValueView
     from ep_host.session import InferenceSession, RunOptions
+    from ep_host.subgraph import PartitionView, node_model
 
 __version__ = "0.1.0"
 
@@ -50,6 +51,9 @@ _LAZY = {
     "ValueView": "ep_host.graph",
     "GraphView": "ep_host.graph",
     "load_model": "ep_host.loading",
+    # parts of a graph as a standalone model, for providers that hand them to a runtime
+    "PartitionView": "ep_host.subgraph",
+    "node_model": "ep_host.subgraph",
     # calibration factors and the cache directory, which EPs read when they price nodes
     "Factors": "ep_host.calibration",
     "cache_dir": "ep_host.calibration",
@@ -70,9 +74,9 @@ __all__ = [
     "CONTRACT_VERSION", "HOST", "CaptureSupport", "Cost", "DType", "Decline", "Device",
     "Factors", "FunctionKernel", "GraphView", "Host", "HostError", "InferenceSession",
     "InputError", "Kernel", "KernelError", "KernelMatch", "KernelVariantSelection",
-    "ModelLoadError", "ModelValidationError", "NodeView", "PlacementError", "ProviderContext",
-    "ProviderError", "ProviderInfo", "ReasonCode", "ResourceLimitError", "RunCancelledError",
+    "ModelLoadError", "ModelValidationError", "NodeView", "PartitionView", "PlacementError",
+    "ProviderContext", "ProviderError", "ProviderInfo", "ReasonCode", "ResourceLimitError", "RunCancelledError",
     "RunOptions", "ValueView", "cache_dir", "deny", "dtype", "element_count", "family_factors",
-    "hookimpl", "hookspec", "load_model", "record_kernel_variant", "require",
+    "hookimpl", "hookspec", "load_model", "node_model", "record_kernel_variant", "require",
     "structural_input_bytes",
 ]
