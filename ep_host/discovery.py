@@ -22,7 +22,8 @@ from ep_host.errors import ProviderError, describe_exception
 from ep_host.provider import CONTRACT_VERSION, ProviderInfo, contract_major
 
 ENTRY_POINT_GROUP = "ep_host.providers"
-HOOK_NAMES = ("ep_host_provider_info", "ep_host_supports_op", "ep_host_create_kernel")
+HOOK_NAMES = ("ep_host_provider_info", "ep_host_supports_op", "ep_host_create_kernel",
+              "ep_host_compile_partition")
 
 
 def env_flag(name: str) -> bool:

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ep_host.kernel import Kernel
     from ep_host.match import KernelMatch
     from ep_host.provider import ProviderContext, ProviderInfo
+    from ep_host.subgraph import PartitionView
 
 hookspec = pluggy.HookspecMarker("ep_host")
 hookimpl = pluggy.HookimplMarker("ep_host")
@@ -117,4 +118,41 @@ def ep_host_create_kernel(node: NodeView, context: ProviderContext) -> Kernel:
         @hookimpl
         def ep_host_create_kernel(node, context):
             return FunctionKernel(numpy.negative)
+    """
+
+
+@hookspec
+def ep_host_compile_partition(partition: PartitionView, context: ProviderContext) -> Kernel:
+    """Compile a group of nodes placed on this provider into one kernel (optional).
+
+    For providers that compile subgraphs (onnxruntime's ``Compile``, OpenVINO's
+    ``compile_model``, TensorRT). After placement, the host hands each maximal connected group
+    of nodes placed on a provider that implements this hook, in execution order; a group never
+    makes the graph cyclic (where a path leaves a group and comes back, the host splits it).
+    ``ep_host_supports_op`` stays the source of every node's answer and reason: explain, why
+    and placement are per node for compiling providers too. A provider without this hook gets
+    ``ep_host_create_kernel`` per node.
+
+    :param partition: a :class:`ep_host.PartitionView`: ``nodes`` (read-only node views, in
+        execution order), ``inputs`` (the non-constant values it reads from outside, in the order
+        ``run`` receives them), ``outputs`` (the values read outside it, in the order ``run``
+        returns them), ``constants`` (the weights its nodes read) and ``to_model()``, the group
+        as a standalone ONNX model.
+    :param context: the :class:`ep_host.ProviderContext` of the provider.
+    :return: an :class:`ep_host.Kernel` whose ``run(*inputs)`` returns one array per entry of
+        ``partition.outputs``; the host runs it as one step (one trace span listing the nodes).
+        ``prepare`` is called with no constants: the kernel reads the weights it needs from
+        ``partition.constants`` when it compiles.
+
+    Raising, or returning something that is not a ``Kernel``, never fails the session: the host
+    warns (naming the provider, the group's nodes and the error) and creates the group's nodes
+    one by one with ``ep_host_create_kernel`` on this provider, or on the next claimant that
+    can. ``EP_HOST_STRICT=1`` raises instead.
+
+    Example::
+
+        @hookimpl
+        def ep_host_compile_partition(partition, context):
+            session = my_runtime.compile(partition.to_model().SerializeToString())
+            return FunctionKernel(session.run, n_outputs=len(partition.outputs))
     """
