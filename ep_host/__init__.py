@@ -76,7 +76,7 @@ __all__ = [
     "InputError", "Kernel", "KernelError", "KernelMatch", "KernelVariantSelection",
     "ModelLoadError", "ModelValidationError", "NodeView", "PartitionView", "PlacementError",
     "ProviderContext", "ProviderError", "ProviderInfo", "ReasonCode", "ResourceLimitError",
-    "RunCancelledError", "RunOptions", "ValueView", "cache_dir", "deny", "dtype", "element_count", "family_factors",
-    "hookimpl", "hookspec", "load_model", "node_model", "record_kernel_variant", "require",
-    "structural_input_bytes",
+    "RunCancelledError", "RunOptions", "ValueView", "cache_dir", "deny", "dtype",
+    "element_count", "family_factors", "hookimpl", "hookspec", "load_model", "node_model",
+    "record_kernel_variant", "require", "structural_input_bytes",
 ]

@@ -26,12 +26,14 @@ from ep_host.errors import (
 )
 from ep_host.graph import GraphView, NodeView, ValueView
 from ep_host.kernel import Kernel
+from ep_host.partitions import Group, compiling_groups, execution_order, partition_view, readers
 from ep_host.placement import Placement
 from ep_host.provider import HOST, Device
 from ep_host.runloop import CompiledSteps, StepChecks
 from ep_host.transfers import implied_transfers
 
 if TYPE_CHECKING:
+    from ep_host.subgraph import PartitionView
     from ep_host.tracing import Tracer
 
 _INT64_MAX = 2**63 - 1
@@ -113,6 +115,13 @@ class KernelSource(Protocol):
 
     def wants_device_graph(self, provider: str) -> bool: ...
 
+    def compiling(self) -> set[str]: ...
+
+    def compile_partition(self, partition: PartitionView, placement: Placement) -> Kernel: ...
+
+    @property
+    def strict(self) -> bool: ...
+
 
 def expected_output(value: ValueView | None) -> tuple[Any, tuple[int | None, ...] | None]:
     """The numpy dtype and shape (``None`` for dims not known statically) a kernel must return
@@ -167,6 +176,7 @@ class _Builder:
         self.home: dict[str, Device] = {}  # value -> the device its producer runs on
         self.steps: list[Step] = []
         self.device_graphs: list[PartitionCapture] = []
+        self.partitions = 0  # partitions compiled so far, for their names
 
     def slot(self, name: str, device: Device) -> int:
         key = (name, device.name)
@@ -196,10 +206,21 @@ class _Builder:
         for name in (*input_slots, *outer_slots):
             self.home[name] = HOST
         where = {n.name: n.provider for n in self.placement.nodes}
-        for node in self.placement.table.nodes:
-            if node.outputs and all(v is None or v.is_constant for v in node.outputs):
-                continue  # its values are known at load (a Constant): consumers read them
-            self.steps.append(self.node_step(node, where[node.name]))
+        # a node whose values are known at load (a Constant) has no step: consumers read them
+        nodes = [n for n in self.placement.table.nodes
+                 if not (n.outputs and all(v is None or v.is_constant for v in n.outputs))]
+        compiling = set() if self.body else self.source.compiling()
+        if compiling:
+            groups = compiling_groups(nodes, where, compiling)
+            read_by = readers(self.placement.table.nodes, graph)
+            for unit in execution_order(nodes, groups):
+                if isinstance(unit, Group):
+                    self.steps.extend(self.partition_steps(unit, read_by))
+                else:
+                    self.steps.append(self.node_step(unit, where[unit.name]))
+        else:
+            for node in nodes:
+                self.steps.append(self.node_step(node, where[node.name]))
         output_slots = {}
         for v in graph.outputs:
             if v.name not in self.home and not v.is_constant:
@@ -261,6 +282,45 @@ class _Builder:
                     expect=tuple(expected_output(v) for v in node.outputs), scope=scope,
                     lock=None if kernel.thread_safe else threading.Lock(),
                     span=MappingProxyType(span))
+
+    def partition_steps(self, group: Group, read_by: Mapping[str, set[str]]) -> list[Step]:
+        """The group as one step with the kernel its provider compiled; when the compile fails,
+        a warning and the group's nodes one by one (``EP_HOST_STRICT``: the error)."""
+        provider = group.provider
+        self.partitions += 1
+        view = partition_view(group, f"{provider} partition {self.partitions}", read_by)
+        try:
+            kernel = self.source.compile_partition(view, self.placement)
+        except KernelError as exc:
+            if self.source.strict:
+                raise
+            self.source.checks.warnings.append(
+                f"{exc}; its {len(group.nodes)} node(s) are created one by one")
+            return [self.node_step(n, provider) for n in group.nodes]
+        device = self.source.device(provider)
+        in_slots = tuple(self.fetch(v, device) for v in view.inputs)
+        try:
+            kernel.prepare({})
+        except Exception as exc:
+            raise KernelError(
+                f"{self.label}: provider {provider!r} failed to prepare the kernel of "
+                f"partition {view.name!r}: {describe_exception(exc)}") from exc
+        out_slots = []
+        for value in view.outputs:
+            self.check_static_size(group.nodes[0], value)
+            out_slots.append(self.slot(value.name, device))
+            self.home[value.name] = device
+        answers = self.placement.table.answers
+        costs = [answers[n.name][provider].cost for n in group.nodes]
+        op = f"partition of {len(group.nodes)} nodes"
+        span = {"op_type": op, "provider": provider, "device": device.name,
+                "nodes": ", ".join(n.name for n in group.nodes),
+                "bytes": sum(c.bytes_moved for c in costs), "flops": sum(c.flops for c in costs),
+                "estimated_us": sum(c.total_us for c in costs)}
+        return [Step(view.name, op, "partition", group.nodes, kernel, provider, in_slots,
+                     tuple(out_slots), expect=tuple(expected_output(v) for v in view.outputs),
+                     lock=None if kernel.thread_safe else threading.Lock(),
+                     span=MappingProxyType(span))]
 
     def kernel(self, node: NodeView, provider: str) -> tuple[Kernel, str]:
         """The kernel for ``node`` from ``provider``; when that fails, from the next provider

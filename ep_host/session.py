@@ -33,6 +33,7 @@ from ep_host.placement import Placement, choose
 from ep_host.plan import Plan, Step, build_plan
 from ep_host.provider import HOST, Device
 from ep_host.runloop import PlanRun, StepChecks
+from ep_host.subgraph import PartitionView
 from ep_host.threads import BlasThreads, default_threads
 from ep_host.tracing import Tracer
 
@@ -157,6 +158,35 @@ class _Runtime:
         info = self.host.records[provider].info
         own = info.device_graph_option if info is not None else ""
         return bool(options.get(GRAPH_OPTION) or (own and options.get(own)))
+
+    @property
+    def strict(self) -> bool:
+        return self.host.strict
+
+    def compiling(self) -> set[str]:
+        """The providers in use that compile partitions (``ep_host_compile_partition``)."""
+        records = self.host.records
+        return {p for p in self.providers
+                if records[p].available and "ep_host_compile_partition" in records[p].hooks}
+
+    def compile_partition(self, partition: PartitionView, placement: Placement) -> Kernel:
+        provider = partition.provider
+        context = replace(placement.table.contexts[provider], subgraphs=self)
+        members = ", ".join(n.name for n in partition.nodes)
+        try:
+            kernel = self.host.call(provider, "ep_host_compile_partition", partition=partition,
+                                    context=context)
+        except HostError:
+            raise
+        except Exception as exc:
+            raise KernelError(
+                f"{self.model.label}: provider {provider!r} failed to compile partition "
+                f"{partition.name!r} (nodes {members}): {describe_exception(exc)}") from exc
+        if not isinstance(kernel, Kernel):
+            raise KernelError(
+                f"{self.model.label}: provider {provider!r} returned {type(kernel).__name__} "
+                f"instead of a Kernel for partition {partition.name!r} (nodes {members})")
+        return kernel
 
     def place(self, graph: GraphView, pins: Mapping[str, str] | None = None) -> Placement:
         table = capability.walk(self.host, self.model, self.providers, self.options,

@@ -16,9 +16,9 @@ SPECS = [name for name, fn in inspect.getmembers(hookspecs, inspect.isfunction)
          if name.startswith("ep_host_")]
 
 
-def test_the_contract_has_the_three_hooks():
-    assert sorted(SPECS) == ["ep_host_create_kernel", "ep_host_provider_info",
-                             "ep_host_supports_op"]
+def test_the_contract_has_the_four_hooks():
+    assert sorted(SPECS) == ["ep_host_compile_partition", "ep_host_create_kernel",
+                             "ep_host_provider_info", "ep_host_supports_op"]
 
 
 def test_every_hookspec_has_a_test_named_after_it():
@@ -65,5 +65,31 @@ def test_ep_host_create_kernel(host, tensors):
     session = InferenceSession(add_relu_model().SerializeToString(), ["mine"], host=host)
     assert provider.created == ["add", "relu"]
     assert all(isinstance(s.kernel, Kernel) for s in session._steps)
+    (out,) = session.run(None, {"x": tensors.x, "y": tensors.y})
+    np.testing.assert_array_equal(out, np.maximum(tensors.x + tensors.y, 0))
+
+
+def test_ep_host_compile_partition(host, tensors):
+    """A provider with the hook gets its connected nodes as one PartitionView and runs them as
+    one kernel; ``supports_op`` still answers per node."""
+    from ep_host import FunctionKernel, PartitionView, hookimpl
+
+    class Compiling(InlineProvider):
+        def __init__(self, name):
+            super().__init__(name)
+            self.partitions = []
+
+        @hookimpl
+        def ep_host_compile_partition(self, partition, context):
+            self.partitions.append(partition)
+            return FunctionKernel(lambda x, y: np.maximum(x + y, 0))
+
+    provider = Compiling("mine")
+    host.register(provider, name="mine")
+    session = InferenceSession(add_relu_model().SerializeToString(), ["mine"], host=host)
+    (partition,) = provider.partitions
+    assert isinstance(partition, PartitionView) and partition.provider == "mine"
+    assert [n.name for n in partition.nodes] == ["add", "relu"]
+    assert provider.asked == ["add", "relu"] and provider.created == []
     (out,) = session.run(None, {"x": tensors.x, "y": tensors.y})
     np.testing.assert_array_equal(out, np.maximum(tensors.x + tensors.y, 0))
