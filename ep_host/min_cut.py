@@ -90,6 +90,29 @@ class PlacementObjective:
         if table.nodes:
             outs = [vid[v.name] for v in table.graph.outputs if v.name in vid]
         self._arrays(prod, nbytes, e_val, e_node, e_in, outs)
+        self._launch_terms(table)
+
+    def _launch_terms(self, table: CapabilityTable) -> None:
+        """Partition launches (``ProviderInfo.partition_launch_us``) as
+        :func:`ep_host.partitions.launch_cost_us` prices them: per node on a compiling provider,
+        a share of the launch per source on another provider."""
+        from ep_host.partitions import entry_sources
+
+        self._launch = np.asarray([table.partition_launch_us.get(p, 0.0)
+                                   for p in self.providers] or [0.0])
+        # the groups moves choose between: a device's providers, but each compiling provider
+        # alone (its launches set it apart from the others on its device)
+        n_locs = len(self.loc_dev)
+        self.prov_group = [n_locs + p if self._launch[p] else loc
+                           for p, loc in enumerate(self.prov_loc)]
+        self._entries = None
+        if not self._launch.any():
+            return
+        pairs, count, outside = entry_sources(table.nodes)
+        k = np.asarray(count, dtype=np.float64)
+        src = np.asarray([p for p, _ in pairs], dtype=np.int64)
+        dst = np.asarray([c for _, c in pairs], dtype=np.int64)
+        self._entries = (np.asarray(outside) / k, src, dst, 1.0 / k[dst])
 
     def _arrays(self, prod: list[int], nbytes: list[int], e_val: list[int], e_node: list[int],
                 e_in: list[int], outs: list[int]) -> None:
@@ -125,11 +148,12 @@ class PlacementObjective:
         return np.where(self._host[loc], 0.0, self._lat[loc] + nb / (self._gbps[loc] * 1e3))
 
     def locations(self, n: int) -> dict[int, int]:
-        """Node ``n``'s cheapest allowed provider per location (ties: the user's order)."""
+        """Node ``n``'s cheapest allowed provider per group (a location, or a compiling
+        provider on its own; ties: the user's order)."""
         best: dict[int, int] = {}
         opts = self.options[n]
         for p, cost in opts.items():  # providers in the user's order
-            loc = self.prov_loc[p]
+            loc = self.prov_group[p]
             if loc not in best or cost < opts[best[loc]]:
                 best[loc] = p
         return best
@@ -149,7 +173,16 @@ class PlacementObjective:
         val, dst = val[moved], dst[moved]
         nb = self._nb[val]
         copy = self._link_us(src[val], nb) + self._link_us(dst, nb)
-        return total + float(copy.sum())
+        return total + float(copy.sum()) + self._launch_us(a)
+
+    def _launch_us(self, a: Any) -> float:
+        """The partition launches of assignment ``a``."""
+        if self._entries is None:
+            return 0.0
+        outside, src, dst, share = self._entries
+        launch = self._launch
+        moved = a[src] != a[dst]
+        return float((launch[a] * outside).sum() + (launch[a[dst]] * share * moved).sum())
 
     def move(self, lab0: Sequence[int], lab1: Sequence[int]) -> list[int]:
         """The best choice per node between ``lab0[n]`` and ``lab1[n]`` (provider indices, -1:
@@ -169,6 +202,7 @@ class PlacementObjective:
         graph.charge_always_paid_copies(always)
         if literals is not None:
             graph.add_copy_terms(literals)
+        graph.add_launch_terms()
         graph.add_terminal_edges()
         return graph.cut()
 
@@ -352,6 +386,33 @@ class _MoveGraph:
         self._edges(np.where(f, z, consumer), np.where(f, consumer, z),
                     np.full(int(in_multi.sum()), math.inf))
 
+    def add_launch_terms(self) -> None:
+        """Partition launches: the outside share is unary; each (producer, consumer) share is a
+        pairwise term ``E(producer's side, consumer's side)``, split into unary terms and one
+        edge producer -> consumer of ``E01 + E10 - E00 - E11``. Where that is negative (not
+        submodular) ``E10`` is raised until it is zero: an upper bound, as for copies."""
+        obj = self.objective
+        if obj._entries is None:
+            return
+        outside, src, dst, share = obj._entries
+        launch = obj._launch
+        self.unary0 += launch[self.label0] * outside
+        self.unary1 += launch[self.label1] * outside
+
+        def term(producer: Any, consumer: Any) -> Any:
+            return launch[consumer] * share * (producer != consumer)
+
+        p0, p1 = self.label0[src], self.label1[src]
+        c0, c1 = self.label0[dst], self.label1[dst]
+        e00, e01, e10, e11 = term(p0, c0), term(p0, c1), term(p1, c0), term(p1, c1)
+        e10 = np.maximum(e10, e00 + e11 - e01)
+        np.add.at(self.unary0, dst, e00)
+        np.add.at(self.unary1, dst, e00 + e11 - e10)
+        np.add.at(self.unary1, src, e10 - e00)
+        pair = e01 + e10 - e00 - e11
+        on = pair > 0
+        self._edges(src[on], dst[on], pair[on])
+
     def add_terminal_edges(self) -> None:
         """The unary terms as edges from the source (paid on side 1) and to the sink (paid on
         side 0), each less the node's cheaper side."""
@@ -405,11 +466,12 @@ def _integer_capacities(caps: Any) -> Any:
 
 def optimal_assignment(problem: PlacementObjective, best: list[int], best_us: float,
                        greedy: list[int], priority: list[int]) -> tuple[list[int], float]:
-    """Two devices: one exact cut. More: from ``greedy`` and from ``priority``, alpha-expansion
+    """Two devices (each compiling provider counting as one of its own): one exact cut. More:
+    from ``greedy`` and from ``priority``, alpha-expansion
     and alpha-beta swap moves (each one cut) until no move improves the exact total. Never
     worse than ``best`` (the better of ``greedy`` and ``priority``) in ``problem.total_us``."""
     reps = [problem.locations(n) for n in range(len(greedy))]
-    used = [loc for loc in dict.fromkeys(problem.prov_loc) if any(loc in r for r in reps)]
+    used = [loc for loc in dict.fromkeys(problem.prov_group) if any(loc in r for r in reps)]
     if len(used) < 2:
         return best, best_us
     if len(used) == 2:
@@ -435,7 +497,7 @@ def _local_search(problem: PlacementObjective, reps: list[dict[int, int]], used:
     """From ``start``, alpha-expansion and alpha-beta swap moves over the ``used`` locations
     until none improves the exact total (at most 32 rounds)."""
     current, current_us = list(start), problem.total_us(start)
-    prov_loc = problem.prov_loc
+    prov_loc = problem.prov_group
     moves = [(a, None) for a in used] + [
         (a, b) for i, a in enumerate(used) for b in used[i + 1:]]
     for _ in range(32):

@@ -144,3 +144,45 @@ def partition_view(group: Group, name: str, read_by: Mapping[str, set[str]]) -> 
                if v is not None and read_by.get(v.name, set()) - members]
     return PartitionView(name, group.provider, group.nodes, list(inputs.values()), outputs,
                          list(constants.values()))
+
+
+def entry_sources(nodes: Sequence[NodeView]) -> tuple[list[tuple[int, int]], list[int], list[int]]:
+    """Where each node's non-constant inputs come from, for pricing partition launches: the
+    (producer, consumer) index pairs between ``nodes``, each node's count of distinct sources,
+    and whether it reads from outside ``nodes`` (a graph input, an outer value, or only
+    constants: then it counts one outside source)."""
+    producer = {v.name: i for i, n in enumerate(nodes) for v in n.outputs if v is not None}
+    pairs: list[tuple[int, int]] = []
+    count: list[int] = []
+    outside: list[int] = []
+    for i, n in enumerate(nodes):
+        sources = dict.fromkeys(producer[v.name] for v in n.inputs
+                                if v is not None and v.name in producer and producer[v.name] != i)
+        reads_outside = any(v is not None and not v.is_constant and v.name not in producer
+                            for v in n.inputs) or not sources
+        pairs.extend((p, i) for p in sources)
+        count.append(len(sources) + int(reads_outside))
+        outside.append(int(reads_outside))
+    return pairs, count, outside
+
+
+def launch_cost_us(nodes: Sequence[NodeView], providers: Sequence[str],
+                   launch_us: Mapping[str, float]) -> float:
+    """The partition launches placement charges: a node on a provider with a launch cost ``L``
+    pays ``L`` times the share of its sources (producers, the outside) on other providers. A
+    partition fed from one place pays ``L`` once; a node fed from several pays a fraction per
+    outside source, so the charge is exact for chains and an upper bound by at most ``L`` per
+    node that mixes inputs from inside and outside its partition."""
+    if not launch_us:
+        return 0.0
+    pairs, count, outside = entry_sources(nodes)
+    total = 0.0
+    for i, p in enumerate(providers):
+        launch = launch_us.get(p, 0.0)
+        if launch:
+            total += launch * outside[i] / count[i]
+    for src, dst in pairs:
+        launch = launch_us.get(providers[dst], 0.0)
+        if launch and providers[src] != providers[dst]:
+            total += launch / count[dst]
+    return total

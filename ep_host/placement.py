@@ -13,6 +13,7 @@ from ep_host import strategies
 from ep_host.capability import CapabilityTable
 from ep_host.errors import PlacementError
 from ep_host.graph import GraphView, paused_gc
+from ep_host.partitions import launch_cost_us
 from ep_host.provider import Device
 from ep_host.transfers import Transfer, implied_transfers
 
@@ -64,8 +65,19 @@ class Placement:
         return sum(t.cost_us for t in self.transfers)
 
     @property
+    def launch_cost_us(self) -> float:
+        """What placement charges for the partitions of providers that compile them
+        (``ProviderInfo.partition_launch_us``; see :func:`ep_host.partitions.launch_cost_us`)."""
+        launch = self.table.partition_launch_us
+        if not launch:
+            return 0.0
+        where = {n.name: n.provider for n in self.nodes}
+        return launch_cost_us(self.table.nodes, [where[n.name] for n in self.table.nodes],
+                              launch)
+
+    @property
     def total_us(self) -> float:
-        return self.node_cost_us + self.transfer_cost_us
+        return self.node_cost_us + self.transfer_cost_us + self.launch_cost_us
 
     def totals(self) -> dict[str, dict[str, float]]:
         out = {p: {"nodes": 0, "cost_us": 0.0} for p in self.providers}
@@ -111,6 +123,7 @@ class Placement:
                 "providers": self.totals(),
                 "node_cost_us": self.node_cost_us,
                 "transfer_cost_us": self.transfer_cost_us,
+                "partition_launch_us": self.launch_cost_us,
                 "total_us": self.total_us,
             },
             "partitions": [

@@ -68,6 +68,11 @@ class ProviderInfo:
     can act on ("cupy is not installed: pip install ep-host-cuda[cuda12]"); the host then
     declines every node for this provider with that reason.
 
+    ``partition_launch_us``: for a provider that compiles partitions
+    (``ep_host_compile_partition``), the time each partition costs once per run whatever its
+    size (a runtime call, a graph launch); placement charges it where a partition begins, so the
+    optimal strategy prefers fewer, larger partitions for this provider.
+
     ``aliases``: other names users may give for this provider, such as onnxruntime's
     (``"CUDAExecutionProvider"``). ``device_graph_option``: the provider option that turns on
     device graphs for it under its runtime's own name (onnxruntime's ``"enable_cuda_graph"``);
@@ -83,10 +88,14 @@ class ProviderInfo:
     description: str = ""
     aliases: tuple[str, ...] = ()
     device_graph_option: str = ""
+    partition_launch_us: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.available and not self.reason:
             raise ValueError(f"provider {self.name!r} is unavailable but gives no reason")
+        if not 0.0 <= self.partition_launch_us < float("inf"):
+            raise ValueError(f"provider {self.name!r}: partition_launch_us must be a finite "
+                             f"number of microseconds >= 0, got {self.partition_launch_us!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -198,3 +198,101 @@ def _chain_case(sim_cost, cpu_cost, n, sim_declines=(), sim_device=SIM0, order=N
     order = order or ["cpu", sim_name]
     devices = {"cpu": CPU, sim_name: sim_device}
     return walk(host, model, order), devices
+
+
+# -- partition launches (providers that compile) ------------------------------------------------
+
+
+class CompilingProvider(CostedProvider):
+    """A CostedProvider that compiles partitions, each launch costing ``launch_us``."""
+
+    def __init__(self, name, device, costs, launch_us):
+        super().__init__(name, device, costs)
+        self.launch_us = launch_us
+
+    @hookimpl
+    def ep_host_provider_info(self):
+        return ProviderInfo(name=self.name, device=self.device,
+                            partition_launch_us=self.launch_us)
+
+    @hookimpl
+    def ep_host_compile_partition(self, partition, context):
+        raise NotImplementedError  # placement never compiles
+
+
+def launch_case(seed, devices, n_nodes, launches):
+    """``random_case`` with provider k compiling at ``launches[k]`` per partition (0: not)."""
+    table, devs = random_case(seed, devices, n_nodes)
+    rng = random.Random(seed)
+    model = load_model(random_dag(rng, n_nodes))
+    host = Host(strict=False)
+    for k, device in enumerate(devices):
+        costs = {n: table.answers[n][f"p{k}"].cost.compute_us for n in table.answers
+                 if table.answers[n][f"p{k}"].is_supported}
+        cls = CompilingProvider if launches[k] else CostedProvider
+        args = (launches[k],) if launches[k] else ()
+        host.register(cls(f"p{k}", device, costs, *args), name=f"p{k}")
+    return walk(host, model, list(devs)), devs
+
+
+@pytest.mark.parametrize("seed", range(10))
+@pytest.mark.parametrize("devices, launches", [((CPU, SIM0), (0, 40)), ((SIM0, CPU), (25, 0)),
+                                               ((CPU, CPU), (30, 10)), ((SIM0, SIM1), (15, 60))],
+                         ids=["cpu+compiling-sim", "compiling-sim+cpu", "two-compilers-on-host",
+                              "two-compiling-devices"])
+def test_two_providers_with_partition_launches_stay_exact(seed, devices, launches):
+    table, devs = launch_case(400 + seed, devices, 6 + seed % 5, launches)
+    assert table.partition_launch_us == {f"p{k}": float(v) for k, v in enumerate(launches) if v}
+    best, _ = brute_force(table, devs)
+    placement = choose(table, devs)
+    assert placement.total_us == pytest.approx(best, abs=0.05)
+    assert placement.total_us <= placement.comparison["greedy"] + 1e-6
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_three_providers_with_launches_never_beat_brute_force_nor_lose_to_greedy(seed):
+    table, devs = launch_case(500 + seed, (CPU, SIM0, SIM1), 7, (0, 20, 35))
+    best, _ = brute_force(table, devs)
+    placement = choose(table, devs)
+    assert best - 1e-6 <= placement.total_us <= placement.comparison["greedy"] + 1e-6
+    assert placement.total_us <= placement.comparison["priority"] + 1e-6
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_launch_objective_is_what_the_placement_reports(seed):
+    table, devs = launch_case(600 + seed, (CPU, SIM0, SIM1), 8, (10, 0, 30))
+    problem = PlacementObjective(table, devs, {})
+    rng = random.Random(seed)
+    for _ in range(20):
+        assign = [rng.choice(list(o)) for o in problem.options]
+        names = [table.providers[p] for p in assign]
+        nodes = [type("N", (), {"name": n.name, "provider": p, "cost_us":
+                                table.answers[n.name][p].cost.total_us})()
+                 for n, p in zip(table.nodes, names, strict=True)]
+        placement = Placement("x", table.providers, nodes, table, devs)
+        placement.transfers = implied_transfers(placement)
+        assert problem.total_us(assign) == pytest.approx(placement.total_us)
+
+
+def test_a_compiler_split_into_many_partitions_loses_to_one_runtime():
+    """A chain the compiling provider could run cheaper node by node, but only in three
+    partitions (it declines two nodes): with 30 us per launch, everything on the other
+    provider is cheaper, and optimal says so where greedy does not."""
+    nodes = [helper.make_node("Relu", [f"v{i}"], [f"v{i + 1}"], name=f"n{i}") for i in range(7)]
+    model = load_model(make_model(nodes, [("v0", TensorProto.FLOAT, [4])],
+                                  [("v7", TensorProto.FLOAT, [4])]))
+    host = Host(strict=False)
+    host.register(CompilingProvider("comp", CPU, {f"n{i}": 1.0 for i in (0, 1, 3, 4, 6)}, 30.0),
+                  name="comp")
+    host.register(CostedProvider("cpu", CPU, {f"n{i}": 5.0 for i in range(7)}), name="cpu")
+    table = walk(host, model, ["comp", "cpu"])
+    devs = {"comp": CPU, "cpu": CPU}
+    greedy = choose(table, devs, strategy="greedy")
+    assert [n.provider for n in greedy.nodes] == ["comp", "comp", "cpu", "comp", "comp", "cpu",
+                                                  "comp"]
+    assert greedy.launch_cost_us == pytest.approx(90.0)
+    optimal = choose(table, devs)
+    assert {n.provider for n in optimal.nodes} == {"cpu"}
+    assert optimal.total_us == pytest.approx(35.0)
+    assert greedy.total_us == pytest.approx(5 * 1.0 + 2 * 5.0 + 90.0)
+    assert optimal.to_dict()["totals"]["partition_launch_us"] == 0.0
