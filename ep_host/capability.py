@@ -42,7 +42,9 @@ class CapabilityTable:
     expanded: dict[str, list[str]] = field(default_factory=dict)
     all_nodes: list[NodeView] = field(default_factory=list)
     graph: Any = None  # the GraphView walked
-    # provider -> its ProviderInfo.partition_launch_us, for providers that compile partitions
+    # providers that compile partitions (ep_host_compile_partition), and the launch each
+    # charges per partition (ProviderInfo.partition_launch_us) where it is not zero
+    compiling: list[str] = field(default_factory=list)
     partition_launch_us: dict[str, float] = field(default_factory=dict)
 
     def answer(self, node: str, provider: str) -> KernelMatch:
@@ -204,10 +206,11 @@ def walk(
     nodes = list(model.graph.nodes if nodes is None else nodes)
     table = CapabilityTable(providers=list(providers), nodes=nodes)
     table.contexts = {r.name: provider_context(model, r, options.get(r.name, {})) for r in records}
-    table.partition_launch_us = {
-        r.name: float(r.info.partition_launch_us) for r in records
-        if r.status == "available" and r.info is not None and r.info.partition_launch_us > 0
-        and "ep_host_compile_partition" in r.hooks}
+    table.compiling = [r.name for r in records if r.status == "available" and r.info is not None
+                       and "ep_host_compile_partition" in r.hooks]
+    table.partition_launch_us = {p: float(host.records[p].info.partition_launch_us)
+                                 for p in table.compiling
+                                 if host.records[p].info.partition_launch_us > 0}
     # An unavailable provider declines every node alike: one (immutable) answer serves them all.
     fixed = {r.name: unavailable_answer(r) for r in records if r.status != "available"}
     asked = [(r.name, r, table.contexts[r.name], {}) for r in records]

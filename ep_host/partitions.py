@@ -170,9 +170,11 @@ def launch_cost_us(nodes: Sequence[NodeView], providers: Sequence[str],
                    launch_us: Mapping[str, float]) -> float:
     """The partition launches placement charges: a node on a provider with a launch cost ``L``
     pays ``L`` times the share of its sources (producers, the outside) on other providers. A
-    partition fed from one place pays ``L`` once; a node fed from several pays a fraction per
-    outside source, so the charge is exact for chains and an upper bound by at most ``L`` per
-    node that mixes inputs from inside and outside its partition."""
+    chain pays ``L`` per partition exactly; a node fed both from its partition and from outside
+    pays the outside share (more than the partitions need); a split the host makes to keep a
+    group acyclic is not charged (less). Each term depends on two nodes, so a minimum cut
+    optimises it exactly between two providers.
+    """
     if not launch_us:
         return 0.0
     pairs, count, outside = entry_sources(nodes)

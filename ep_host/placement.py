@@ -13,7 +13,7 @@ from ep_host import strategies
 from ep_host.capability import CapabilityTable
 from ep_host.errors import PlacementError
 from ep_host.graph import GraphView, paused_gc
-from ep_host.partitions import launch_cost_us
+from ep_host.partitions import compiling_groups, launch_cost_us
 from ep_host.provider import Device
 from ep_host.transfers import Transfer, implied_transfers
 
@@ -37,6 +37,20 @@ class Partition:
     provider: str
     nodes: list[str]
     cost_us: float
+
+
+@dataclass
+class CompiledPartition:
+    """A group of connected nodes that a provider which compiles runs as one kernel."""
+
+    provider: str
+    nodes: list[str]
+    cost_us: float  # its nodes' estimated time
+    launch_us: float  # the provider's launch per partition
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"provider": self.provider, "nodes": list(self.nodes), "cost_us": self.cost_us,
+                "launch_us": self.launch_us}
 
 
 @dataclass
@@ -78,6 +92,20 @@ class Placement:
     @property
     def total_us(self) -> float:
         return self.node_cost_us + self.transfer_cost_us + self.launch_cost_us
+
+    def compiled_partitions(self) -> list[CompiledPartition]:
+        """The groups that providers which compile will get as one kernel each (as the session
+        forms them), with their nodes' estimated time and the launch each one adds."""
+        if not self.table.compiling:
+            return []
+        where = {n.name: n.provider for n in self.nodes}
+        cost = {n.name: n.cost_us for n in self.nodes}
+        nodes = [n for n in self.table.nodes
+                 if not (n.outputs and all(v is None or v.is_constant for v in n.outputs))]
+        launch = self.table.partition_launch_us
+        return [CompiledPartition(g.provider, [n.name for n in g.nodes],
+                                  sum(cost[n.name] for n in g.nodes), launch.get(g.provider, 0.0))
+                for g in compiling_groups(nodes, where, self.table.compiling)]
 
     def totals(self) -> dict[str, dict[str, float]]:
         out = {p: {"nodes": 0, "cost_us": 0.0} for p in self.providers}
@@ -131,6 +159,7 @@ class Placement:
                  "nodes": len(p.nodes), "cost_us": p.cost_us}
                 for p in self.partitions()
             ],
+            "compiled_partitions": [p.to_dict() for p in self.compiled_partitions()],
             "comparison": self.comparison,
         }
 

@@ -129,6 +129,8 @@ def render_explain(out: Output, table: CapabilityTable, placement: Placement | N
     )
     if not rows:
         out.line("no node matches the filters")
+    if placement is not None:
+        render_compiled_partitions(out, placement)
     if optimizations:
         out.line(optimizations_line(optimizations))
 
@@ -169,6 +171,7 @@ def explain_dict(table: CapabilityTable, placement: Placement | None, model: str
         "transfers": [],
         "totals": None,
         "partitions": [],
+        "compiled_partitions": [],
         "unplaceable": list(unplaceable),
         "expanded": _expanded(table),
     }
@@ -208,6 +211,7 @@ def render_placement(out: Output, placement: Placement) -> None:
           p.nodes[0] if len(p.nodes) == 1 else f"{p.nodes[0]} .. {p.nodes[-1]}")
          for i, p in enumerate(parts)],
     )
+    render_compiled_partitions(out, placement)
     if placement.transfers:
         out.table(
             f"{len(placement.transfers)} device copies",
@@ -215,9 +219,11 @@ def render_placement(out: Output, placement: Placement) -> None:
             [(t.tensor, t.source, t.destination, fmt_bytes(t.nbytes), fmt_us(t.cost_us))
              for t in placement.transfers],
         )
+    launches = placement.launch_cost_us
     out.line(
         f"total estimated: {fmt_us(placement.total_us)} "
-        f"(nodes {fmt_us(placement.node_cost_us)}, copies {fmt_us(placement.transfer_cost_us)})"
+        f"(nodes {fmt_us(placement.node_cost_us)}, copies {fmt_us(placement.transfer_cost_us)}"
+        + (f", partition launches {fmt_us(launches)})" if launches else ")")
     )
     if placement.comparison:
         chosen = placement.strategy
@@ -226,6 +232,22 @@ def render_placement(out: Output, placement: Placement) -> None:
             f"{s} {fmt_us(us)}" + (f" ({chosen} saves {fmt_us(us - mine)})"
                                    if s != chosen and us > mine else "")
             for s, us in placement.comparison.items()))
+
+
+def render_compiled_partitions(out: Output, placement: Placement) -> None:
+    """The groups providers that compile will run as one kernel each, when there are any."""
+    parts = placement.compiled_partitions()
+    if not parts:
+        return
+    out.table(
+        f"{len(parts)} compiled partition(s)",
+        ["#", "provider", "nodes", "estimated", "members"],
+        [(i, p.provider, len(p.nodes),
+          fmt_us(p.cost_us) + (f" + {fmt_us(p.launch_us)} launch" if p.launch_us else ""),
+          ", ".join(p.nodes) if len(p.nodes) <= 4
+          else f"{', '.join(p.nodes[:3])}, ... {p.nodes[-1]}")
+         for i, p in enumerate(parts)],
+    )
 
 
 def write_json(data: Any, path: str) -> None:

@@ -54,6 +54,8 @@ def compact(data: dict[str, Any], edges: Sequence[dict[str, Any]] = ()) -> dict[
                   "pinned": pinned, "answer": per_provider},
         "partitions": [[p_index[p["provider"]], index[p["first"]], index[p["last"]],
                         p["nodes"], p["cost_us"]] for p in data["partitions"]],
+        "compiled": [[p_index[p["provider"]], p["nodes"], p["cost_us"], p["launch_us"]]
+                     for p in data.get("compiled_partitions", [])],
         "transfers": {"count": len(data["transfers"]),
                       "bytes": sum(t["bytes"] for t in data["transfers"])},
         "edges": list(edges),
@@ -66,7 +68,7 @@ def compact(data: dict[str, Any], edges: Sequence[dict[str, Any]] = ()) -> dict[
 
 
 _KNOWN = {"schema", "model", "strategy", "providers", "nodes", "transfers", "totals",
-          "partitions", "unplaceable", "expanded"}
+          "partitions", "compiled_partitions", "unplaceable", "expanded"}
 
 
 def _is_plain(value: Any) -> bool:
@@ -287,6 +289,13 @@ _SCRIPT = r"""
     }
     totals.appendChild(el("p", "", lines.join("; ")));
   }
+  D.compiled.forEach(function (c, i) {
+    var members = c[1].length <= 6 ? c[1].join(", ")
+      : c[1].slice(0, 5).join(", ") + ", ... " + c[1][c[1].length - 1];
+    totals.appendChild(el("p", "", "compiled partition " + i + " on " + P[c[0]].name + ": " +
+      c[1].length + " nodes, " + fmtUs(c[2]) + (c[3] ? " + " + fmtUs(c[3]) + " launch" : "") +
+      " (" + members + ")"));
+  });
   for (var key in D.extra) {
     var v = D.extra[key];
     if (v && typeof v === "object") {

@@ -1,6 +1,8 @@
 """Providers that compile: each maximal connected group of nodes placed on them becomes one
 kernel and one step, groups never make the graph cyclic, and a failed compile falls back."""
 
+import io
+
 import numpy as np
 import pytest
 from hostkit import InlineProvider, make_model
@@ -169,3 +171,36 @@ def test_a_partition_compiled_by_onnxruntime_from_its_model_gives_the_same_outpu
     (y,) = s.run(None, {"x": x})
     a = x + np.array([1.0, -2.0, 0.5], np.float32)
     np.testing.assert_allclose(y, np.maximum(-a, 0) * a, rtol=1e-6)
+
+
+def test_place_json_and_the_report_show_compiled_partitions(host, tmp_path):
+    """The placement lists the groups each compiling provider gets, with members and times."""
+    from ep_host.capability import walk
+    from ep_host.loading import load_model
+    from ep_host.placement import choose
+    from ep_host.report import Output, render_placement
+    from ep_host.report_html import write_report
+
+    model = make_model([helper.make_node("Add", ["x", "x"], ["a"], name="add"),
+                        helper.make_node("Neg", ["a"], ["b"], name="neg"),
+                        helper.make_node("Mul", ["a", "b"], ["y"], name="mul")],
+                       [("x", F, [3])], [("y", F, [3])])
+    host.register(Compiler(partition_launch_us=7.0), name="comp")
+    host.register(InlineProvider("cpu", ops=("Neg",), cost_us=5.0), name="cpu")
+    loaded = load_model(model)
+    placement = choose(walk(host, loaded, ["comp", "cpu"]), {}, strategy="greedy")
+    data = placement.to_dict()
+    assert data["compiled_partitions"] == [
+        {"provider": "comp", "nodes": ["add"], "cost_us": 0.1, "launch_us": 7.0},
+        {"provider": "comp", "nodes": ["mul"], "cost_us": 0.1, "launch_us": 7.0}]
+    # add is fed from outside (a full launch); mul from add (same provider) and neg (another):
+    # half a launch. The cycle split that makes mul a partition of its own is not priced.
+    assert data["totals"]["partition_launch_us"] == pytest.approx(7.0 + 3.5)
+    stream = io.StringIO()
+    render_placement(Output(stream, rich=False), placement)
+    text = stream.getvalue()
+    assert "2 compiled partition(s)" in text and "0.10 us + 7.00 us launch" in text
+    assert "partition launches 10.50 us" in text
+    report = tmp_path / "r.html"
+    write_report(str(report), placement.table, placement, "m")
+    assert '"compiled":[[0,["add"],0.1,7.0],[0,["mul"],0.1,7.0]]' in report.read_text()
