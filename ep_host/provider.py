@@ -109,6 +109,9 @@ class ProviderContext:
     a control-flow body (If branch, Loop or Scan body) with the session's providers and returns
     an object whose ``run(inputs, scope)`` runs it; ``scope`` is the mapping of outer-scope values
     the host passes to ``Kernel.run`` of a node with subgraphs.
+    ``intra_op_num_threads``: set in ``ep_host_create_kernel`` and ``ep_host_compile_partition``:
+    the threads the session runs with (onnxruntime's session option; 0: the provider's default),
+    for a runtime the provider hands kernels or partitions to.
     """
 
     provider: str
@@ -116,3 +119,4 @@ class ProviderContext:
     opset_imports: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     model_dir: str | None = None
     subgraphs: Any = None
+    intra_op_num_threads: int = 0

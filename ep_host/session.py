@@ -132,8 +132,9 @@ class _Runtime:
     def __init__(self, model: Model, host: Host, providers: list[str],
                  options: dict[str, dict[str, Any]], strategy: str,
                  tracer: Tracer | None = None, max_tensor_bytes: int | None = None,
-                 device_graphs: bool = False):
+                 device_graphs: bool = False, threads: int = 0):
         self.tracer = tracer
+        self.threads = threads
         self.max_tensor_bytes = max_tensor_bytes
         self.model = model
         self.host = host
@@ -171,7 +172,8 @@ class _Runtime:
 
     def compile_partition(self, partition: PartitionView, placement: Placement) -> Kernel:
         provider = partition.provider
-        context = replace(placement.table.contexts[provider], subgraphs=self)
+        context = replace(placement.table.contexts[provider], subgraphs=self,
+                          intra_op_num_threads=self.threads)
         members = ", ".join(n.name for n in partition.nodes)
         try:
             kernel = self.host.call(provider, "ep_host_compile_partition", partition=partition,
@@ -211,7 +213,8 @@ class _Runtime:
         return CompiledGraph(plan, runner)
 
     def create_kernel(self, node: NodeView, provider: str, placement: Placement) -> Kernel:
-        context = replace(placement.table.contexts[provider], subgraphs=self)
+        context = replace(placement.table.contexts[provider], subgraphs=self,
+                          intra_op_num_threads=self.threads)
         try:
             kernel = self.host.call(provider, "ep_host_create_kernel", node=node, context=context)
         except HostError:
@@ -300,7 +303,8 @@ class InferenceSession:
             provider_options = dict(zip(chosen, provider_options, strict=False))
         self._options = {k: dict(v) for k, v in (provider_options or {}).items()}
         self._runtime = _Runtime(self._model, self._host, chosen, self._options, strategy,
-                                 self.tracer, max_tensor_bytes, device_graphs)
+                                 self.tracer, max_tensor_bytes, device_graphs,
+                                 self._threads.threads)
         placement = self._runtime.place(self._model.graph, pins)
         self._plan, self._run = self._runtime.plan(self._model.graph, placement)
         # a kernel that failed to build moved its node: the plan's placement is the one that runs

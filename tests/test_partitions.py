@@ -204,3 +204,16 @@ def test_place_json_and_the_report_show_compiled_partitions(host, tmp_path):
     report = tmp_path / "r.html"
     write_report(str(report), placement.table, placement, "m")
     assert '"compiled":[[0,["add"],0.1,7.0],[0,["mul"],0.1,7.0]]' in report.read_text()
+
+
+def test_kernels_and_partitions_learn_the_sessions_thread_count(host):
+    seen = []
+
+    class Counting(Compiler):
+        @hookimpl
+        def ep_host_compile_partition(self, partition, context):
+            seen.append(context.intra_op_num_threads)
+            return GroupKernel(partition, self.FUNCS)
+
+    session(host, chain(), Counting(), intra_op_num_threads=3)
+    assert seen == [3]
