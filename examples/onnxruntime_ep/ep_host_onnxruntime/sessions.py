@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ep_host import KernelError, Kernel, NodeView, PartitionView, ProviderContext, node_model
+from ep_host import Kernel, KernelError, NodeView, PartitionView, ProviderContext, node_model
 from ep_host_onnxruntime import runtime
 
 
