@@ -13,13 +13,16 @@ from typing import Any
 
 import numpy as np
 
-from ep_host import NodeView, ValueView, node_model
+from ep_host import NodeView, PartitionView, ValueView
 from ep_host_onnxruntime import runtime
 
 # Constants onnxruntime reads as data (a Reshape's shape, Slice's starts): small integer
 # tensors, whose values go into the signature. Larger or float constants count by type and rank.
 SMALL_CONSTANT_ELEMENTS = 64
 INTEGER_KINDS = "iub"
+# The probe keeps constants up to this size as initializers and passes larger ones (weights) as
+# graph inputs of the same type and shape, so that it never copies a model's weights.
+PROBE_CONSTANT_ELEMENTS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +95,11 @@ def declined_before_probing(node: NodeView) -> Verdict | None:
         return Verdict(f"{op}: the onnxruntime EP does not take nodes with subgraphs (If, Loop, "
                        "Scan bodies); the host's control flow runs them", "op")
     for value in (*node.inputs, *node.outputs):
-        if value is None:
-            continue
+        if value is None or (value.kind == "unknown" and value in node.outputs):
+            continue  # an output of unknown type: onnxruntime infers it, the probe tells
         if value.kind != "tensor":
-            return Verdict(f"{op}: the onnxruntime EP takes tensors only, got a {value.kind} "
-                           f"for {value.name!r}", "dtype")
+            return Verdict(f"{op}: the onnxruntime EP takes tensors only, got {value.kind} "
+                           f"value {value.name!r}", "dtype")
         if value.dtype is None:
             return Verdict(f"{op}: the type of {value.name!r} is unknown; declare it "
                            "(value_info) so onnxruntime can be asked about this node", "dtype")
@@ -123,9 +126,26 @@ def classify(node: NodeView, error: BaseException) -> Verdict:
     return Verdict(f"{op}: onnxruntime {runtime.version()} cannot run it: {message}", code)
 
 
+def is_small(value: ValueView) -> bool:
+    shape = value.shape
+    return shape is not None and all(isinstance(d, int) for d in shape) and int(
+        np.prod(shape, dtype=np.int64)) <= PROBE_CONSTANT_ELEMENTS
+
+
+def probe_model(node: NodeView) -> Any:
+    """``node`` as a one-node model whose small constants are initializers and whose large
+    ones (weights) are graph inputs."""
+    values = list(dict.fromkeys(v for v in node.inputs if v is not None))
+    constants = [v for v in values if v.is_constant and is_small(v)]
+    inputs = [v for v in values if v not in constants]
+    outputs = [v for v in node.outputs if v is not None]
+    name = node.name or node.op_type
+    return PartitionView(name, "onnxruntime", (node,), inputs, outputs, constants).to_model()
+
+
 def probe(node: NodeView) -> Verdict:
     """Build the one-node session; its failure is the decline."""
-    model = node_model(node)
+    model = probe_model(node)
     try:
         runtime.session(model.SerializeToString(), threads=1, optimize=False)
     except Exception as error:  # onnxruntime raises its own Fail/InvalidGraph/NotImplemented...

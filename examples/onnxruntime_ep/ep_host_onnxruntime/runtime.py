@@ -29,8 +29,11 @@ def import_error() -> str | None:
     """Why onnxruntime cannot be used here, or ``None`` when it can."""
     try:
         onnxruntime()
+    except ModuleNotFoundError:
+        return f"onnxruntime is not installed: {INSTALL_HINT}"
     except ImportError as error:
-        return f"onnxruntime is not installed ({error}): {INSTALL_HINT}"
+        return (f"onnxruntime is installed but cannot be imported ({error}); reinstall it: "
+                f"{INSTALL_HINT}")
     return None
 
 

@@ -292,3 +292,18 @@ def test_partition_that_fails_to_compile_raises_with_onnxruntimes_message():
     assert message.startswith(f"onnxruntime {ort.__version__} could not compile partition "
                               "'with_fast_swish' (dense/MatMul, act/FastSwish")
     assert "com.example:FastSwish(-1) is not a registered function/op" in message
+
+
+def test_the_probe_passes_weights_as_inputs_and_keeps_small_constants():
+    probe = pytest.importorskip("ep_host_onnxruntime.probe")
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array(rng.standard_normal((64, 8, 3, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(np.zeros(64, np.float32), "b")
+    model = make_model([helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv")],
+                       [("x", F, [1, 8, 6, 6])], [("y", F, [1, 64, 4, 4])],
+                       initializers=[w, b])
+    conv = ep_host.load_model(model.SerializeToString()).graph.nodes[0]
+    probe_model = probe.probe_model(conv)
+    assert [i.name for i in probe_model.graph.input] == ["x", "w"]
+    assert [i.name for i in probe_model.graph.initializer] == ["b"]
+    assert probe.probe(conv).supported
