@@ -1,0 +1,73 @@
+"""The onnxruntime EP's hooks: it claims what onnxruntime's CPUExecutionProvider can build a
+session for (asked of onnxruntime itself, per op signature), prices it by a roofline from this
+machine's measured onnxruntime figures, and runs nodes or whole partitions in onnxruntime.
+"""
+
+from __future__ import annotations
+
+from ep_host import (
+    Cost,
+    Decline,
+    Kernel,
+    KernelMatch,
+    NodeView,
+    PartitionView,
+    ProviderContext,
+    ProviderInfo,
+    hookimpl,
+)
+from ep_host.kernels import REGISTRY, output_elements, traffic_bytes, work
+from ep_host_onnxruntime import __version__, runtime
+from ep_host_onnxruntime.probe import Verdicts
+from ep_host_onnxruntime.profile import RuntimeProfile, runtime_profile
+from ep_host_onnxruntime.sessions import NodeSessionKernel, PartitionSessionKernel
+
+NAME = "onnxruntime"
+VERDICTS = Verdicts()
+
+
+def node_work(node: NodeView) -> tuple[float, int]:
+    """Flops and bytes from the kernel library's spec for the node, else one flop per output
+    element and the bytes of its inputs and outputs."""
+    try:
+        spec = REGISTRY.lookup(node, NAME)
+    except Decline:
+        return output_elements(node), traffic_bytes(node)
+    return work(spec, node)
+
+
+def estimate(node: NodeView, profile: RuntimeProfile) -> Cost:
+    flops, nbytes = node_work(node)
+    return Cost.roofline(flops=flops, bytes_moved=nbytes, peak_gflops=profile.peak_gflops,
+                         bandwidth_gbps=profile.bandwidth_gbps,
+                         launch_us=profile.call_overhead_us)
+
+
+@hookimpl
+def ep_host_provider_info() -> ProviderInfo:
+    missing = runtime.import_error()
+    if missing is not None:
+        return ProviderInfo(name=NAME, version=__version__, available=False, reason=missing)
+    return ProviderInfo(
+        name=NAME, version=__version__, aliases=("ort",),
+        description=f"onnxruntime {runtime.version()} CPUExecutionProvider: one session per "
+                    "node, or one per compiled partition",
+    )
+
+
+@hookimpl
+def ep_host_supports_op(node: NodeView, context: ProviderContext) -> KernelMatch:
+    verdict = VERDICTS.verdict(node)
+    if not verdict.supported:
+        return KernelMatch.unsupported(verdict.reason, code=verdict.code)
+    return KernelMatch.supported(estimate(node, runtime_profile()))
+
+
+@hookimpl
+def ep_host_create_kernel(node: NodeView, context: ProviderContext) -> Kernel:
+    return NodeSessionKernel(node, context)
+
+
+@hookimpl
+def ep_host_compile_partition(partition: PartitionView, context: ProviderContext) -> Kernel:
+    return PartitionSessionKernel(partition, context)
