@@ -17,7 +17,8 @@ LIBRARY = "ep_host.kernels"
 ROW = re.compile(r"^\|\s*`(?P<path>[\w/.]+\.py)`\s*\|\s*(?P<layer>[\w ]+?)\s*\|"
                  r"\s*(?P<concept>.+?)\s*\|$")
 DISTRIBUTIONS = ("ep_host", "plugins/cpu_ep/ep_host_cpu", "plugins/cuda_ep/ep_host_cuda")
-SOURCES = (*DISTRIBUTIONS, "examples/third_party_ep/ep_host_example")
+SOURCES = (*DISTRIBUTIONS, "examples/third_party_ep/ep_host_example",
+           "examples/onnxruntime_ep/ep_host_onnxruntime")
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,9 @@ def node_work(node: NodeView) -> tuple[float, int]:
 
 def estimate(node: NodeView, profile: RuntimeProfile) -> Cost:
     flops, nbytes = node_work(node)
+    # the call into onnxruntime is paid once per partition (ProviderInfo.partition_launch_us)
     return Cost.roofline(flops=flops, bytes_moved=nbytes, peak_gflops=profile.peak_gflops,
-                         bandwidth_gbps=profile.bandwidth_gbps,
-                         launch_us=profile.call_overhead_us)
+                         bandwidth_gbps=profile.bandwidth_gbps)
 
 
 @hookimpl
@@ -50,6 +50,7 @@ def ep_host_provider_info() -> ProviderInfo:
         return ProviderInfo(name=NAME, version=__version__, available=False, reason=missing)
     return ProviderInfo(
         name=NAME, version=__version__, aliases=("ort",),
+        partition_launch_us=runtime_profile().call_overhead_us,
         description=f"onnxruntime {runtime.version()} CPUExecutionProvider: one session per "
                     "node, or one per compiled partition",
     )

@@ -12,8 +12,8 @@ from ep_host_onnxruntime import runtime
 
 
 def thread_count(context: ProviderContext) -> int:
-    """The session's ``intra_op_num_threads`` provider option (default 1)."""
-    return int(context.options.get("intra_op_num_threads", 1))
+    """The provider option ``intra_op_num_threads``, else the session's thread count, else 1."""
+    return int(context.options.get("intra_op_num_threads") or context.intra_op_num_threads or 1)
 
 
 def _compile(model_bytes: bytes, what: str, threads: int) -> Any:
