@@ -41,6 +41,11 @@ INDEX_INPUTS = {
     "Tile": (1,), "ConstantOfShape": (0,), "TopK": (1,), "Unsqueeze": (1,), "Squeeze": (1,),
     "OneHot": (1,), "ReduceMean": (1,), "ReduceMax": (1,), "ReduceMin": (1,), "ReduceSum": (1,),
 }
+# Arithmetic that overflows small integers: OpenVINO saturates (int8 100 + 100 = 127) where ONNX
+# Runtime and numpy wrap (-56), so the OpenVINO EP leaves it to others.
+WRAPPING_ARITHMETIC = {"Add", "Sub", "Mul", "Neg", "Sum", "CumSum", "ReduceSum", "ReduceProd",
+                       "ReduceSumSquare", "MatMul", "Gemm", "Pow"}
+SMALL_INTEGERS = {"int8", "uint8", "int16", "uint16"}
 INDEX_OUTPUTS = {"Shape": (0,), "Size": (0,), "ArgMax": (0,), "ArgMin": (0,), "NonZero": (0,),
                  "TopK": (1,)}
 
@@ -126,6 +131,12 @@ def precheck(node: NodeView) -> Verdict | None:
         if narrowed and not value.is_constant and not (is_index and value.dtype.name == "int64"):
             return Verdict(f"{op}: {role} is {value.dtype.name} and OpenVINO's CPU "
                            f"plugin {narrowed}; leave the node to another provider", "dtype")
+    if node.domain == "ai.onnx" and node.op_type in WRAPPING_ARITHMETIC:
+        small = [v.dtype.name for v in node.outputs
+                 if v is not None and v.dtype is not None and v.dtype.name in SMALL_INTEGERS]
+        if small:
+            return Verdict(f"{op}: OpenVINO saturates {small[0]} arithmetic on overflow where "
+                           "ONNX Runtime wraps; leave the node to another provider", "dtype")
     return None
 
 
