@@ -113,8 +113,8 @@ def precheck(node: NodeView) -> Verdict | None:
     roles = [(v, f"input {i}", i in index_inputs) for i, v in enumerate(node.inputs)]
     roles += [(v, f"output {i}", i in index_outputs) for i, v in enumerate(node.outputs)]
     for value, role, is_index in roles:
-        if value is None:
-            continue
+        if value is None or (role.startswith("output") and value.kind == "unknown"):
+            continue  # an output left untyped (Dropout's mask): OpenVINO types it
         if value.kind != "tensor":
             return Verdict(f"{op}: {role} is a {value.kind}; the OpenVINO EP takes "
                            "tensors only", "dtype")
