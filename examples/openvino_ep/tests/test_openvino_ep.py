@@ -256,3 +256,15 @@ def test_partition_that_openvino_cannot_compile_raises_its_message():
     with pytest.raises(RuntimeError, match=r"partition 'part' \(relu, det\): No conversion rule "
                                            r"found for operations: Det-17"):
         provider.ep_host_compile_partition(partition=part, context=context)
+
+
+def test_onnx_light_squeezenet_is_claimed_whole_and_matches_onnxruntime(host):
+    path = Path(onnx.__file__).parent / "backend/test/data/light/light_squeezenet.onnx"
+    session = ep_host.InferenceSession(str(path), ["openvino"], host=host)
+    table = session.placement.table
+    assert all(table.answer(name, "openvino").is_supported for name in session.placement.by_node)
+    reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feed = {i.name: np.random.default_rng(5).standard_normal(i.shape).astype(np.float32)
+            for i in reference.get_inputs()}
+    for ours, theirs in zip(session.run(None, feed), reference.run(None, feed), strict=True):
+        assert_close_to_scale(ours, theirs)
