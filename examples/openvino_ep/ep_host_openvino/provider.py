@@ -38,8 +38,12 @@ VERDICTS = VerdictCache()
 
 
 def threads(context: ProviderContext) -> int:
-    """The CPU plugin's inference threads: the session's ``intra_op_num_threads`` option, or 1."""
-    return int(context.options.get("intra_op_num_threads", 1))
+    """The CPU plugin's inference threads: the provider option ``intra_op_num_threads``, else the
+    session's thread count (``ProviderContext.intra_op_num_threads``, where the host sets it),
+    else 1."""
+    if "intra_op_num_threads" in context.options:
+        return int(context.options["intra_op_num_threads"])
+    return int(getattr(context, "intra_op_num_threads", 0) or 1)
 
 
 def estimate(node: NodeView, profile: OpenVinoProfile) -> Cost:
