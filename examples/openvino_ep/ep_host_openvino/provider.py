@@ -26,8 +26,8 @@ from ep_host_openvino.probe import VerdictCache
 from ep_host_openvino.profile import OpenVinoProfile, openvino_profile
 from ep_host_openvino.runtime import (
     INSTALL_HINT,
-    CompileError,
     CompiledModelKernel,
+    CompileError,
     compile_model,
     trimmed_message,
     version,
@@ -48,14 +48,14 @@ def threads(context: ProviderContext) -> int:
 
 def estimate(node: NodeView, profile: OpenVinoProfile) -> Cost:
     """A roofline: the kernel library's flops and bytes where it has the op, else the bytes of
-    the node's inputs and outputs; OpenVINO's per-call overhead as the launch cost."""
+    the node's inputs and outputs. OpenVINO's per-call overhead is paid once per partition
+    (``ProviderInfo.partition_launch_us``), not per node."""
     try:
         flops, nbytes = work(REGISTRY.lookup(node, NAME), node)
     except Decline:
         flops, nbytes = 0, traffic_bytes(node)
     return Cost.roofline(flops=flops, bytes_moved=nbytes, peak_gflops=profile.peak_gflops,
-                         bandwidth_gbps=profile.bandwidth_gbps,
-                         launch_us=profile.call_overhead_us)
+                         bandwidth_gbps=profile.bandwidth_gbps)
 
 
 @hookimpl
@@ -65,7 +65,8 @@ def ep_host_provider_info() -> ProviderInfo:
         return ProviderInfo(name=NAME, version=__version__, available=False, reason=INSTALL_HINT)
     return ProviderInfo(name=NAME, version=__version__,
                         description=f"OpenVINO {runtime_version}, CPU plugin, compiles partitions",
-                        aliases=("OpenVINOExecutionProvider",))
+                        aliases=("OpenVINOExecutionProvider",),
+                        partition_launch_us=openvino_profile().call_overhead_us)
 
 
 @hookimpl
