@@ -379,6 +379,9 @@ class _Builder:
             return (step.kind == "node" and not source.device(step.provider).is_host
                     and source.wants_device_graph(step.provider))
 
+        # each slot's device and value, read once for all partitions
+        where = {s: device for (_, device), s in self.slots.items()}
+        names = {s: name for (name, _), s in self.slots.items()}
         out: list[Step] = []
         i = 0
         while i < len(steps):
@@ -389,18 +392,17 @@ class _Builder:
             j = i
             while j < len(steps) and wants(steps[j]) and steps[j].provider == steps[i].provider:
                 j += 1
-            out.extend(self.partition(steps[i:j], steps[j:], keep))
+            out.extend(self.partition(steps[i:j], steps[j:], keep, where, names))
             i = j
         return out
 
-    def partition(self, part: list[Step], later: list[Step], keep: frozenset[int]) -> list[Step]:
+    def partition(self, part: list[Step], later: list[Step], keep: frozenset[int],
+                  where: Mapping[int, str], names: Mapping[int, str]) -> list[Step]:
         """``part`` as one recording step, or unchanged (with the reason) when it cannot be."""
         provider = part[0].provider
         device = self.source.device(provider)
         report = PartitionCapture(provider, device.name, [s.name for s in part])
         self.device_graphs.append(report)
-        where = {s: device for (_, device), s in self.slots.items()}
-        names = {s: name for (name, _), s in self.slots.items()}
         produced = {s for step in part for s in step.outputs if s >= 0}
         reads = [s for step in part for s in step.inputs if s >= 0 and s not in produced]
         inputs = list(dict.fromkeys(s for s in reads if s not in self.constants))
