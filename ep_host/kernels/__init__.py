@@ -53,11 +53,12 @@ from ep_host.kernels.registry import (
     check_node,
     kernel,
 )
-from ep_host.kernels.timing import best_seconds, cached_figures
-from ep_host.kernels.work import output_elements, traffic_bytes, work
+from ep_host.kernels.timing import CONV_CASES, ConvCase, best_seconds, cached_figures, conv_speeds
+from ep_host.kernels.work import conv_kind, output_elements, traffic_bytes, work
 
 __all__ = [
     "ALL",
+    "CONV_CASES",
     "AUTO_PADS",
     "ALL_WITH_STRING",
     "DEFAULT_DOMAIN",
@@ -67,6 +68,7 @@ __all__ = [
     "REGISTRY",
     "SIGNED",
     "UNSIGNED",
+    "ConvCase",
     "KernelSpec",
     "Registry",
     "RegistryKernel",
@@ -75,6 +77,8 @@ __all__ = [
     "check_node",
     "check_window_attributes",
     "check_window_geometry",
+    "conv_kind",
+    "conv_speeds",
     "input_rank",
     "kernel",
     "output_elements",

@@ -8,7 +8,7 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +41,82 @@ def cached_figures(path: Path, cls: type[Any], measure: Callable[[], Any]) -> An
     except OSError:
         pass
     return figures
+
+
+@dataclass(frozen=True)
+class ConvCase:
+    """A convolution an EP times to learn its speed on one ``conv_kind``: input ``x_shape``,
+    weight ``w_shape``, ``group``, ``stride`` and same-size padding, float32."""
+
+    kind: str
+    x_shape: tuple[int, ...]
+    w_shape: tuple[int, ...]
+    group: int = 1
+    stride: int = 1
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        window = self.w_shape[2:]
+        spatial = tuple((d + 2 * (k // 2) - k) // self.stride + 1
+                        for d, k in zip(self.x_shape[2:], window, strict=True))
+        return (self.x_shape[0], self.w_shape[0]) + spatial
+
+    @property
+    def flops(self) -> int:
+        taps = 1
+        for d in self.w_shape[1:]:
+            taps *= d
+        outputs = 1
+        for d in self.out_shape:
+            outputs *= d
+        return 2 * outputs * taps
+
+    def weight(self) -> Any:
+        """The case's weight: fixed random float32 values in [-0.5, 0.5)."""
+        import numpy as np
+
+        return np.random.default_rng(0).random(self.w_shape, dtype=np.float32) - 0.5
+
+    def model_bytes(self) -> bytes:
+        """The case as a one-node ONNX model (opset 17) with ``weight()`` as an initializer."""
+        from onnx import TensorProto, helper, numpy_helper
+
+        window = list(self.w_shape[2:])
+        weight = self.weight()
+        node = helper.make_node(
+            "Conv", ["x", "w"], ["y"], kernel_shape=window, group=self.group,
+            strides=[self.stride] * len(window), pads=[k // 2 for k in window] * 2)
+        graph = helper.make_graph(
+            [node], f"conv_{self.kind}",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(self.x_shape))],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(self.out_shape))],
+            initializer=[numpy_helper.from_array(weight, "w")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8
+        return model.SerializeToString()
+
+
+# Shapes of the convolutions CNNs spend their time in (ResNet, SqueezeNet, MobileNet, first
+# layers); an EP's speed on a kind is the geometric mean over that kind's cases.
+CONV_CASES = (
+    ConvCase("dense", (1, 64, 56, 56), (64, 64, 3, 3)),
+    ConvCase("dense", (1, 128, 28, 28), (128, 128, 3, 3)),
+    ConvCase("dense", (1, 256, 14, 14), (256, 256, 3, 3)),
+    ConvCase("dense", (1, 3, 224, 224), (64, 3, 7, 7), stride=2),
+    ConvCase("pointwise", (1, 64, 56, 56), (256, 64, 1, 1)),
+    ConvCase("pointwise", (1, 512, 14, 14), (128, 512, 1, 1)),
+    ConvCase("grouped", (1, 144, 56, 56), (144, 1, 3, 3), group=144),
+    ConvCase("grouped", (1, 480, 14, 14), (480, 1, 5, 5), group=480),
+)
+
+
+def conv_speeds(time_case: Callable[[ConvCase], float]) -> dict[str, float]:
+    """GFLOP/s per conv kind: the geometric mean over ``CONV_CASES`` of each case's flops over
+    ``time_case(case)`` (the EP's best time for it, in seconds)."""
+    import math
+
+    logs: dict[str, list[float]] = {}
+    for case in CONV_CASES:
+        seconds = max(time_case(case), 1e-9)
+        logs.setdefault(case.kind, []).append(math.log(case.flops / seconds / 1e9))
+    return {kind: math.exp(sum(v) / len(v)) for kind, v in logs.items()}

@@ -34,3 +34,21 @@ def work(spec: KernelSpec, node: NodeView) -> tuple[float, int]:
     flops = spec.flops(node) if spec.flops is not None else output_elements(node)
     nbytes = spec.bytes(node) if spec.bytes is not None else traffic_bytes(node)
     return flops, nbytes
+
+
+def conv_kind(spec: KernelSpec, node: NodeView) -> str | None:
+    """How a convolution's speed should be guessed: ``"grouped"`` (group > 1: depthwise and
+    grouped convolutions, far from GEMM speed on CPUs), ``"pointwise"`` (a 1x1 window at stride
+    1: one GEMM), ``"dense"`` (any other window); ``None`` for a node outside the ``conv``
+    family. The cases a provider measures for each kind are ``timing.CONV_CASES``."""
+    if spec.family != "conv":
+        return None
+    attrs = node.attributes
+    if attrs.get("group", 1) != 1:
+        return "grouped"
+    w = node.inputs[1] if len(node.inputs) > 1 else None
+    window = w.shape[2:] if w is not None and w.shape is not None else None
+    strides = attrs.get("strides") or ()
+    if window and all(d == 1 for d in window) and all(s == 1 for s in strides):
+        return "pointwise"
+    return "dense"

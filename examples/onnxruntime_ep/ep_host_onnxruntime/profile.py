@@ -1,5 +1,5 @@
 """This machine's figures for onnxruntime on one thread: the per-call overhead of a tiny
-session run, GEMM GFLOP/s and memory GB/s. Measured once per machine (well under a second) and
+session run, GEMM GFLOP/s, memory GB/s, and GFLOP/s per kind of convolution (``conv_kind``). Measured once per machine (well under a second) and
 cached as JSON under ``ep_host.cache_dir()``, keyed by host, CPU and onnxruntime version.
 """
 
@@ -14,10 +14,10 @@ from functools import cache
 import numpy as np
 
 from ep_host import cache_dir
-from ep_host.kernels import best_seconds, cached_figures
+from ep_host.kernels import ConvCase, best_seconds, cached_figures, conv_speeds
 from ep_host_onnxruntime import runtime
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
 GEMM_SIZE = 256
 COPY_ELEMENTS = 4 * 1024 * 1024  # 16 MiB of float32, past the caches
 
@@ -27,7 +27,17 @@ class RuntimeProfile:
     call_overhead_us: float
     peak_gflops: float
     bandwidth_gbps: float
+    # GFLOP/s per conv_kind (0: not measured, use peak_gflops)
+    dense_conv_gflops: float = 0.0
+    pointwise_conv_gflops: float = 0.0
+    grouped_conv_gflops: float = 0.0
     source: str = "measured"
+
+    def conv_gflops(self, kind: str | None) -> float:
+        """The GFLOP/s to price a convolution of ``kind`` at; ``peak_gflops`` for other ops."""
+        speed = {"dense": self.dense_conv_gflops, "pointwise": self.pointwise_conv_gflops,
+                 "grouped": self.grouped_conv_gflops}.get(kind or "", 0.0)
+        return speed or self.peak_gflops
 
 
 def _machine_key() -> str:
@@ -50,7 +60,8 @@ def _one_op_session(op_type: str, shapes: dict[str, list[int]], out_shape: list[
 
 
 def measure() -> RuntimeProfile:
-    """Time a one-element Add, a 256^3 MatMul and a 16 MiB Relu in onnxruntime sessions."""
+    """Time a one-element Add, a 256^3 MatMul, a 16 MiB Relu and ``CONV_CASES`` in onnxruntime
+    sessions."""
     rng = np.random.default_rng(0)
     tiny = _one_op_session("Add", {"a": [1], "b": [1]}, [1])
     one = np.ones(1, np.float32)
@@ -73,10 +84,21 @@ def measure() -> RuntimeProfile:
     copy_feed = {"x": np.ones(COPY_ELEMENTS, np.float32)}
     copy.run(None, copy_feed)
     copy_s = max(best_seconds(lambda: copy.run(None, copy_feed), 5) - overhead_s, 1e-9)
+
+    def time_conv(case: ConvCase) -> float:
+        conv = runtime.session(case.model_bytes(), threads=1, optimize=True)
+        feed = {"x": rng.random(case.x_shape, dtype=np.float32)}
+        conv.run(None, feed)
+        return max(best_seconds(lambda: conv.run(None, feed), 3) - overhead_s, 1e-9)
+
+    convs = conv_speeds(time_conv)
     return RuntimeProfile(
         call_overhead_us=overhead_s * 1e6,
         peak_gflops=2 * n**3 / gemm_s / 1e9,
         bandwidth_gbps=2 * 4 * COPY_ELEMENTS / copy_s / 1e9,
+        dense_conv_gflops=convs["dense"],
+        pointwise_conv_gflops=convs["pointwise"],
+        grouped_conv_gflops=convs["grouped"],
     )
 
 

@@ -16,7 +16,7 @@ from ep_host import (
     ProviderInfo,
     hookimpl,
 )
-from ep_host.kernels import REGISTRY, output_elements, traffic_bytes, work
+from ep_host.kernels import REGISTRY, conv_kind, output_elements, traffic_bytes, work
 from ep_host_onnxruntime import __version__, runtime
 from ep_host_onnxruntime.probe import Verdicts
 from ep_host_onnxruntime.profile import RuntimeProfile, runtime_profile
@@ -26,20 +26,20 @@ NAME = "onnxruntime"
 VERDICTS = Verdicts()
 
 
-def node_work(node: NodeView) -> tuple[float, int]:
-    """Flops and bytes from the kernel library's spec for the node, else one flop per output
-    element and the bytes of its inputs and outputs."""
+def node_work(node: NodeView) -> tuple[float, int, str | None]:
+    """Flops, bytes and ``conv_kind`` from the kernel library's spec for the node, else one flop
+    per output element and the bytes of its inputs and outputs."""
     try:
         spec = REGISTRY.lookup(node, NAME)
     except Decline:
-        return output_elements(node), traffic_bytes(node)
-    return work(spec, node)
+        return output_elements(node), traffic_bytes(node), None
+    return (*work(spec, node), conv_kind(spec, node))
 
 
 def estimate(node: NodeView, profile: RuntimeProfile) -> Cost:
-    flops, nbytes = node_work(node)
+    flops, nbytes, conv = node_work(node)
     # the call into onnxruntime is paid once per partition (ProviderInfo.partition_launch_us)
-    return Cost.roofline(flops=flops, bytes_moved=nbytes, peak_gflops=profile.peak_gflops,
+    return Cost.roofline(flops=flops, bytes_moved=nbytes, peak_gflops=profile.conv_gflops(conv),
                          bandwidth_gbps=profile.bandwidth_gbps)
 
 

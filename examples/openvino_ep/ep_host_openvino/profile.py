@@ -1,5 +1,6 @@
 """This machine's figures for OpenVINO's roofline: per-call overhead of a tiny compiled model, GEMM
-GFLOP/s and memory GB/s of the CPU plugin on one thread. Measured once per machine and OpenVINO
+GFLOP/s, memory GB/s and GFLOP/s per kind of convolution (``conv_kind``) of the CPU plugin on one
+thread. Measured once per machine and OpenVINO
 version (about half a second) and cached as JSON under ``ep_host.cache_dir()``.
 """
 
@@ -14,10 +15,10 @@ from functools import cache
 import numpy as np
 
 from ep_host import cache_dir
-from ep_host.kernels import best_seconds, cached_figures
-from ep_host_openvino.runtime import compile_model, version
+from ep_host.kernels import ConvCase, best_seconds, cached_figures, conv_speeds
+from ep_host_openvino.runtime import CompiledModelKernel, compile_model, version
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,17 @@ class OpenVinoProfile:
     peak_gflops: float
     bandwidth_gbps: float
     call_overhead_us: float
+    # GFLOP/s per conv_kind (0: not measured, use peak_gflops)
+    dense_conv_gflops: float = 0.0
+    pointwise_conv_gflops: float = 0.0
+    grouped_conv_gflops: float = 0.0
     source: str = "measured"
+
+    def conv_gflops(self, kind: str | None) -> float:
+        """The GFLOP/s to price a convolution of ``kind`` at; ``peak_gflops`` for other ops."""
+        speed = {"dense": self.dense_conv_gflops, "pointwise": self.pointwise_conv_gflops,
+                 "grouped": self.grouped_conv_gflops}.get(kind or "", 0.0)
+        return speed or self.peak_gflops
 
 
 def _machine_key() -> str:
@@ -47,37 +58,54 @@ def _one_op_model(op_type: str, inputs: dict[str, list[int]], output: list[int])
     return model.SerializeToString()
 
 
+def _kernel(op_type: str, inputs: dict[str, list[int]], output: list[int]) -> CompiledModelKernel:
+    """A one-op model compiled on one thread, run the way the EP runs partitions."""
+    compiled = compile_model(_one_op_model(op_type, inputs, output), 1)
+    return CompiledModelKernel(compiled, range(len(inputs)), [None], op_type)
+
+
 def measure() -> OpenVinoProfile:
-    """Time a 256x256 float32 MatMul, a 16 MiB Relu and a one-element Relu in OpenVINO."""
+    """Time a 256x256 float32 MatMul, a 16 MiB Relu and a one-element Relu through the kernel
+    that runs the EP's partitions, so the call overhead is the one partitions pay, and
+    ``CONV_CASES`` the same way."""
     rng = np.random.default_rng(0)
     n = 256
-    gemm = compile_model(_one_op_model("MatMul", {"a": [n, n], "b": [n, n]}, [n, n]), 1)
-    gemm_request = gemm.create_infer_request()
+    gemm = _kernel("MatMul", {"a": [n, n], "b": [n, n]}, [n, n])
     a, b = (rng.random((n, n), dtype=np.float32) for _ in range(2))
-    gemm_request.infer([a, b])
-    gemm_s = best_seconds(lambda: gemm_request.infer([a, b]), 7)
+    gemm.run(a, b)
+    gemm_s = best_seconds(lambda: gemm.run(a, b), 7)
 
     count = 4 * 1024 * 1024  # 16 MiB, past the caches
-    stream = compile_model(_one_op_model("Relu", {"x": [count]}, [count]), 1)
-    stream_request = stream.create_infer_request()
+    stream = _kernel("Relu", {"x": [count]}, [count])
     big = np.ones(count, np.float32)
-    stream_request.infer([big])
-    stream_s = best_seconds(lambda: stream_request.infer([big]), 5)
+    stream.run(big)
+    stream_s = best_seconds(lambda: stream.run(big), 5)
 
-    tiny = compile_model(_one_op_model("Relu", {"x": [1]}, [1]), 1)
-    tiny_request = tiny.create_infer_request()
+    tiny = _kernel("Relu", {"x": [1]}, [1])
     one = np.ones(1, np.float32)
     reps = 200
 
     def calls() -> None:
         for _ in range(reps):
-            tiny_request.infer([one])
+            tiny.run(one)
 
     call_s = best_seconds(calls, 3) / reps
+
+    def time_conv(case: ConvCase) -> float:
+        conv = CompiledModelKernel(compile_model(case.model_bytes(), 1), [0], [None], "Conv")
+        x = rng.random(case.x_shape, dtype=np.float32)
+        conv.run(x)
+        return max(best_seconds(lambda: conv.run(x), 3) - call_s, 1e-9)
+
+    convs = conv_speeds(time_conv)
     return OpenVinoProfile(
-        peak_gflops=2 * n**3 / gemm_s / 1e9,
-        bandwidth_gbps=2 * big.nbytes / stream_s / 1e9,
+        peak_gflops=2 * n**3 / max(gemm_s - call_s, 1e-9) / 1e9,
+        # read, write, and the copy out of OpenVINO's output tensor
+        bandwidth_gbps=3 * big.nbytes / max(stream_s - call_s, 1e-9) / 1e9,
         call_overhead_us=call_s * 1e6,
+        dense_conv_gflops=convs["dense"],
+        pointwise_conv_gflops=convs["pointwise"],
+        grouped_conv_gflops=convs["grouped"],
     )
 
 

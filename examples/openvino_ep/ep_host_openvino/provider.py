@@ -20,7 +20,7 @@ from ep_host import (
     hookimpl,
     node_model,
 )
-from ep_host.kernels import REGISTRY, traffic_bytes, work
+from ep_host.kernels import REGISTRY, conv_kind, traffic_bytes, work
 from ep_host_openvino import __version__
 from ep_host_openvino.probe import VerdictCache
 from ep_host_openvino.profile import OpenVinoProfile, openvino_profile
@@ -51,10 +51,12 @@ def estimate(node: NodeView, profile: OpenVinoProfile) -> Cost:
     the node's inputs and outputs. OpenVINO's per-call overhead is paid once per partition
     (``ProviderInfo.partition_launch_us``), not per node."""
     try:
-        flops, nbytes = work(REGISTRY.lookup(node, NAME), node)
+        spec = REGISTRY.lookup(node, NAME)
     except Decline:
-        flops, nbytes = 0, traffic_bytes(node)
-    return Cost.roofline(flops=flops, bytes_moved=nbytes, peak_gflops=profile.peak_gflops,
+        flops, nbytes, conv = 0, traffic_bytes(node), None
+    else:
+        (flops, nbytes), conv = work(spec, node), conv_kind(spec, node)
+    return Cost.roofline(flops=flops, bytes_moved=nbytes, peak_gflops=profile.conv_gflops(conv),
                          bandwidth_gbps=profile.bandwidth_gbps)
 
 

@@ -1,6 +1,7 @@
-"""This machine's CPU figures for the roofline: peak GFLOP/s, memory GB/s, per-call dispatch.
+"""This machine's CPU figures for the roofline: peak GFLOP/s, memory GB/s, per-call dispatch,
+and the GFLOP/s this EP's own convolution kernels reach per ``conv_kind``.
 
-Measured once per machine (about 0.2 s) and cached as JSON under the user cache directory
+Measured once per machine (about 1 s) and cached as JSON under the user cache directory
 (``EP_HOST_CACHE_DIR`` overrides it), keyed by host, CPU and numpy version.
 """
 
@@ -14,10 +15,11 @@ from functools import cache
 
 import numpy as np
 
-from ep_host import cache_dir
-from ep_host.kernels import best_seconds, cached_figures
+from ep_host import ProviderContext, cache_dir, load_model
+from ep_host.kernels import REGISTRY, ConvCase, best_seconds, cached_figures, conv_speeds
+from ep_host_cpu.xp import numpy_xp
 
-PROFILE_VERSION = 1
+PROFILE_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,17 @@ class MachineProfile:
     peak_gflops: float
     bandwidth_gbps: float
     dispatch_us: float
+    # GFLOP/s of this EP's Conv kernel per conv_kind (0: not measured, use peak_gflops)
+    dense_conv_gflops: float = 0.0
+    pointwise_conv_gflops: float = 0.0
+    grouped_conv_gflops: float = 0.0
     source: str = "measured"
+
+    def conv_gflops(self, kind: str | None) -> float:
+        """The GFLOP/s to price a convolution of ``kind`` at; ``peak_gflops`` for other ops."""
+        speed = {"dense": self.dense_conv_gflops, "pointwise": self.pointwise_conv_gflops,
+                 "grouped": self.grouped_conv_gflops}.get(kind or "", 0.0)
+        return speed or self.peak_gflops
 
 
 def _machine_key() -> str:
@@ -54,11 +66,26 @@ def measure() -> MachineProfile:
             np.add(x, x)
 
     dispatch_s = best_seconds(adds, 3) / reps
+    convs = conv_speeds(time_conv)
     return MachineProfile(
         peak_gflops=2 * n**3 / gemm_s / 1e9,
         bandwidth_gbps=2 * src.nbytes / copy_s / 1e9,
         dispatch_us=dispatch_s * 1e6,
+        dense_conv_gflops=convs["dense"],
+        pointwise_conv_gflops=convs["pointwise"],
+        grouped_conv_gflops=convs["grouped"],
     )
+
+
+def time_conv(case: ConvCase) -> float:
+    """The best time of this EP's Conv kernel (the library's, weights prepared as in a
+    session) on ``case``."""
+    node = load_model(case.model_bytes()).graph.nodes[0]
+    kernel = REGISTRY.lookup(node, "CPU EP").make(numpy_xp, node, ProviderContext("cpu"))
+    x, w = np.random.default_rng(1).random(case.x_shape, dtype=np.float32), case.weight()
+    kernel.prepare({1: w})  # as the host does for a constant weight
+    kernel.run(x, w)
+    return best_seconds(lambda: kernel.run(x, w), 3)
 
 
 @cache

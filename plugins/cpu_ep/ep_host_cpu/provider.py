@@ -15,7 +15,7 @@ from ep_host import (
     family_factors,
     hookimpl,
 )
-from ep_host.kernels import REGISTRY, KernelSpec, check_node, work
+from ep_host.kernels import REGISTRY, KernelSpec, check_node, conv_kind, work
 from ep_host_cpu import __version__
 from ep_host_cpu.allocator import keep_freed_memory
 from ep_host_cpu.profile import MachineProfile, machine_profile
@@ -24,11 +24,14 @@ from ep_host_cpu.xp import numpy_xp
 NAME = "CPU EP"
 
 
-def roofline(flops: float, nbytes: int, profile: MachineProfile) -> Cost:
+def roofline(flops: float, nbytes: int, profile: MachineProfile,
+             conv: str | None = None) -> Cost:
+    """Flops at the GFLOP/s measured for this kind of convolution (``conv_kind``), else at
+    GEMM peak; bytes at the measured bandwidth; two dispatches."""
     return Cost.roofline(
         flops=flops,
         bytes_moved=nbytes,
-        peak_gflops=profile.peak_gflops,
+        peak_gflops=profile.conv_gflops(conv),
         bandwidth_gbps=profile.bandwidth_gbps,
         launch_us=2 * profile.dispatch_us,  # the numpy call plus the kernel wrapper
     )
@@ -71,10 +74,12 @@ class Claims:
             self.profile, self.calibration, self.answers = profile, calibration, {}
         flops, nbytes = work(spec, node)
         factors = node_factors(spec, calibration)
-        key = (flops, nbytes, spec.host_inputs, factors)
+        conv = conv_kind(spec, node)
+        key = (flops, nbytes, spec.host_inputs, factors, conv)
         answer = self.answers.get(key)
         if answer is None:
-            answer = KernelMatch.supported(calibrated(roofline(flops, nbytes, profile), factors),
+            cost = roofline(flops, nbytes, profile, conv)
+            answer = KernelMatch.supported(calibrated(cost, factors),
                                            host_inputs=spec.host_inputs)
             if len(self.answers) >= self.limit:
                 self.answers.clear()
