@@ -97,6 +97,8 @@ class Sample:
     case: str
     estimated_us: float  # the provider's estimate when measured
     measured_us: float  # the best kernel time over the repeats (timeit's rule: least noise)
+    # run as a one-node partition of a compiling provider, its launch taken off measured_us
+    partition: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {"provider": self.provider, "family": self.family, "case": self.case,
@@ -117,16 +119,22 @@ def measure_case(case: Case, provider: str, repeats: int = 15, host: Any = None)
     start = len(tracer.events)
     for _ in range(repeats):
         session.run(None, feeds)
-    spans = [e for e in tracer.events[start:] if e["cat"] == "node"]
+    spans = [e for e in tracer.events[start:] if e["cat"] in ("node", "partition")]
     if not spans:
         return "no node ran"
+    # a provider that compiles partitions ran the one node as a partition: its launch is priced
+    # per partition (ProviderInfo.partition_launch_us), not by the node's factors
+    launch_us = session.placement.table.partition_launch_us.get(provider, 0.0)
     return Sample(provider, case.family, case.name, float(spans[0]["args"]["estimated_us"]),
-                  min(e["dur"] for e in spans))
+                  max(min(e["dur"] for e in spans) - launch_us, 0.0), partition=launch_us > 0)
 
 
 def fit(samples: Iterable[Sample]) -> Factors:
     """``measured = overhead + scale * estimated`` by least squares on relative error, with
     ``overhead >= 0`` and ``scale > 0``."""
+    samples = list(samples)
+    if samples and all(s.partition for s in samples):
+        return fit_scale(samples)
     pts = [(s.estimated_us, s.measured_us) for s in samples if s.measured_us > 0]
     if not pts:
         return Factors(0.0, 1.0)
@@ -141,6 +149,19 @@ def fit(samples: Iterable[Sample]) -> Factors:
         k = float(np.exp(np.mean(np.log(m[positive] / e[positive]))))
         return Factors(0.0, k)
     return Factors(float(np.median(m)), 1.0)
+
+
+def fit_scale(samples: Sequence[Sample], large_us: float = 20.0) -> Factors:
+    """A pure scale (geometric mean of measured / estimated) for a provider whose per-call cost
+    is its partition launch, already priced once per partition: a per-node overhead would
+    charge it again on every node. Cases estimated under ``large_us``, where what is left of
+    the call's cost dominates, count only when there is no larger one."""
+    pts = [(s.estimated_us, s.measured_us) for s in samples
+           if s.estimated_us > 0 and s.measured_us > 0]
+    large = [p for p in pts if p[0] >= large_us] or pts
+    if not large:
+        return Factors(0.0, 1.0)
+    return Factors(0.0, float(np.exp(np.mean([np.log(m / e) for e, m in large]))))
 
 
 def compose(new: Factors, old: Factors | None) -> Factors:

@@ -91,6 +91,29 @@ def test_fit_recovers_overhead_and_scale():
     assert f.overhead_us == 0.0 and f.scale > 0
 
 
+def test_a_compiling_providers_fit_is_a_pure_scale_on_its_larger_cases():
+    # its launch is priced per partition: a per-node overhead would charge it again per node
+    samples = [Sample("p", "f", str(e), e, 4.0 + 2.0 * e, partition=True)
+               for e in (1.0, 50.0, 200.0)]
+    f = fit(samples)
+    assert f.overhead_us == 0.0
+    assert f.scale == pytest.approx(((4 + 100) / 50 * (4 + 400) / 200) ** 0.5)
+    # with only small cases, all of them count
+    f = fit([Sample("p", "f", "a", 2.0, 4.0, partition=True)])
+    assert (f.overhead_us, f.scale) == (0.0, pytest.approx(2.0))
+
+
+def test_a_one_node_partition_is_measured_as_a_partition_and_a_node_as_a_node(cache):
+    ort_ep = pytest.importorskip("ep_host_onnxruntime.provider")
+    host = Host.discover()
+    host.register(ort_ep, name="onnxruntime") if "onnxruntime" not in host.records else None
+    case = Case("elementwise", "Relu", lambda: calibrate.single_op_model("Relu", [(4096,)]))
+    compiled = calibrate.measure_case(case, "onnxruntime", repeats=3, host=host)
+    plain = calibrate.measure_case(case, "cpu", repeats=3, host=host)
+    assert compiled.partition and compiled.estimated_us > 0
+    assert not plain.partition and plain.measured_us > 0
+
+
 def test_recalibrating_composes_instead_of_compounding():
     old = Factors(3.0, 2.0)
     new = Factors(1.0, 0.5)  # fitted on estimates that already had `old` applied

@@ -756,7 +756,7 @@ def _prepare_fused_conv(xp, constants, *, group=1, **_):  # group: the schema-le
 
 
 @kernel("FusedConv", 1, domain=MS, dtypes=HALF_FLOATS | {"float64"}, check=_check_fused_conv,
-        flops=conv_flops, prepare=_prepare_fused_conv)
+        flops=conv_flops, prepare=_prepare_fused_conv, family="conv")
 def fused_conv(xp, x, w, b=None, z=None, *, activation, activation_params=None,
                auto_pad="NOTSET", group=1, dilations=None, kernel_shape=None, pads=None,
                strides=None, packed=None, packed_bias=None):

@@ -14,6 +14,7 @@ from ep_host import (
     PartitionView,
     ProviderContext,
     ProviderInfo,
+    family_factors,
     hookimpl,
 )
 from ep_host.kernels import REGISTRY, conv_kind, output_elements, traffic_bytes, work
@@ -26,21 +27,24 @@ NAME = "onnxruntime"
 VERDICTS = Verdicts()
 
 
-def node_work(node: NodeView) -> tuple[float, int, str | None]:
-    """Flops, bytes and ``conv_kind`` from the kernel library's spec for the node, else one flop
-    per output element and the bytes of its inputs and outputs."""
+def estimate(node: NodeView, profile: RuntimeProfile) -> Cost:
+    """A roofline at this machine's measured onnxruntime figures: the kernel library's flops,
+    bytes and ``conv_kind`` where it has the op (scaled by the factors ``ep-host calibrate``
+    fitted for its family), else one flop per output element and the bytes of its inputs and
+    outputs. The call into onnxruntime is paid once per partition
+    (``ProviderInfo.partition_launch_us``), not per node."""
     try:
         spec = REGISTRY.lookup(node, NAME)
     except Decline:
-        return output_elements(node), traffic_bytes(node), None
-    return (*work(spec, node), conv_kind(spec, node))
-
-
-def estimate(node: NodeView, profile: RuntimeProfile) -> Cost:
-    flops, nbytes, conv = node_work(node)
-    # the call into onnxruntime is paid once per partition (ProviderInfo.partition_launch_us)
-    return Cost.roofline(flops=flops, bytes_moved=nbytes, peak_gflops=profile.conv_gflops(conv),
+        return Cost.roofline(flops=output_elements(node), bytes_moved=traffic_bytes(node),
+                             peak_gflops=profile.peak_gflops,
+                             bandwidth_gbps=profile.bandwidth_gbps)
+    flops, nbytes = work(spec, node)
+    cost = Cost.roofline(flops=flops, bytes_moved=nbytes,
+                         peak_gflops=profile.conv_gflops(conv_kind(spec, node)),
                          bandwidth_gbps=profile.bandwidth_gbps)
+    factors = family_factors(NAME).get(spec.family or "")
+    return cost if factors is None else cost.scaled(factors.scale, factors.overhead_us)
 
 
 @hookimpl

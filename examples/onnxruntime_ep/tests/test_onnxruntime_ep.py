@@ -109,6 +109,35 @@ def test_claims_relu_and_prices_the_measured_call_overhead_per_partition():
     assert info.partition_launch_us > 0
 
 
+def test_calibrated_factors_of_the_op_family_scale_the_estimate(tmp_path, monkeypatch):
+    model = one_node_model("Relu", F, [64, 64], [64, 64])
+    raw = answer(model).cost.total_us
+    monkeypatch.setenv("EP_HOST_CACHE_DIR", str(tmp_path))
+    families = {"elementwise": {"overhead_us": 3.0, "scale": 2.5, "cases": 1}}
+    ep_host.calibration.save_profile({"schema": ep_host.calibration.SCHEMA,
+                                      "providers": {"onnxruntime": {"families": families}}})
+    try:
+        assert answer(model).cost.total_us == pytest.approx(3.0 + 2.5 * raw)
+        # another provider's factors do not apply
+        families["elementwise"]["scale"] = 1.0
+        ep_host.calibration.save_profile({"schema": ep_host.calibration.SCHEMA,
+                                          "providers": {"openvino": {"families": families}}})
+        assert answer(model).cost.total_us == pytest.approx(raw)
+    finally:
+        ep_host.calibration.reload()
+
+
+def test_a_depthwise_convolution_is_priced_at_its_measured_speed_not_gemm_peak():
+    profile = runtime_profile()
+    assert 0 < profile.grouped_conv_gflops
+    w = numpy_helper.from_array(np.zeros((32, 1, 3, 3), np.float32), "w")
+    model = make_model([helper.make_node("Conv", ["x", "w"], ["y"], group=32, pads=[1] * 4,
+                                         kernel_shape=[3, 3])],
+                       [("x", F, [1, 32, 28, 28])], [("y", F, [1, 32, 28, 28])], [w])
+    cost = answer(model).cost
+    assert cost.compute_us == pytest.approx(cost.flops / (profile.grouped_conv_gflops * 1e3))
+
+
 def test_declines_an_op_onnxruntime_lacks_in_its_own_words():
     match = answer(one_node_model("ImageDecoder", TensorProto.UINT8, [100], [None, None, 3],
                                   opset=20))

@@ -17,6 +17,7 @@ from ep_host import (
     ProviderContext,
     ProviderInfo,
     deny,
+    family_factors,
     hookimpl,
     node_model,
 )
@@ -47,17 +48,22 @@ def threads(context: ProviderContext) -> int:
 
 
 def estimate(node: NodeView, profile: OpenVinoProfile) -> Cost:
-    """A roofline: the kernel library's flops and bytes where it has the op, else the bytes of
-    the node's inputs and outputs. OpenVINO's per-call overhead is paid once per partition
+    """A roofline: the kernel library's flops, bytes and ``conv_kind`` where it has the op
+    (scaled by the factors ``ep-host calibrate`` fitted for its family), else the bytes of the
+    node's inputs and outputs. OpenVINO's per-call overhead is paid once per partition
     (``ProviderInfo.partition_launch_us``), not per node."""
     try:
         spec = REGISTRY.lookup(node, NAME)
     except Decline:
-        flops, nbytes, conv = 0, traffic_bytes(node), None
-    else:
-        (flops, nbytes), conv = work(spec, node), conv_kind(spec, node)
-    return Cost.roofline(flops=flops, bytes_moved=nbytes, peak_gflops=profile.conv_gflops(conv),
+        return Cost.roofline(flops=0, bytes_moved=traffic_bytes(node),
+                             peak_gflops=profile.peak_gflops,
+                             bandwidth_gbps=profile.bandwidth_gbps)
+    flops, nbytes = work(spec, node)
+    cost = Cost.roofline(flops=flops, bytes_moved=nbytes,
+                         peak_gflops=profile.conv_gflops(conv_kind(spec, node)),
                          bandwidth_gbps=profile.bandwidth_gbps)
+    factors = family_factors(NAME).get(spec.family or "")
+    return cost if factors is None else cost.scaled(factors.scale, factors.overhead_us)
 
 
 @hookimpl
