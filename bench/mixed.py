@@ -3,10 +3,12 @@
 Per model: ep-host with every installed EP (strategy optimal), ep-host with each EP alone,
 onnxruntime natively and OpenVINO natively (the whole model compiled), one thread everywhere;
 runs of all variants alternate, so load on the machine hits them alike. Prints median times, the
-ratio of "all EPs" to the best native runtime and to the best single EP inside ep-host, and the
-chosen placement's estimated time against its measured one.
+ratio of "all EPs" to the best native runtime and to the best single EP inside ep-host, the
+chosen placement's estimated time against its measured one, and session creation (all EPs)
+against onnxruntime's; then one markdown table and the geometric means.
 
-    .venv/bin/python bench/mixed.py [--repeat 10] [--models resnet50,bert,...] [--json FILE]
+    .venv/bin/python bench/mixed.py [--repeat 10] [--creation 3] [--models resnet50,bert,...]
+                                    [--corpus] [--json FILE]
 """
 
 from __future__ import annotations
@@ -29,107 +31,191 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import latency  # noqa: E402
 
-from ep_host import InferenceSession  # noqa: E402
+from ep_host import InferenceSession, family_factors  # noqa: E402
 from ep_host.discovery import Host  # noqa: E402
 
 EPS = ("cpu", "onnxruntime", "openvino")
 
 
-def native_runners(data: bytes) -> dict[str, Callable[[dict], Any]]:
-    """onnxruntime's and OpenVINO's own sessions of the whole model, where installed."""
-    out: dict[str, Callable[[dict], Any]] = {}
+def native_sessions(data: bytes) -> dict[str, Callable[[], Callable[[dict], Any]]]:
+    """Makers of onnxruntime's and OpenVINO's own sessions of the whole model (one thread);
+    each returns the function that runs it."""
     import onnxruntime
 
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    ort = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])
-    out["onnxruntime (native)"] = lambda feeds: ort.run(None, feeds)
+    def ort() -> Callable[[dict], Any]:
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        session = onnxruntime.InferenceSession(data, options,
+                                               providers=["CPUExecutionProvider"])
+        return lambda feeds: session.run(None, feeds)
+
+    makers: dict[str, Callable[[], Callable[[dict], Any]]] = {"onnxruntime (native)": ort}
     try:
         import openvino
     except ImportError:
-        return out
+        return makers
     core = openvino.Core()
-    try:
+
+    def ov() -> Callable[[dict], Any]:
         compiled = core.compile_model(core.read_model(data, b""), "CPU",
-                                      {"INFERENCE_NUM_THREADS": 1})
-    except Exception as exc:  # a model OpenVINO cannot convert whole
-        print(f"  openvino (native): cannot compile: {str(exc).splitlines()[0][:120]}")
-        return out
-    request = compiled.create_infer_request()
-    out["openvino (native)"] = lambda feeds: request.infer(feeds)
+                                      {"INFERENCE_NUM_THREADS": 1,
+                                       "INFERENCE_PRECISION_HINT": "f32"})
+        request = compiled.create_infer_request()
+        return lambda feeds: request.infer(feeds)
+
+    makers["openvino (native)"] = ov
+    return makers
+
+
+def ep_host_sessions(data: bytes, installed: list[str],
+                     host: Host) -> dict[str, Callable[[], InferenceSession]]:
+    """Makers of ep-host sessions: every installed EP (strategy optimal), then each EP alone."""
+    def maker(providers: list[str]) -> Callable[[], InferenceSession]:
+        return lambda: InferenceSession(data, providers, host=host, intra_op_num_threads=1)
+
+    makers = {"ep-host (all EPs)": maker(installed)}
+    for ep in installed:
+        makers[f"ep-host ({ep} alone)"] = maker([ep])
+    return makers
+
+
+def median_ms(times: list[float]) -> float:
+    return statistics.median(times) * 1e3
+
+
+def creation_ms(makers: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
+    """Median creation time of each maker, the makers alternating."""
+    times: dict[str, list[float]] = {k: [] for k in makers}
+    for _ in range(repeat):
+        for label, make in makers.items():
+            t0 = time.perf_counter()
+            make()
+            times[label].append(time.perf_counter() - t0)
+    return {k: median_ms(v) for k, v in times.items()}
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
+
+
+def measure_model(name: str, data: bytes, feeds: dict, installed: list[str], host: Host,
+                  args: argparse.Namespace) -> dict[str, Any]:
+    print(f"{name}:", flush=True)
+    runners: dict[str, Callable[[dict], Any]] = {}
+    row: dict[str, Any] = {"model": name}
+    makers = {**ep_host_sessions(data, installed, host), **native_sessions(data)}
+    for label, make in makers.items():
+        try:
+            made = make()
+        except Exception as exc:  # a runtime that cannot take the model: say so, go on
+            print(f"  {label}: cannot create: {str(exc).splitlines()[0][:160]}")
+            continue
+        if isinstance(made, InferenceSession):
+            runners[label] = lambda f, s=made: s.run(None, f)
+            if label == "ep-host (all EPs)":
+                placed: dict[str, int] = {}
+                for n in made.placement.nodes:
+                    placed[n.provider] = placed.get(n.provider, 0) + 1
+                row["placement"] = placed
+                row["partitions"] = len(made.placement.compiled_partitions())
+                row["estimate_ms"] = made.placement.total_us / 1e3
+        else:
+            runners[label] = made
+    if args.creation:
+        wanted = ("ep-host (all EPs)", "onnxruntime (native)", "openvino (native)")
+        timed = {k: makers[k] for k in wanted if k in runners}
+        row["creation_ms"] = creation_ms(timed, args.creation)
+    for run in runners.values():
+        run(feeds)  # warm-up
+    times: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(args.repeat):
+        for label, run in runners.items():
+            t0 = time.perf_counter()
+            run(feeds)
+            times[label].append(time.perf_counter() - t0)
+    row["ms"] = {k: median_ms(v) for k, v in times.items()}
+    if "placement" in row:
+        print(f"  placement: {row['placement']}, {row['partitions']} compiled partitions, "
+              f"estimated {row['estimate_ms']:.2f} ms")
+    for label, ms in row["ms"].items():
+        print(f"  {label:26s} {ms:9.3f} ms")
+    for label, ms in row.get("creation_ms", {}).items():
+        print(f"  creation {label:17s} {ms:9.1f} ms")
+    mine = row["ms"].get("ep-host (all EPs)")
+    native = [v for k, v in row["ms"].items() if "native" in k]
+    single = [v for k, v in row["ms"].items() if "alone" in k]
+    if mine is not None:
+        if native:
+            row["vs_best_native"] = mine / min(native)
+        if single:
+            row["vs_best_single_ep"] = mine / min(single)
+        row["estimate_over_measured"] = row["estimate_ms"] / mine
+    creation = row.get("creation_ms", {})
+    if "ep-host (all EPs)" in creation and "onnxruntime (native)" in creation:
+        row["creation_vs_onnxruntime"] = (creation["ep-host (all EPs)"]
+                                          / creation["onnxruntime (native)"])
+    print("  all EPs / best native {:.2f}, / best single EP {:.2f}, estimate / measured {:.2f}, "
+          "creation / onnxruntime's {:.2f}".format(
+              *(row.get(k, math.nan) for k in ("vs_best_native", "vs_best_single_ep",
+                                                "estimate_over_measured",
+                                                "creation_vs_onnxruntime"))), flush=True)
+    return row
+
+
+def table(rows: list[dict[str, Any]], labels: list[str]) -> str:
+    """The rows as a markdown table: each variant's median, then the ratios."""
+    head = ["model", *labels, "all/best native", "all/best single", "est/meas", "create/ort"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for r in rows:
+        cells = [r["model"]] + [f"{r['ms'][k]:.2f}" if k in r["ms"] else "-" for k in labels]
+        cells += [f"{r[k]:.2f}" if k in r else "-" for k in
+                  ("vs_best_native", "vs_best_single_ep", "estimate_over_measured",
+                   "creation_vs_onnxruntime")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def model_set(names: list[str] | None, corpus: bool) -> dict[str, tuple[Any, dict]]:
+    out = {k: v for k, v in latency.model_set(names).items() if k != "add_chain"}
+    if corpus:
+        import corpus as real_models  # bench/corpus.py: real exports, built in their own venv
+
+        out.update(real_models.load_corpus(names))
     return out
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=10, help="timed runs of each variant")
+    parser.add_argument("--creation", type=int, default=3,
+                        help="timed session creations per variant (0: skip)")
     parser.add_argument("--models", help="comma-separated subset (light CNN names, bert, gpt2)")
+    parser.add_argument("--corpus", action="store_true",
+                        help="add the real exports of bench/corpus.py (built beforehand)")
     parser.add_argument("--json", help="write the numbers here")
     args = parser.parse_args()
     host = Host.discover()
     installed = [p for p in EPS if p in host.records and host.records[p].available]
-    print(f"EPs available: {', '.join(installed)}")
+    calibrated = [p for p in installed if family_factors(p)]
+    print(f"EPs available: {', '.join(installed)}; calibrated (ep-host calibrate): "
+          f"{', '.join(calibrated) or 'none'}")
     names = args.models.split(",") if args.models else None
     rows = []
-    for name, (model, feeds) in latency.model_set(names).items():
-        if name == "add_chain":
-            continue
-        data = model.SerializeToString()
-        print(f"{name}:", flush=True)
-        runners: dict[str, Callable[[dict], Any]] = {}
-        estimate = None
-        try:
-            mixed = InferenceSession(data, installed, host=host)
-            runners["ep-host (all EPs)"] = lambda f, s=mixed: s.run(None, f)
-            estimate = mixed.placement.total_us
-            placed = {}
-            for n in mixed.placement.nodes:
-                placed[n.provider] = placed.get(n.provider, 0) + 1
-            print(f"  placement: {placed}, estimated {estimate / 1e3:.2f} ms")
-        except Exception as exc:
-            print(f"  ep-host (all EPs): {str(exc).splitlines()[0][:160]}")
-        for ep in installed:
-            try:
-                alone = InferenceSession(data, [ep], host=host)
-                runners[f"ep-host ({ep} alone)"] = lambda f, s=alone: s.run(None, f)
-            except Exception as exc:
-                print(f"  ep-host ({ep} alone): {str(exc).splitlines()[0][:160]}")
-        runners.update(native_runners(data))
-        for run in runners.values():
-            run(feeds)  # warm-up
-        times: dict[str, list[float]] = {k: [] for k in runners}
-        for _ in range(args.repeat):
-            for label, run in runners.items():
-                t0 = time.perf_counter()
-                run(feeds)
-                times[label].append(time.perf_counter() - t0)
-        medians = {k: statistics.median(v) * 1e3 for k, v in times.items()}
-        for label, ms in medians.items():
-            print(f"  {label:26s} {ms:9.3f} ms")
-        row: dict[str, Any] = {"model": name, "ms": medians}
-        if "ep-host (all EPs)" in medians:
-            mine = medians["ep-host (all EPs)"]
-            native = [v for k, v in medians.items() if "native" in k]
-            single = [v for k, v in medians.items() if "alone" in k]
-            if native:
-                row["vs_best_native"] = mine / min(native)
-            if single:
-                row["vs_best_single_ep"] = mine / min(single)
-            if estimate:
-                row["estimate_over_measured"] = estimate / 1e3 / mine
-            print("  all EPs / best native {:.2f}, / best single EP {:.2f}, estimate / measured "
-                  "{:.2f}".format(row.get("vs_best_native", math.nan),
-                                  row.get("vs_best_single_ep", math.nan),
-                                  row.get("estimate_over_measured", math.nan)))
-        rows.append(row)
-    for key in ("vs_best_native", "vs_best_single_ep"):
+    for name, (model, feeds) in model_set(names, args.corpus).items():
+        data = model if isinstance(model, bytes) else model.SerializeToString()
+        rows.append(measure_model(name, data, feeds, installed, host, args))
+    labels = list(dict.fromkeys(k for r in rows for k in r["ms"]))
+    print()
+    print(table(rows, labels))
+    print()
+    for key in ("vs_best_native", "vs_best_single_ep", "estimate_over_measured",
+                "creation_vs_onnxruntime"):
         vals = [r[key] for r in rows if key in r]
         if vals:
-            geo = math.exp(sum(map(math.log, vals)) / len(vals))
-            print(f"geometric mean, all EPs {key.replace('_', ' ')}: {geo:.2f} "
-                  f"over {len(vals)} models")
+            print(f"{key.replace('_', ' ')}: geometric mean {geomean(vals):.2f}, "
+                  f"min {min(vals):.2f}, max {max(vals):.2f} over {len(vals)} models")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

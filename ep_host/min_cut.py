@@ -484,8 +484,8 @@ def optimal_assignment(problem: PlacementObjective, best: list[int], best_us: fl
         return (cut, us) if us <= best_us + 1e-9 * max(1.0, best_us) else (best, best_us)
     starts = [greedy, priority] + [  # and each device taking every node it can
         [r.get(loc, g) for r, g in zip(reps, greedy, strict=True)] for loc in used]
-    for start in starts:
-        found = _local_search(problem, reps, used, start)
+    for start in dict.fromkeys(map(tuple, starts)):  # each distinct start once
+        found = _local_search(problem, reps, used, list(start))
         us = problem.total_us(found)
         if us < best_us:
             best, best_us = found, us
