@@ -180,7 +180,8 @@ def test_declines_nodes_with_subgraphs_and_string_tensors():
     assert "string" in match.reason
 
 
-def test_one_probe_per_signature_and_constant_values_in_the_signature():
+def test_one_probe_per_signature_and_constant_values_in_the_signature(tmp_path, monkeypatch):
+    monkeypatch.setenv("EP_HOST_CACHE_DIR", str(tmp_path))
     shape_a = numpy_helper.from_array(np.array([3, 2], np.int64), "shape_a")
     shape_b = numpy_helper.from_array(np.array([6], np.int64), "shape_b")
     nodes = [helper.make_node("Reshape", ["x", "shape_a"], ["a"], name="r1"),
@@ -201,6 +202,22 @@ def test_one_probe_per_signature_and_constant_values_in_the_signature():
     finally:
         provider.VERDICTS = original
     assert verdicts.probes == 3  # Reshape to [3, 2], Reshape to [6], Relu
+
+
+def test_verdicts_are_kept_on_disk_for_the_next_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("EP_HOST_CACHE_DIR", str(tmp_path))
+    relu = one_node_model("Relu", F, [2, 3], [2, 3])
+    det = one_node_model("Det", TensorProto.INT32, [2, 2], [])  # onnxruntime has no int Det
+    nodes = [ep_host.load_model(m.SerializeToString()).graph.nodes[0] for m in (relu, det)]
+    first = provider.Verdicts()
+    answers = [first.verdict(n) for n in nodes]
+    assert first.probes == 2 and answers[0].supported and not answers[1].supported
+    later = provider.Verdicts()  # as a new process has: nothing in memory
+    assert [later.verdict(n) for n in nodes] == answers and later.probes == 0
+    # another cache directory (or onnxruntime version) asks again
+    monkeypatch.setenv("EP_HOST_CACHE_DIR", str(tmp_path / "other"))
+    elsewhere = provider.Verdicts()
+    assert [elsewhere.verdict(n) for n in nodes] == answers and elsewhere.probes == 2
 
 
 # -- per-node sessions ---------------------------------------------------------------------------

@@ -1,18 +1,21 @@
 """Whether OpenVINO computes a node, asked of OpenVINO itself: the node alone as an ONNX model is
 read by its ONNX frontend, checked with ``query_model``, compiled and run once on a sample input.
-Verdicts are cached per op signature, so a walk over a large graph probes each kind of node once;
-a reason therefore names inputs and outputs by position, never by a node's value names.
+Verdicts are cached per op signature, in memory and on disk per OpenVINO version, so a walk over a
+large graph probes each kind of node once per machine; a reason therefore names inputs and outputs
+by position, never by a node's value names.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ep_host import NodeView, ValueView, node_model
+from ep_host import NodeView, ValueView, cache_dir, node_model
+from ep_host.kernels import AnswerStore
 from ep_host_openvino.runtime import (
     DEVICE,
     compile_model,
@@ -200,18 +203,46 @@ def probe(node: NodeView) -> Verdict:
     return Verdict()
 
 
+PROBE_VERSION = 1  # bump when what a probe asks changes: verdicts stored before are not read
+
+
+def verdict_store() -> AnswerStore:
+    """The verdicts stored on this machine for the installed OpenVINO."""
+    from ep_host_openvino.runtime import version
+
+    # OpenVINO's version reads like 2026.4.1-22982-e213a147257-releases/2026/4
+    tag = re.sub(r"[^A-Za-z0-9.]+", "_", str(version()))
+    return AnswerStore(cache_dir() / f"openvino-verdicts-{tag}-{PROBE_VERSION}.jsonl")
+
+
 class VerdictCache:
-    """Verdicts by op signature; cleared when it reaches ``limit`` entries."""
+    """Verdicts by op signature, cleared when it reaches ``limit`` entries, and kept on disk
+    (``verdict_store``) for the next process."""
 
     def __init__(self, limit: int = 4096):
         self.limit = limit
         self.verdicts: dict[Hashable, Verdict] = {}
+        self.stores: dict[str, AnswerStore] = {}
+
+    def store(self) -> AnswerStore:
+        """The store of the current cache directory (``EP_HOST_CACHE_DIR`` may change)."""
+        where = str(cache_dir())
+        found = self.stores.get(where)
+        if found is None:
+            found = self.stores[where] = verdict_store()
+        return found
 
     def verdict(self, node: NodeView, opset: int | None) -> Verdict:
         key = signature(node, opset)
         found = self.verdicts.get(key)
         if found is None:
-            found = probe(node)
+            store = self.store()
+            stored = store.get(key)
+            if stored is not None:
+                found = Verdict(str(stored.get("reason", "")), str(stored.get("code", "")))
+            else:
+                found = probe(node)
+                store.put(key, {"reason": found.reason, "code": found.code})
             if len(self.verdicts) >= self.limit:
                 self.verdicts.clear()
             self.verdicts[key] = found

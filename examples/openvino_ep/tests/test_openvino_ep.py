@@ -155,6 +155,24 @@ def test_verdicts_are_cached_per_signature():
     assert len(provider.VERDICTS.verdicts) == 2
 
 
+def test_verdicts_are_kept_on_disk_for_the_next_process(tmp_path, monkeypatch):
+    from ep_host_openvino import probe
+
+    monkeypatch.setenv("EP_HOST_CACHE_DIR", str(tmp_path))
+    nodes = [ep_host.load_model(one_node(op).SerializeToString()).graph.nodes[0]
+             for op in ("Tanh", "Det")]  # OpenVINO's ONNX frontend has no Det
+    asked = []
+    real_probe = probe.probe
+    monkeypatch.setattr(probe, "probe", lambda node: asked.append(node.op_type)
+                        or real_probe(node))
+    first = probe.VerdictCache()
+    answers = [first.verdict(n, 17) for n in nodes]
+    assert asked == ["Tanh", "Det"]
+    assert answers[0].supported and "Det" in answers[1].reason
+    later = probe.VerdictCache()  # as a new process has: nothing in memory
+    assert [later.verdict(n, 17) for n in nodes] == answers and asked == ["Tanh", "Det"]
+
+
 # -- per-node sessions ---------------------------------------------------------------------------
 
 
