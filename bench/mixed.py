@@ -69,6 +69,21 @@ def native_sessions(data: bytes) -> dict[str, Callable[[], Callable[[dict], Any]
     return makers
 
 
+def estimates_only(make: Callable[[], InferenceSession]) -> Callable[[], InferenceSession]:
+    """``make`` with the EPs' estimates alone (no stored node times: EP_HOST_NODE_TIMES=0)."""
+    def made() -> InferenceSession:
+        old = os.environ.get("EP_HOST_NODE_TIMES")
+        os.environ["EP_HOST_NODE_TIMES"] = "0"
+        try:
+            return make()
+        finally:
+            if old is None:
+                del os.environ["EP_HOST_NODE_TIMES"]
+            else:
+                os.environ["EP_HOST_NODE_TIMES"] = old
+    return made
+
+
 def ep_host_sessions(data: bytes, installed: list[str],
                      host: Host) -> dict[str, Callable[[], InferenceSession]]:
     """Makers of ep-host sessions: every installed EP (strategy optimal), then each EP alone."""
@@ -79,6 +94,20 @@ def ep_host_sessions(data: bytes, installed: list[str],
     for ep in installed:
         makers[f"ep-host ({ep} alone)"] = maker([ep])
     return makers
+
+
+def time_nodes(data: bytes, installed: list[str], host: Host) -> None:
+    """``ep-host calibrate --model`` for this model: every node timed alone on each EP, stored
+    for the sessions made after it."""
+    import tempfile
+
+    from ep_host.calibrate import calibrate_model
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "model.onnx")
+        with open(path, "wb") as f:
+            f.write(data)
+        calibrate_model(path, installed, host=host)
 
 
 def median_ms(times: list[float]) -> float:
@@ -106,7 +135,13 @@ def measure_model(name: str, data: bytes, feeds: dict, installed: list[str], hos
     runners: dict[str, Callable[[dict], Any]] = {}
     row: dict[str, Any] = {"model": name}
     makers = {**ep_host_sessions(data, installed, host), **native_sessions(data)}
+    if args.node_times:
+        # the estimate-only placement first, then the one with this machine's node times
+        makers = {"ep-host (all EPs, estimates)": estimates_only(makers["ep-host (all EPs)"]),
+                  **makers}
     for label, make in makers.items():
+        if label == "ep-host (all EPs)" and args.node_times:
+            time_nodes(data, installed, host)
         try:
             made = make()
         except Exception as exc:  # a runtime that cannot take the model: say so, go on
@@ -114,6 +149,8 @@ def measure_model(name: str, data: bytes, feeds: dict, installed: list[str], hos
             continue
         if isinstance(made, InferenceSession):
             runners[label] = lambda f, s=made: s.run(None, f)
+            if label == "ep-host (all EPs, estimates)":
+                row["estimate_only_ms"] = made.placement.total_us / 1e3
             if label == "ep-host (all EPs)":
                 placed: dict[str, int] = {}
                 for n in made.placement.nodes:
@@ -152,6 +189,10 @@ def measure_model(name: str, data: bytes, feeds: dict, installed: list[str], hos
         if single:
             row["vs_best_single_ep"] = mine / min(single)
         row["estimate_over_measured"] = row["estimate_ms"] / mine
+        plain = row["ms"].get("ep-host (all EPs, estimates)")
+        if plain is not None and "estimate_only_ms" in row:
+            row["estimates_only_estimate_over_measured"] = row["estimate_only_ms"] / plain
+            row["estimates_only_vs_best_native"] = plain / min(native) if native else math.nan
     creation = row.get("creation_ms", {})
     if "ep-host (all EPs)" in creation and "onnxruntime (native)" in creation:
         row["creation_vs_onnxruntime"] = (creation["ep-host (all EPs)"]
@@ -194,6 +235,10 @@ def main() -> None:
     parser.add_argument("--models", help="comma-separated subset (light CNN names, bert, gpt2)")
     parser.add_argument("--corpus", action="store_true",
                         help="add the real exports of bench/corpus.py (built beforehand)")
+    parser.add_argument("--node-times", action="store_true",
+                        help="also time every node alone on each EP (ep-host calibrate --model; "
+                        "stored under the cache directory) and measure the placement made with "
+                        "those times as 'ep-host (all EPs)', the estimate-only one beside it")
     parser.add_argument("--json", help="write the numbers here")
     args = parser.parse_args()
     host = Host.discover()
@@ -211,7 +256,8 @@ def main() -> None:
     print(table(rows, labels))
     print()
     for key in ("vs_best_native", "vs_best_single_ep", "estimate_over_measured",
-                "creation_vs_onnxruntime"):
+                "creation_vs_onnxruntime", "estimates_only_vs_best_native",
+                "estimates_only_estimate_over_measured"):
         vals = [r[key] for r in rows if key in r]
         if vals:
             print(f"{key.replace('_', ' ')}: geometric mean {geomean(vals):.2f}, "

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from ep_host.discovery import Host
     from ep_host.graph import GraphView, NodeView, ValueView
     from ep_host.session import InferenceSession, RunOptions
+    from ep_host.stored import AnswerStore
     from ep_host.subgraph import PartitionView, node_model
 
 __version__ = "0.1.0"
@@ -51,6 +52,8 @@ _LAZY = {
     "ValueView": "ep_host.graph",
     "GraphView": "ep_host.graph",
     "load_model": "ep_host.loading",
+    # answers a provider works out once (a runtime's verdicts), kept on disk between processes
+    "AnswerStore": "ep_host.stored",
     # parts of a graph as a standalone model, for providers that hand them to a runtime
     "PartitionView": "ep_host.subgraph",
     "node_model": "ep_host.subgraph",
@@ -71,7 +74,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "CONTRACT_VERSION", "HOST", "CaptureSupport", "Cost", "DType", "Decline", "Device",
+    "AnswerStore", "CONTRACT_VERSION", "HOST", "CaptureSupport", "Cost", "DType", "Decline", "Device",
     "Factors", "FunctionKernel", "GraphView", "Host", "HostError", "InferenceSession",
     "InputError", "Kernel", "KernelError", "KernelMatch", "KernelVariantSelection",
     "ModelLoadError", "ModelValidationError", "NodeView", "PartitionView", "PlacementError",

@@ -14,8 +14,13 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from ep_host import node_times
 from ep_host.calibration import Factors, family_factors, load_profile, profile_path, save_profile
+from ep_host.capability import walk
 from ep_host.errors import HostError
+from ep_host.loading import load_model
+from ep_host.node_times import NodeTime
+from ep_host.optimize import optimize
 from ep_host.session import InferenceSession
 from ep_host.testing.models import random_inputs
 from ep_host.tracing import Tracer
@@ -218,3 +223,23 @@ def _uncalibrate(sample: Sample, old: Factors | None) -> Sample:
         return sample
     raw = max(0.0, (sample.estimated_us - old.overhead_us) / old.scale)
     return Sample(sample.provider, sample.family, sample.case, raw, sample.measured_us)
+
+
+def calibrate_model(
+    model_path: str,
+    providers: Sequence[str],
+    *,
+    host: Any,
+    on_node: Callable[[NodeTime], None] | None = None,
+) -> list[NodeTime]:
+    """Time every node of the model (as a session sees it: loaded and optimized) alone on each
+    of ``providers`` that claims it, and store the times, which later sessions on this machine
+    use in place of the providers' estimates (``ep_host.node_times``)."""
+    model = optimize(load_model(model_path))
+    table = walk(host, model, list(providers), measured=False)
+    return node_times.measure(host, table, on_node=on_node)
+
+
+def count_nodes(model_path: str) -> int:
+    """The nodes of the model's main graph as a session sees it (for a progress bar)."""
+    return len(optimize(load_model(model_path)).graph.nodes)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from ep_host import node_times
 from ep_host.cost import Cost
 from ep_host.discovery import Host, ProviderRecord
 from ep_host.errors import HostError, ProviderError, describe_exception
@@ -198,9 +199,12 @@ def walk(
     options: Mapping[str, Mapping[str, Any]] | None = None,
     nodes: Iterable[NodeView] | None = None,
     expand: bool = True,
+    measured: bool = True,
 ) -> CapabilityTable:
     """Ask every provider in ``providers`` about every node of the model's main graph (or
-    ``nodes``); with ``expand``, nodes nobody claims are expanded into their function bodies."""
+    ``nodes``); with ``expand``, nodes nobody claims are expanded into their function bodies.
+    With ``measured``, a node time measured on this machine (``ep-host calibrate --model``)
+    replaces the provider's estimate."""
     options = options or {}
     records = [host.records[p] for p in providers]
     nodes = list(model.graph.nodes if nodes is None else nodes)
@@ -242,4 +246,6 @@ def walk(
     table.nodes = []
     with paused_gc():
         visit(nodes, 0)
+    if measured:
+        node_times.apply(host, table, table.nodes)
     return table

@@ -173,6 +173,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="calibrate only this provider (repeatable; default: every available one)")
     p.add_argument("--repeats", type=int, default=15, metavar="N",
                    help="timed runs per case (default 15)")
+    p.add_argument("--model", metavar="MODEL",
+                   help="instead, time every node of MODEL alone on each provider that claims it "
+                   "and store the times, which later sessions on this machine use in place of "
+                   "the providers' estimates")
     p.add_argument("--json", action="store_true", help="print the stored profile as JSON")
     p.set_defaults(func=cmd_calibrate)
     return parser
@@ -482,6 +486,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         if p not in available:
             raise HostError(f"provider {p!r} is not available "
                             f"(available: {', '.join(available) or 'none'})")
+    if args.model:
+        return calibrate_nodes(args, host, providers)
     cases = calibrate.default_cases()
     with ProgressBar(len(cases) * len(providers), "calibrating") as bar:
         profile = calibrate.calibrate(
@@ -497,6 +503,34 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     Output().table("measured = overhead + scale * estimated, per op family",
                    ["provider", "family", "overhead", "scale", "cases"], rows)
     print(f"ep-host: calibration written to {calibration.profile_path()}", file=sys.stderr)
+    return 0
+
+
+def calibrate_nodes(args: argparse.Namespace, host: Any, providers: list[str]) -> int:
+    """``ep-host calibrate --model``: every node timed on every provider that claims it."""
+    from ep_host import calibrate, node_times
+    from ep_host.report import Output, fmt_us, write_json
+
+    total = calibrate.count_nodes(args.model) * len(providers)
+    with ProgressBar(total, "timing nodes") as bar:
+        times = calibrate.calibrate_model(
+            args.model, providers, host=host,
+            on_node=lambda t: bar.advance("skipped" if t.skipped else t.provider))
+    if args.json:
+        write_json([t.__dict__ for t in times], "-")
+        return 0
+    rows = []
+    for p in dict.fromkeys(t.provider for t in times):
+        mine = [t for t in times if t.provider == p and t.measured_us is not None]
+        estimated = sum(t.estimated_us for t in mine)
+        measured = sum(t.measured_us or 0.0 for t in mine)
+        skipped = sum(1 for t in times if t.provider == p and t.skipped)
+        rows.append((p, len(mine), skipped, fmt_us(estimated), fmt_us(measured),
+                     f"{measured / estimated:.2f}" if estimated > 0 else "-"))
+    Output().table(f"node times of {args.model}, each node alone",
+                   ["provider", "timed", "skipped", "estimated", "measured", "measured/estimated"],
+                   rows)
+    print(f"ep-host: node times written to {node_times.store().path}", file=sys.stderr)
     return 0
 
 

@@ -2,7 +2,7 @@
 
 import os
 
-from ep_host.kernels import AnswerStore, key_digest
+from ep_host.stored import AnswerStore, key_digest
 
 
 def test_a_record_written_by_one_store_is_read_by_the_next(tmp_path):

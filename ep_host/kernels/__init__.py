@@ -53,13 +53,11 @@ from ep_host.kernels.registry import (
     check_node,
     kernel,
 )
-from ep_host.kernels.stored import AnswerStore, key_digest
 from ep_host.kernels.timing import CONV_CASES, ConvCase, best_seconds, cached_figures, conv_speeds
 from ep_host.kernels.work import conv_kind, output_elements, traffic_bytes, work
 
 __all__ = [
     "ALL",
-    "AnswerStore",
     "CONV_CASES",
     "AUTO_PADS",
     "ALL_WITH_STRING",
@@ -83,7 +81,6 @@ __all__ = [
     "conv_speeds",
     "input_rank",
     "kernel",
-    "key_digest",
     "output_elements",
     "pad_spatial",
     "strides_and_dilations",

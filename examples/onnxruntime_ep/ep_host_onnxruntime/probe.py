@@ -15,8 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_host import NodeView, PartitionView, ValueView, cache_dir
-from ep_host.kernels import AnswerStore
+from ep_host import AnswerStore, NodeView, PartitionView, ValueView, cache_dir
 from ep_host_onnxruntime import runtime
 
 # Constants onnxruntime reads as data (a Reshape's shape, Slice's starts): small integer

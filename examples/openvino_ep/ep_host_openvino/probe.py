@@ -14,8 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_host import NodeView, ValueView, cache_dir, node_model
-from ep_host.kernels import AnswerStore
+from ep_host import AnswerStore, NodeView, ValueView, cache_dir, node_model
 from ep_host_openvino.runtime import (
     DEVICE,
     compile_model,
