@@ -49,17 +49,18 @@ def test_explain_piped_is_plain_text_with_every_answer():
 
 
 def test_explain_filters_by_node_op_and_provider():
-    data = json.loads(ep_host("explain", CNN, "--json").stdout)
+    # on the CPU EP alone: which installed EP wins a node depends on this machine's figures
+    data = json.loads(ep_host("explain", CNN, "--json", "--providers", "cpu").stdout)
     first = data["nodes"][0]["name"]
-    result = ep_host("explain", CNN, "--node", first, "--provider", "cpu")
+    result = ep_host("explain", CNN, "--node", first, "--provider", "cpu", "--providers", "cpu")
     lines = [line for line in result.stdout.splitlines()[2:] if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(first)
-    result = ep_host("explain", CNN, "--op", "Conv")
+    result = ep_host("explain", CNN, "--op", "Conv", "--providers", "cpu")
     assert "Conv" in result.stdout and "Softmax" not in result.stdout
 
 
 def test_explain_json_uses_the_versioned_schema():
-    result = ep_host("explain", CNN, "--json")
+    result = ep_host("explain", CNN, "--json", "--providers", "cpu")
     data = json.loads(result.stdout)
     assert data["schema"] == "ep-host/placement/v1"
     assert data["unplaceable"] == []
@@ -101,7 +102,7 @@ def test_run_reads_npy_inputs_and_saves_outputs(tmp_path):
     x = np.random.default_rng(3).standard_normal(arg.shape).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
     result = ep_host("run", CNN, "--input", f"{arg.name}={tmp_path / 'x.npy'}",
-                     "--output-dir", str(tmp_path / "out"))
+                     "--output-dir", str(tmp_path / "out"), "--providers", "cpu")
     assert result.returncode == 0, result.stderr
     (expected,) = session.run(None, {arg.name: x})
     saved = list((tmp_path / "out").glob("*.npy"))

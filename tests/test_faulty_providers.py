@@ -70,7 +70,8 @@ def test_explain_still_places_the_model_and_lists_every_fault(broken_site):
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["unplaceable"] == []
-    assert {n["provider"] for n in data["nodes"]} == {"cpu"}
+    # every node on a working provider (which one depends on this machine's figures)
+    assert {n["provider"] for n in data["nodes"]} <= {"cpu", "onnxruntime", "openvino"}
     first = data["nodes"][0]["answers"]
     assert first["raises"]["code"] == "fault"
     assert "provider raised KeyError" in first["raises"]["reason"]

@@ -83,7 +83,8 @@ def test_cli_run_repeat_prints_latency_and_writes_a_trace(tmp_path):
     path = tmp_path / "t.json"
     result = subprocess.run(
         [sys.executable, "-m", "ep_host", "run", CNN, "--random-inputs", "--repeat", "5",
-         "--per-op", "--trace", str(path)], capture_output=True, text=True, timeout=120)
+         "--per-op", "--trace", str(path), "--providers", "cpu"], capture_output=True, text=True,
+        timeout=120)
     assert result.returncode == 0, result.stderr
     assert "median" in result.stdout and "p90" in result.stdout and "Conv" in result.stdout
     data = json.loads(path.read_text())
