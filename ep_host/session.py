@@ -142,8 +142,8 @@ class _Runtime:
         self.options = options
         self.strategy = strategy
         self.device_graphs = device_graphs
-        self.checks = StepChecks(model.label, strict=host.strict,
-                                 max_tensor_bytes=max_tensor_bytes, warnings=model.warnings)
+        self.checks = StepChecks(model.label, max_tensor_bytes=max_tensor_bytes,
+                                 warnings=model.warnings)
 
     def device(self, provider: str) -> Device:
         info = self.host.records[provider].info

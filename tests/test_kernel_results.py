@@ -1,0 +1,150 @@
+"""What a kernel returns is checked: an array of its device's type, the declared dtype and the
+inferred static shape, else a KernelError naming node, provider and output."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hostkit import InlineProvider, add_relu_model, make_model
+from onnx import TensorProto, helper
+
+from ep_host import Device, FunctionKernel, Host, InferenceSession, Kernel, KernelError, hookimpl
+
+
+class Returns(Kernel):
+    """A kernel whose ``run`` returns ``outputs(x, y)`` as its sequence of outputs."""
+
+    def __init__(self, outputs):
+        self.outputs = outputs
+
+    def run(self, *inputs):
+        return self.outputs(*inputs)
+
+
+class CallReturns(Kernel):
+    """A one-output kernel answering through ``call``."""
+
+    def __init__(self, fn):
+        self.call = fn
+
+    def run(self, *inputs):
+        return (self.call(*inputs),)
+
+
+class Lies(InlineProvider):
+    """Its Add kernel is ``kernel``; Relu is honest."""
+
+    def __init__(self, kernel, **kwargs):
+        super().__init__("cpu", **kwargs)
+        self.kernel = kernel
+
+    @hookimpl
+    def ep_host_create_kernel(self, node, context):
+        if node.op_type == "Add":
+            return self.kernel
+        return super().ep_host_create_kernel(node, context)
+
+
+def _run(host, kernel, model=None, feeds=None, **kwargs):
+    host.register(Lies(kernel, **kwargs), "cpu")
+    session = InferenceSession(model or add_relu_model(), providers=["cpu"], host=host)
+    x = np.ones((2, 3), np.float32)
+    return session.run(None, feeds or {"x": x, "y": x})
+
+
+@pytest.mark.parametrize("kernel, message", [
+    (Returns(lambda x, y: ([[2.0] * 3] * 2,)), "type list, expected numpy.ndarray"),
+    (Returns(lambda x, y: ((v for v in (x + y)),)), "type generator, expected numpy.ndarray"),
+    (Returns(lambda x, y: (np.ones((), np.float32),)), r"shape \[\], expected \[2, 3\]"),
+    (Returns(lambda x, y: (np.zeros((3, 2), np.float32),)), r"shape \[3, 2\], expected \[2, 3\]"),
+    (Returns(lambda x, y: ((x + y).astype(np.float64),)), "dtype float64, expected float32"),
+    (Returns(lambda x, y: (np.ma.masked_array(x + y),)),
+     "type numpy.ma.*MaskedArray, expected numpy.ndarray"),
+    (CallReturns(lambda x, y: [[2.0] * 3] * 2), "type list, expected numpy.ndarray"),
+    (CallReturns(lambda x, y: np.zeros((), np.float32)), r"shape \[\], expected \[2, 3\]"),
+], ids=["list", "generator", "0-d", "transposed", "float64", "subclass", "call-list", "call-0-d"])
+def test_an_output_that_is_not_the_declared_array_fails_the_run(host, kernel, message):
+    with pytest.raises(KernelError,
+                       match=f"node 'add'.*provider 'cpu'.*output 0 with {message}.*value 's'"):
+        _run(host, kernel)
+
+
+def test_the_shape_mismatch_fails_every_run_not_only_the_first(host):
+    host.register(Lies(Returns(lambda x, y: (np.zeros((3, 2), np.float32),))), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["cpu"], host=host)
+    x = np.ones((2, 3), np.float32)
+    for _ in range(2):
+        with pytest.raises(KernelError, match="node 'add'"):
+            session.run(None, {"x": x, "y": x})
+
+
+def test_a_numpy_scalar_is_still_taken_as_a_0_d_array(host):
+    model = make_model([helper.make_node("Add", ["x", "y"], ["s"], name="add"),
+                        helper.make_node("Relu", ["s"], ["out"], name="relu")],
+                       [("x", TensorProto.FLOAT, []), ("y", TensorProto.FLOAT, [])],
+                       [("out", TensorProto.FLOAT, [])])
+    kernel = Returns(lambda x, y: (np.float32(x + y),))
+    x = np.array(-2.5, np.float32)
+    (out,) = _run(host, kernel, model, {"x": x, "y": np.array(4.0, np.float32)})
+    assert out.__class__ is np.ndarray and out.shape == () and out == 1.5
+
+
+def test_symbolic_dims_take_any_size_but_the_rank_is_checked(host):
+    model = make_model([helper.make_node("Add", ["x", "y"], ["s"], name="add"),
+                        helper.make_node("Relu", ["s"], ["out"], name="relu")],
+                       [("x", TensorProto.FLOAT, ["n", 3]), ("y", TensorProto.FLOAT, ["n", 3])],
+                       [("out", TensorProto.FLOAT, ["n", 3])])
+    x = np.ones((5, 3), np.float32)
+    (out,) = _run(host, Returns(lambda a, b: (a + b,)), model, {"x": x, "y": x})
+    np.testing.assert_array_equal(out, 2.0)
+    with pytest.raises(KernelError, match=r"node 'add'.*shape \[15\], expected \['\?', 3\]"):
+        _run(Host(strict=False), Returns(lambda a, b: ((a + b).reshape(-1),)), model,
+             {"x": x, "y": x})
+
+
+class OnDevice:
+    def __init__(self, array):
+        self.array = array
+
+
+def _device_session(host, to_host, returns, array_type=None):
+    device = Device(name="sim:0", kind="sim", link_gbps=1.0, link_latency_us=1.0,
+                    to_host=to_host, from_host=OnDevice, array_type=array_type)
+
+    class OnSim(InlineProvider):
+        @hookimpl
+        def ep_host_create_kernel(self, node, context):
+            return FunctionKernel(lambda x, y: returns(x.array + y.array))
+
+    host.register(OnSim("sim", ops=("Add",), device=device), "sim")
+    host.register(InlineProvider("cpu", ops=("Relu",)), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["sim", "cpu"], host=host)
+    assert session.placement.by_node["add"].provider == "sim"
+    return session
+
+
+def test_a_device_whose_to_host_returns_a_list_fails_the_copy(host, tensors):
+    session = _device_session(host, lambda d: d.array.tolist(), OnDevice)
+    with pytest.raises(KernelError, match="device 'sim:0' returned type list, expected "
+                                          "numpy.ndarray.*copy s.*to_host"):
+        session.run(None, {"x": tensors.x, "y": tensors.y})
+
+
+def test_a_device_kernel_must_return_the_devices_array_type(host, tensors):
+    session = _device_session(host, lambda d: d.array, lambda a: a, array_type=OnDevice)
+    with pytest.raises(KernelError, match="node 'add'.*provider 'sim'.*output 0 with type "
+                                          "numpy.ndarray, expected .*OnDevice"):
+        session.run(None, {"x": tensors.x, "y": tensors.y})
+
+
+def test_on_a_device_that_names_no_array_type_a_list_is_still_refused(host, tensors):
+    session = _device_session(host, lambda d: d.array, lambda a: ([a.tolist()],))
+    with pytest.raises(KernelError, match="node 'add'.*provider 'sim'.*output 0 with type "
+                                          "list, expected an array"):
+        session.run(None, {"x": tensors.x, "y": tensors.y})
+
+
+def test_honest_device_kernels_still_run(host, tensors):
+    session = _device_session(host, lambda d: d.array, OnDevice, array_type=OnDevice)
+    (out,) = session.run(None, {"x": tensors.x, "y": tensors.y})
+    np.testing.assert_allclose(out, np.maximum(tensors.x + tensors.y, 0))
