@@ -94,6 +94,23 @@ def not_an_array(out: Any, kind: Any) -> str:
     return f"type {name}, expected {want}"
 
 
+def read_only(array: np.ndarray) -> np.ndarray:
+    """``array``'s data as a read-only array that no kernel can make writeable: its base is a
+    read-only buffer, not ``array``, so ``flags.writeable = True`` is refused (numpy checks the
+    base). Arrays that export no buffer (objects, strings) are copied first."""
+    if array.flags.c_contiguous and not array.dtype.hasobject:
+        try:
+            flat = np.frombuffer(memoryview(array).toreadonly(), array.dtype)
+        except (TypeError, ValueError, BufferError):
+            pass
+        else:
+            return flat.reshape(array.shape)
+    owner = np.array(array, copy=True, order="C")
+    owner.flags.writeable = False
+    view = owner.view()  # its base is the read-only copy, which no kernel is handed
+    return view
+
+
 class StepChecks:
     """What a step does with what its kernel returned, for every kind of run.
 

@@ -8,6 +8,7 @@ that places and compiles control-flow bodies with the same providers.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -32,7 +33,7 @@ from ep_host.optimize import optimize
 from ep_host.placement import Placement, choose
 from ep_host.plan import Plan, Step, build_plan
 from ep_host.provider import HOST, Device
-from ep_host.runloop import PlanRun, StepChecks
+from ep_host.runloop import PlanRun, StepChecks, read_only
 from ep_host.subgraph import PartitionView
 from ep_host.threads import BlasThreads, default_threads
 from ep_host.tracing import Tracer
@@ -370,7 +371,7 @@ class InferenceSession:
             else:
                 with self.tracer.span("run", "session", model=self._model.label):
                     outputs = self._run.run(feeds, names=names, cancel=cancel)
-        return [_output(v) for v in outputs]
+        return hand_out(outputs)
 
     def _check_inputs(self, feed: Mapping[str, Any]) -> dict[str, Any]:
         label = self._model.label
@@ -432,21 +433,55 @@ class InferenceSession:
                                 f"{label}: dim {want!r} is {prev[0]} in input {prev[1]!r} "
                                 f"but {got} in input {name!r}"
                             )
-            out[name] = _readonly_view(array)
+            out[name] = read_only(array)
         return out
 
 
+def hand_out(outputs: list[Any]) -> list[Any]:
+    """The run's outputs as the caller's own: an array that something else may still hold or
+    write (a kernel's persistent buffer, a constant, an input, a view of any of them, another
+    output) is copied; one made fresh by this run and held by nothing else is handed over."""
+    return [_output(v) for v in outputs]
+
+
 def _output(value: Any) -> Any:
-    if isinstance(value, np.ndarray) and not value.flags.writeable:
-        return value.copy()  # constants and inputs are read-only; never hand out session state
+    if value.__class__ is np.ndarray:
+        base = value.base
+        if base is None:
+            if value.flags.owndata and value.flags.writeable and (
+                    sys.getrefcount(value) <= _SOLE[0]):
+                return value
+        elif (base.__class__ is np.ndarray and base.flags.owndata and base.flags.writeable
+              and sys.getrefcount(value) <= _SOLE[0] and sys.getrefcount(base) <= _SOLE[1]):
+            return value
+        return value.copy()
     if isinstance(value, np.generic):
         return np.asarray(value)
     if isinstance(value, list):
-        return [_output(v) for v in value]
+        return [v.copy() if isinstance(v, np.ndarray) else _output(v) for v in value]
     return value
 
 
-def _readonly_view(array: np.ndarray) -> np.ndarray:
-    view = array.view()
-    view.flags.writeable = False
-    return view
+def _counts(value: Any) -> tuple[int, int]:
+    """``_output``'s reference counts, statement for statement, for the calibration below."""
+    base = value.base
+    if base is None:
+        return sys.getrefcount(value), 0
+    return sys.getrefcount(value), sys.getrefcount(base)
+
+
+def _calibrate() -> tuple[int, int]:
+    """The reference counts ``_output`` sees for an array only the outputs list holds, and for
+    the base of a view only that view holds (they differ between Python versions)."""
+    def probe(outputs: list[Any]) -> list[tuple[int, int]]:
+        return [_counts(v) for v in outputs]
+
+    owner = np.empty(2)
+    outputs = [owner[:1]]
+    del owner
+    (view_counts,) = probe(outputs)
+    (own_counts,) = probe([np.empty(1)])
+    return own_counts[0], view_counts[1]
+
+
+_SOLE = _calibrate()

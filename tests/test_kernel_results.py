@@ -148,3 +148,121 @@ def test_honest_device_kernels_still_run(host, tensors):
     session = _device_session(host, lambda d: d.array, OnDevice, array_type=OnDevice)
     (out,) = session.run(None, {"x": tensors.x, "y": tensors.y})
     np.testing.assert_allclose(out, np.maximum(tensors.x + tensors.y, 0))
+
+
+# -- aliasing: what the caller gets is the caller's, what the caller gives is never written ----
+
+class Persistent(Kernel):
+    """Relu into one buffer it keeps across runs; ``view``: returns a view of that buffer."""
+
+    def __init__(self, view=False):
+        self.buffer = None
+        self.view = view
+
+    def run(self, s):
+        if self.buffer is None:
+            self.buffer = np.empty_like(s)
+        np.maximum(s, 0, out=self.buffer)
+        return (self.buffer[:] if self.view else self.buffer,)
+
+
+class Keeps(InlineProvider):
+    def __init__(self, kernels, **kwargs):
+        super().__init__("cpu", **kwargs)
+        self.kernels = kernels
+
+    @hookimpl
+    def ep_host_create_kernel(self, node, context):
+        if node.op_type in self.kernels:
+            return self.kernels[node.op_type]
+        return super().ep_host_create_kernel(node, context)
+
+
+@pytest.mark.parametrize("view", [False, True], ids=["buffer", "view-of-buffer"])
+def test_a_kernels_persistent_buffer_does_not_change_an_earlier_result(host, view):
+    host.register(Keeps({"Relu": Persistent(view)}), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["cpu"], host=host)
+    ones = np.ones((2, 3), np.float32)
+    (first,) = session.run(None, {"x": ones, "y": ones})
+    (second,) = session.run(None, {"x": 3 * ones, "y": ones})
+    np.testing.assert_array_equal(first, 2.0)
+    np.testing.assert_array_equal(second, 4.0)
+    first[...] = -1  # the caller owns it: writing it changes nothing of the session's
+    (third,) = session.run(None, {"x": ones, "y": ones})
+    np.testing.assert_array_equal(third, 2.0)
+    np.testing.assert_array_equal(second, 4.0)
+
+
+def test_two_outputs_of_one_value_are_two_arrays(host):
+    model = make_model([helper.make_node("Add", ["x", "y"], ["s"], name="add"),
+                        helper.make_node("Relu", ["s"], ["out"], name="relu")],
+                       [("x", TensorProto.FLOAT, [2, 3]), ("y", TensorProto.FLOAT, [2, 3])],
+                       [("out", TensorProto.FLOAT, [2, 3])])
+    host.register(InlineProvider("cpu"), "cpu")
+    session = InferenceSession(model, providers=["cpu"], host=host)
+    ones = np.ones((2, 3), np.float32)
+    a, b = session.run(["out", "out"], {"x": ones, "y": ones})
+    a[...] = 0
+    np.testing.assert_array_equal(b, 2.0)
+
+
+def _flips_and_writes(*args):
+    """A hostile kernel: makes each input writeable and writes into it."""
+    for a in args:
+        a.flags.writeable = True
+        a[...] = 99
+    return args[0] + args[1]
+
+
+def test_a_kernel_cannot_make_the_callers_input_writeable(host):
+    host.register(Keeps({"Add": FunctionKernel(_flips_and_writes)}), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["cpu"], host=host)
+    x = np.ones((2, 3), np.float32)
+    y = np.full((2, 3), 2.0, np.float32)
+    with pytest.raises(KernelError, match="node 'add'.*provider 'cpu'.*WRITEABLE"):
+        session.run(None, {"x": x, "y": y})
+    np.testing.assert_array_equal(x, 1.0)
+    np.testing.assert_array_equal(y, 2.0)
+
+
+def test_a_kernel_cannot_make_an_input_writeable_through_its_base(host):
+    def through_base(x, y):
+        x.base.flags.writeable = True
+        x.base[...] = 99
+        return x + y
+
+    host.register(Keeps({"Add": FunctionKernel(through_base)}), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["cpu"], host=host)
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(KernelError, match="node 'add'.*provider 'cpu'"):
+        session.run(None, {"x": x, "y": x})
+    np.testing.assert_array_equal(x, 1.0)
+
+
+def test_a_kernel_cannot_change_a_constant_for_the_next_run(host):
+    from onnx import numpy_helper
+
+    model = make_model([helper.make_node("Add", ["x", "w"], ["s"], name="add"),
+                        helper.make_node("Relu", ["s"], ["out"], name="relu")],
+                       [("x", TensorProto.FLOAT, [2, 3])], [("out", TensorProto.FLOAT, [2, 3])],
+                       initializers=[numpy_helper.from_array(np.ones((2, 3), np.float32), "w")])
+    calls = []
+
+    def sometimes_hostile(x, w):
+        calls.append(1)
+        if len(calls) == 1:  # make the array at the root of w's views writeable, write it
+            root = w
+            while isinstance(root.base, np.ndarray):
+                root = root.base
+            root.flags.writeable = True
+            root[...] = 99
+        return x + w
+
+    host.register(Keeps({"Add": FunctionKernel(sometimes_hostile)}), "cpu")
+    session = InferenceSession(model, providers=["cpu"], host=host)
+    x = np.zeros((2, 3), np.float32)
+    with pytest.raises(KernelError, match="node 'add'"):
+        session.run(None, {"x": x})
+    (out,) = session.run(None, {"x": x})
+    np.testing.assert_array_equal(out, 1.0)
+    np.testing.assert_array_equal(x, 0.0)
