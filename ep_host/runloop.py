@@ -9,6 +9,7 @@ recording runs its steps through it too. :class:`PlanRun` runs a whole plan.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -92,6 +93,29 @@ def not_an_array(out: Any, kind: Any) -> str:
             " or ".join(f"{k.__module__}.{k.__qualname__}"
                         for k in (kind if isinstance(kind, tuple) else (kind,))))
     return f"type {name}, expected {want}"
+
+
+class RunToken:
+    """What a cancellable run reads before every step: ``terminate`` is true once the caller's
+    ``RunOptions.terminate`` is set or the run's time is up (``expire``); ``at`` names the step
+    running now (for the message of a run abandoned by its timeout)."""
+
+    __slots__ = ("options", "expired", "at")
+
+    def __init__(self, options: Any = None):
+        self.options = options
+        self.expired = False
+        self.at = ""
+
+    @property
+    def terminate(self) -> bool:
+        return self.expired or bool(getattr(self.options, "terminate", False))
+
+
+CURRENT_RUN: contextvars.ContextVar[RunToken | None] = contextvars.ContextVar(
+    "ep_host_current_run", default=None)
+"""The token of the cancellable run this thread is in, so that control-flow bodies (a Loop's
+body, run once per iteration) stop too."""
 
 
 def read_only(array: np.ndarray) -> np.ndarray:
@@ -206,10 +230,12 @@ class StepChecks:
                 f"when {step.name} ({src.name} -> host) was copied (Device.to_host)")
         return out
 
-    def cancelled(self, step: Step) -> NoReturn:
-        where = "a device copy" if step.copy is not None else step.subject
-        raise RunCancelledError(
-            f"{self.label}: the run was cancelled (RunOptions.terminate) before {where}")
+    def cancelled(self, step: Step | None, cancel: Any = None, graph: str = "") -> NoReturn:
+        where = (f"body {graph!r}" if step is None else "a device copy"
+                 if step.copy is not None else step.subject)
+        why = ("its time limit (RunOptions.timeout_s) ran out"
+               if getattr(cancel, "expired", False) else "RunOptions.terminate")
+        raise RunCancelledError(f"{self.label}: the run was cancelled ({why}) before {where}")
 
     def _bad_output(self, step: Step, index: int, what: str) -> NoReturn:
         raise KernelError(f"{self.label}: {step.subject} ({step.op}) on provider "
@@ -267,7 +293,7 @@ class CompiledSteps:
             "chk1": lambda i, v: checks.called(steps[i], v),
             "chkn": lambda i, r: checks.count(steps[i], r),
             "chkc": lambda i, v: checks.copied(steps[i], v),
-            "stop": lambda i: checks.cancelled(steps[i]),
+            "stop": lambda i, c: checks.cancelled(steps[i], c),
             "getattr": getattr,
         }
         if tracer is not None:
@@ -288,7 +314,9 @@ class CompiledSteps:
             args = ", ".join(ref(s) for s in step.inputs)
             indent = "    "
             if cancellable:
-                emit(f"{indent}if cancel.terminate: stop({i})", i, own=True)
+                names[f"n{i}"] = step.subject if step.copy is None else step.name
+                emit(f"{indent}if cancel.terminate: stop({i}, cancel)", i, own=True)
+                emit(f"{indent}cancel.at = n{i}", i, own=True)
             if tracer is not None:
                 indent = self._emit_span(names, i, step, args, indent)
             release = tuple(releases[i]) if releases else ()
@@ -459,17 +487,28 @@ class PlanRun:
     def run(self, feeds: Mapping[str, Any], scope: Mapping[str, Any] | None = None,
             names: Sequence[str] | None = None, cancel: Any = None) -> list[Any]:
         """Run with inputs by name (already checked) and the outer values the graph reads;
-        returns the outputs named in ``names`` (default: all). ``cancel``: a ``RunOptions``."""
+        returns the outputs named in ``names`` (default: all). ``cancel``: a ``RunOptions`` or
+        a :class:`RunToken`; a body run inside a cancellable run takes that run's token."""
         plan = self.plan
         values = {plan.input_slots[name]: value for name, value in feeds.items()}
         for name, s in plan.outer_slots.items():
             values[s] = scope[name]  # type: ignore[index]
         if cancel is None:
+            cancel = CURRENT_RUN.get()
+        if cancel is None:
             outs = self.plain(values)
         else:
+            if cancel.__class__ is not RunToken:
+                cancel = RunToken(cancel)
+            if cancel.terminate:  # a body with no steps, run once per Loop iteration
+                self.checks.cancelled(None, cancel, plan.graph_name)
             if self._cancellable is None:
                 self._cancellable = self._compile(cancellable=True)
-            outs = self._cancellable(values, cancel)
+            entered = CURRENT_RUN.set(cancel)
+            try:
+                outs = self._cancellable(values, cancel)
+            finally:
+                CURRENT_RUN.reset(entered)
         if names is None or names is plan.output_names:
             return outs
         return [outs[self._index[n]] for n in names]

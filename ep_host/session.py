@@ -7,8 +7,10 @@ that places and compiles control-flow bodies with the same providers.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import sys
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -24,6 +26,7 @@ from ep_host.errors import (
     InputError,
     KernelError,
     ResourceLimitError,
+    RunCancelledError,
     describe_exception,
 )
 from ep_host.graph import GraphView, NodeView, ValueView
@@ -33,7 +36,7 @@ from ep_host.optimize import optimize
 from ep_host.placement import Placement, choose
 from ep_host.plan import Plan, Step, build_plan
 from ep_host.provider import HOST, Device
-from ep_host.runloop import PlanRun, StepChecks, read_only
+from ep_host.runloop import PlanRun, RunToken, StepChecks, read_only
 from ep_host.subgraph import PartitionView
 from ep_host.threads import BlasThreads, default_threads
 from ep_host.tracing import Tracer
@@ -94,14 +97,37 @@ def max_tensor_bytes_from_env() -> int | None:
     return value if value > 0 else None
 
 
+def run_timeout_from_env() -> float | None:
+    """``EP_HOST_RUN_TIMEOUT``: seconds a run may take (no limit when unset, empty or 0)."""
+    raw = os.environ.get("EP_HOST_RUN_TIMEOUT", "").strip()
+    try:
+        value = float(raw) if raw else 0.0
+    except ValueError as exc:
+        raise InputError(f"EP_HOST_RUN_TIMEOUT={raw!r} is not a number of seconds") from exc
+    if value < 0 or value != value or value == float("inf"):
+        raise InputError(f"EP_HOST_RUN_TIMEOUT={raw!r} must be a finite number of seconds >= 0")
+    return value or None
+
+
 class RunOptions:
     """onnxruntime's ``RunOptions``: set ``terminate = True``, from any thread, to cancel the
-    runs given these options; each stops before its next step with :class:`RunCancelledError`."""
+    runs given these options; each stops before its next step (and a Loop or Scan before its
+    body's next step) with :class:`RunCancelledError`.
+
+    ``timeout_s``: abandon the run with :class:`RunCancelledError` when it has not finished
+    after this many seconds (default: ``EP_HOST_RUN_TIMEOUT``, else none). The run then goes on
+    a worker thread that the caller stops waiting for; Python cannot interrupt a step that is
+    running, so a kernel stuck in C code (a BLAS call, a runtime it wraps) or in a loop that
+    never returns keeps its thread and CPU until it does, and the abandoned run stops at its next
+    step. A kernel that is not thread-safe holds its lock that long, so later runs wait for it
+    (give them a timeout too).
+    """
 
     def __init__(self) -> None:
         self.terminate = False
         self.run_tag = ""
         self.log_severity_level = 2
+        self.timeout_s: float | None = None
 
 
 class CompiledGraph:
@@ -292,6 +318,7 @@ class InferenceSession:
                                     else intra_op_num_threads)
         if max_tensor_bytes is None:
             max_tensor_bytes = max_tensor_bytes_from_env()
+        self._run_timeout = run_timeout_from_env()
         if trace is None or isinstance(trace, Tracer):
             self.tracer, self._trace_path = trace, None
         else:
@@ -365,13 +392,52 @@ class InferenceSession:
             )
         feeds = self._check_inputs(input_feed)
         cancel = run_options if getattr(run_options, "terminate", None) is not None else None
+        timeout = getattr(run_options, "timeout_s", None) or self._run_timeout
         with self._threads:
-            if self.tracer is None:
+            if timeout:
+                outputs = self._run_with_timeout(feeds, names, cancel, timeout)
+            elif self.tracer is None:
                 outputs = self._run.run(feeds, names=names, cancel=cancel)
             else:
                 with self.tracer.span("run", "session", model=self._model.label):
                     outputs = self._run.run(feeds, names=names, cancel=cancel)
         return hand_out(outputs)
+
+    def _run_with_timeout(self, feeds: dict[str, Any], names: list[str], cancel: Any,
+                          timeout: float) -> list[Any]:
+        """The run on a worker thread, waited for ``timeout`` seconds; then it is told to stop
+        at its next step and abandoned (see :class:`RunOptions`)."""
+        token = RunToken(cancel)
+        done = threading.Event()
+        result: dict[str, Any] = {}
+        context = contextvars.copy_context()
+
+        def work() -> None:
+            try:
+                if self.tracer is None:
+                    result["outputs"] = context.run(self._run.run, feeds, names=names,
+                                                    cancel=token)
+                else:
+                    with self.tracer.span("run", "session", model=self._model.label):
+                        result["outputs"] = context.run(self._run.run, feeds, names=names,
+                                                        cancel=token)
+            except BaseException as exc:  # handed to the caller, whatever it is
+                result["error"] = exc
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=work, name="ep-host-run", daemon=True)
+        worker.start()
+        if not done.wait(timeout):
+            token.expired = True
+            running = f" while {token.at} was running" if token.at else ""
+            raise RunCancelledError(
+                f"{self._model.label}: the run did not finish within {timeout:g} s "
+                f"(RunOptions.timeout_s / EP_HOST_RUN_TIMEOUT) and was abandoned{running}; "
+                "its thread stops at the next step, a step that never returns keeps it")
+        if "error" in result:
+            raise result.pop("error")
+        return result.pop("outputs")
 
     def _check_inputs(self, feed: Mapping[str, Any]) -> dict[str, Any]:
         label = self._model.label
