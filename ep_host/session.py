@@ -31,6 +31,7 @@ from ep_host.errors import (
 )
 from ep_host.graph import GraphView, NodeView, ValueView
 from ep_host.kernel import Kernel
+from ep_host.limits import MAX_TENSOR_BYTES
 from ep_host.loading import Model, load_model
 from ep_host.optimize import optimize
 from ep_host.placement import Placement, choose
@@ -393,6 +394,17 @@ class InferenceSession:
         feeds = self._check_inputs(input_feed)
         cancel = run_options if getattr(run_options, "terminate", None) is not None else None
         timeout = getattr(run_options, "timeout_s", None) or self._run_timeout
+        limit = self._runtime.max_tensor_bytes
+        limited = MAX_TENSOR_BYTES.set(limit) if limit is not None else None
+        try:
+            outputs = self._run_plan(feeds, names, cancel, timeout)
+        finally:
+            if limited is not None:
+                MAX_TENSOR_BYTES.reset(limited)
+        return hand_out(outputs)
+
+    def _run_plan(self, feeds: dict[str, Any], names: list[str], cancel: Any,
+                  timeout: float | None) -> list[Any]:
         with self._threads:
             if timeout:
                 outputs = self._run_with_timeout(feeds, names, cancel, timeout)
@@ -401,7 +413,7 @@ class InferenceSession:
             else:
                 with self.tracer.span("run", "session", model=self._model.label):
                     outputs = self._run.run(feeds, names=names, cancel=cancel)
-        return hand_out(outputs)
+        return outputs
 
     def _run_with_timeout(self, feeds: dict[str, Any], names: list[str], cancel: Any,
                           timeout: float) -> list[Any]:

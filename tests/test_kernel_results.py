@@ -8,7 +8,16 @@ import pytest
 from hostkit import InlineProvider, add_relu_model, make_model
 from onnx import TensorProto, helper
 
-from ep_host import Device, FunctionKernel, Host, InferenceSession, Kernel, KernelError, hookimpl
+from ep_host import (
+    Device,
+    FunctionKernel,
+    Host,
+    InferenceSession,
+    Kernel,
+    KernelError,
+    ResourceLimitError,
+    hookimpl,
+)
 
 
 class Returns(Kernel):
@@ -266,3 +275,77 @@ def test_a_kernel_cannot_change_a_constant_for_the_next_run(host):
     (out,) = session.run(None, {"x": x})
     np.testing.assert_array_equal(out, 1.0)
     np.testing.assert_array_equal(x, 0.0)
+
+
+# -- sizes: ops that allocate from shape data check the limit before allocating ----------------
+
+TIB4 = [2**20, 2**20]  # float32: 4 TiB
+
+
+def _one_node(op, inputs, attrs=None, out_type=TensorProto.FLOAT):
+    names = [n for n, _, _ in inputs]
+    return make_model([helper.make_node(op, names, ["y"], name="big", **(attrs or {}))],
+                      inputs, [("y", out_type, None)])
+
+
+SIZE_CASES = {
+    "Expand": (_one_node("Expand", [("x", TensorProto.FLOAT, [1]),
+                                    ("shape", TensorProto.INT64, [2])]),
+               {"x": np.ones(1, np.float32), "shape": np.array(TIB4, np.int64)}),
+    "ConstantOfShape": (_one_node("ConstantOfShape", [("shape", TensorProto.INT64, [2])]),
+                        {"shape": np.array(TIB4, np.int64)}),
+    "Tile": (_one_node("Tile", [("x", TensorProto.FLOAT, [1, 1]),
+                                ("repeats", TensorProto.INT64, [2])]),
+             {"x": np.ones((1, 1), np.float32), "repeats": np.array(TIB4, np.int64)}),
+    "Range": (_one_node("Range", [("start", TensorProto.INT64, []),
+                                  ("limit", TensorProto.INT64, []),
+                                  ("delta", TensorProto.INT64, [])], out_type=TensorProto.INT64),
+              {"start": np.array(0, np.int64), "limit": np.array(2**39, np.int64),
+               "delta": np.array(1, np.int64)}),
+    "Pad": (_one_node("Pad", [("x", TensorProto.FLOAT, [1, 1]),
+                              ("pads", TensorProto.INT64, [4])]),
+            {"x": np.ones((1, 1), np.float32),
+             "pads": np.array([0, 0, 2**20 - 1, 2**20 - 1], np.int64)}),
+}
+
+
+@pytest.mark.parametrize("op", sorted(SIZE_CASES))
+def test_a_4_tib_output_from_shape_data_is_refused_before_allocating(monkeypatch, op):
+    monkeypatch.setenv("EP_HOST_MAX_TENSOR_BYTES", str(2**20))
+    model, feeds = SIZE_CASES[op]
+    session = InferenceSession(model.SerializeToString(), ["cpu"])
+    with pytest.raises(ResourceLimitError, match=f"node 'big' \\({op}\\) on provider 'cpu': "
+                                                 "its output would take 4398046511104 bytes.*"
+                                                 "over the limit of 1048576"):
+        session.run(None, feeds)
+
+
+def test_without_a_limit_running_out_of_memory_is_a_resource_limit_error(monkeypatch):
+    monkeypatch.delenv("EP_HOST_MAX_TENSOR_BYTES", raising=False)
+    model, _ = SIZE_CASES["Expand"]
+    session = InferenceSession(model.SerializeToString(), ["cpu"])
+    shape = [2**24, 2**26]  # 4 PiB of float32: more than any address space maps
+    with pytest.raises(ResourceLimitError, match=r"node 'big' \(Expand\) on provider 'cpu' "
+                                                 r"ran out of memory \(requested 4503599627370496 "
+                                                 r"bytes for shape \[16777216, 67108864\]"):
+        session.run(None, {"x": np.ones(1, np.float32), "shape": np.array(shape, np.int64)})
+
+
+def test_a_kernel_out_of_memory_is_named_with_its_node(host, tensors):
+    def greedy(x, y):
+        raise MemoryError("no memory left for the workspace")
+
+    host.register(Lies(FunctionKernel(greedy)), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["cpu"], host=host)
+    with pytest.raises(ResourceLimitError, match="node 'add' \\(Add\\) on provider 'cpu' ran out "
+                                                 "of memory: MemoryError: no memory left"):
+        session.run(None, {"x": tensors.x, "y": tensors.y})
+
+
+def test_under_the_limit_the_same_ops_still_compute(monkeypatch):
+    monkeypatch.setenv("EP_HOST_MAX_TENSOR_BYTES", str(2**20))
+    model, _ = SIZE_CASES["Expand"]
+    session = InferenceSession(model.SerializeToString(), ["cpu"])
+    (y,) = session.run(None, {"x": np.full(1, 3.0, np.float32),
+                              "shape": np.array([4, 5], np.int64)})
+    np.testing.assert_array_equal(y, np.full((4, 5), 3.0, np.float32))
