@@ -23,6 +23,7 @@ from ep_host.errors import (
 )
 from ep_host.hookspecs import hookimpl, hookspec
 from ep_host.kernel import FunctionKernel, Kernel
+from ep_host.limits import check_allocation
 from ep_host.match import (
     CaptureSupport,
     Decline,
@@ -80,6 +81,7 @@ __all__ = [
     "ModelLoadError", "ModelValidationError", "NodeView", "PartitionView", "PlacementError",
     "ProviderContext", "ProviderError", "ProviderInfo", "ReasonCode", "ResourceLimitError",
     "RunCancelledError", "RunOptions", "ValueView", "cache_dir", "deny", "dtype",
-    "element_count", "family_factors", "hookimpl", "hookspec", "load_model", "node_model",
+    "check_allocation", "element_count", "family_factors", "hookimpl", "hookspec", "load_model",
+    "node_model",
     "record_kernel_variant", "require", "structural_input_bytes",
 ]

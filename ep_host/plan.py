@@ -29,7 +29,7 @@ from ep_host.kernel import Kernel
 from ep_host.partitions import Group, compiling_groups, execution_order, partition_view, readers
 from ep_host.placement import Placement
 from ep_host.provider import HOST, Device
-from ep_host.runloop import CompiledSteps, StepChecks
+from ep_host.runloop import CompiledSteps, StepChecks, array_kind, read_only
 from ep_host.transfers import implied_transfers
 
 if TYPE_CHECKING:
@@ -44,7 +44,8 @@ class Step:
     """One step of a plan: a kernel computing ``nodes`` on ``provider``, or a device copy.
 
     ``inputs``/``outputs``: value slots (``-1`` for an omitted optional value); ``expect``: per
-    output, the numpy dtype and shape (``None`` where unknown) the kernel must return;
+    output, the numpy dtype, shape (``None`` where unknown) and array kind the kernel must
+    return; ``output_names``: the values the outputs are;
     ``scope``: (outer name, slot) pairs a node's bodies read; ``copy``: (source, destination)
     devices of a copy step; ``lock``: set when the kernel is not thread-safe; ``span``: the trace
     span's arguments (what placement estimated).
@@ -63,6 +64,7 @@ class Step:
     copy: tuple[Device, Device] | None = None
     lock: Any = None
     span: Mapping[str, Any] = field(default_factory=dict)
+    output_names: tuple[str, ...] = ()
 
     @property
     def subject(self) -> str:
@@ -123,17 +125,62 @@ class KernelSource(Protocol):
     def strict(self) -> bool: ...
 
 
-def expected_output(value: ValueView | None) -> tuple[Any, tuple[int | None, ...] | None]:
-    """The numpy dtype and shape (``None`` for dims not known statically) a kernel must return
-    for ``value``, as far as loading inferred them."""
-    if value is None or value.kind != "tensor" or value.dtype is None:
-        return None, None
+def expected_output(value: ValueView | None,
+                    device: Device = HOST) -> tuple[Any, tuple[int | None, ...] | None, Any]:
+    """The numpy dtype, shape (``None`` for dims not known statically) and array kind
+    (:func:`~ep_host.runloop.array_kind`) a kernel on ``device`` must return for ``value``, as
+    far as loading inferred them."""
+    if value is None:
+        return None, None, None
+    kind = array_kind(device, value.kind)
+    if value.kind != "tensor" or value.dtype is None:
+        return None, None, kind
     dtype = value.dtype.numpy
     if dtype is None or np.dtype(dtype).kind in "OUS":
         dtype = None  # strings: kernels may return object or unicode arrays
     shape = None if value.shape is None else tuple(
         d if isinstance(d, int) else None for d in value.shape)
-    return dtype, shape
+    return dtype, shape, kind
+
+
+POOLS_WITH_CEIL_MODE = frozenset({"MaxPool", "AveragePool", "LpPool"})
+
+
+def shapes_inference_gets_wrong(nodes: Iterable[NodeView]) -> tuple[set[str], set[str]]:
+    """Values whose static shape onnx's shape inference may get wrong, as (wrong dims, wrong
+    rank): a kernel is held only to the rank of the first and not at all to the shape of the
+    second. Dims: outputs of a pool with ``ceil_mode=1`` (inference counts a last window that
+    starts in the padding; onnxruntime, like the kernels, drops it). Rank: a Squeeze with an
+    empty ``axes`` (inference squeezes nothing; onnxruntime squeezes every 1). Every value
+    computed from one of them follows it. ``nodes`` in topological order."""
+    dims: set[str] = set()
+    rank: set[str] = set()
+    for node in nodes:
+        read = {v.name for v in node.inputs if v is not None}
+        outputs = [v.name for v in node.outputs if v is not None]
+        if (read & rank) or _empty_squeeze(node):
+            rank.update(outputs)
+        elif (read & dims) or (node.op_type in POOLS_WITH_CEIL_MODE and node.domain == "ai.onnx"
+                               and node.attributes.get("ceil_mode")):
+            dims.update(outputs)
+    return dims, rank
+
+
+def _empty_squeeze(node: NodeView) -> bool:
+    if node.op_type != "Squeeze" or node.domain != "ai.onnx":
+        return False
+    if node.attributes.get("axes") is not None:
+        return len(node.attributes["axes"]) == 0
+    axes = node.inputs[1] if len(node.inputs) > 1 else None
+    return axes is not None and axes.is_constant and axes.value is not None and (
+        axes.value.size == 0)
+
+
+def _loosened(expect: tuple[Any, Any, Any], rank: bool) -> tuple[Any, Any, Any]:
+    dtype, shape, kind = expect
+    if rank or shape is None:
+        return dtype, None, kind
+    return dtype, (None,) * len(shape), kind
 
 
 def captured_names(node: NodeView) -> set[str]:
@@ -177,6 +224,14 @@ class _Builder:
         self.steps: list[Step] = []
         self.device_graphs: list[PartitionCapture] = []
         self.partitions = 0  # partitions compiled so far, for their names
+        self.wrong_dims, self.wrong_rank = shapes_inference_gets_wrong(placement.table.nodes)
+
+    def expect(self, value: ValueView | None, device: Device) -> tuple[Any, Any, Any]:
+        expect = expected_output(value, device)
+        if value is None or value.name not in self.wrong_dims and value.name not in (
+                self.wrong_rank):
+            return expect
+        return _loosened(expect, rank=value.name in self.wrong_rank)
 
     def slot(self, name: str, device: Device) -> int:
         key = (name, device.name)
@@ -190,7 +245,10 @@ class _Builder:
             return self.slots[(value.name, device.name)]
         if value.is_constant and value.name not in self.home:
             s = self.slot(value.name, device)
-            self.constants[s] = device.upload(value.value)
+            constant = device.upload(value.value)
+            # no kernel may change a constant for the next run, or for another session
+            self.constants[s] = read_only(constant) if constant.__class__ is np.ndarray else (
+                constant)
             return s
         src = self.home[value.name]
         src_slot = self.slots[(value.name, src.name)]
@@ -279,9 +337,10 @@ class _Builder:
                 "bytes": cost.bytes_moved, "flops": cost.flops, "estimated_us": cost.total_us}
         return Step(node.name, node.qualified_op, "node", (node,), kernel, provider,
                     tuple(in_slots), tuple(out_slots),
-                    expect=tuple(expected_output(v) for v in node.outputs), scope=scope,
+                    expect=tuple(self.expect(v, device) for v in node.outputs), scope=scope,
                     lock=None if kernel.thread_safe else threading.Lock(),
-                    span=MappingProxyType(span))
+                    span=MappingProxyType(span),
+                    output_names=tuple(v.name if v is not None else "" for v in node.outputs))
 
     def partition_steps(self, group: Group, read_by: Mapping[str, set[str]]) -> list[Step]:
         """The group as one step with the kernel its provider compiled; when the compile fails,
@@ -318,9 +377,11 @@ class _Builder:
                 "bytes": sum(c.bytes_moved for c in costs), "flops": sum(c.flops for c in costs),
                 "estimated_us": sum(c.total_us for c in costs)}
         return [Step(view.name, op, "partition", group.nodes, kernel, provider, in_slots,
-                     tuple(out_slots), expect=tuple(expected_output(v) for v in view.outputs),
+                     tuple(out_slots),
+                     expect=tuple(self.expect(v, device) for v in view.outputs),
                      lock=None if kernel.thread_safe else threading.Lock(),
-                     span=MappingProxyType(span))]
+                     span=MappingProxyType(span),
+                     output_names=tuple(v.name for v in view.outputs))]
 
     def kernel(self, node: NodeView, provider: str) -> tuple[Kernel, str]:
         """The kernel for ``node`` from ``provider``; when that fails, from the next provider
@@ -432,8 +493,9 @@ class _Builder:
         return [Step(name, f"device graph of {len(part)} nodes", "partition",
                      tuple(n for s in part for n in s.nodes), kernel, provider,
                      tuple(inputs), tuple(outputs),
-                     expect=tuple(expected_output(v) for v in views),
-                     lock=threading.Lock(), span=MappingProxyType(span))]
+                     expect=tuple(self.expect(v, device) for v in views),
+                     lock=threading.Lock(), span=MappingProxyType(span),
+                     output_names=tuple(names[s] for s in outputs))]
 
 
 def release_points(steps: Sequence[Step], keep: frozenset[int]) -> tuple[tuple[int, ...], ...]:

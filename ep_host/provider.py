@@ -29,6 +29,11 @@ class Device:
     the device's queued work is done, and ``capture(fn)``, which records ``fn()`` (a function
     that runs a partition on fixed buffers) once and returns a function that replays it. Both
     are ``None`` when the device has no such thing.
+
+    ``array_type``: the class (or tuple of classes) of the device's arrays, such as
+    ``cupy.ndarray``; a kernel on the device whose output is not one fails the run. ``None``: the
+    host refuses only what is no array on any device (a list, a generator...). Host arrays are
+    always exactly ``numpy.ndarray``.
     """
 
     name: str = "cpu"
@@ -39,6 +44,7 @@ class Device:
     from_host: Any = None
     synchronize: Any = None
     capture: Any = None
+    array_type: Any = None
 
     @property
     def is_host(self) -> bool:

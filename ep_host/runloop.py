@@ -9,6 +9,7 @@ recording runs its steps through it too. :class:`PlanRun` runs a whole plan.
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +18,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 
 from ep_host.cost import element_count
-from ep_host.errors import KernelError, ResourceLimitError, RunCancelledError, describe_exception
+from ep_host.errors import (
+    HostError,
+    KernelError,
+    ResourceLimitError,
+    RunCancelledError,
+    describe_exception,
+)
 
 if TYPE_CHECKING:
     from ep_host.plan import Plan, Step
@@ -46,30 +53,119 @@ def _worth_donating(dtype: Any, shape: tuple[Any, ...] | None) -> bool:
     return element_count(shape) * np.dtype(dtype).itemsize >= DONATE_BYTES
 
 
+OPAQUE = "opaque"
+"""An output's array kind on a device that does not say what its arrays are."""
+
+ANY_VALUE = "any value"
+"""An output's kind on the host when loading could not tell tensor from sequence or map."""
+
+_NEVER_ARRAYS = (list, tuple, dict, set, frozenset, str, bytes, bool, int, float, complex)
+
+
+def array_kind(device: Any, value_kind: str) -> Any:
+    """What an output of ``value_kind`` ("tensor", "sequence", ...) must be on ``device``: a
+    class (or tuple of classes), :data:`OPAQUE`, :data:`ANY_VALUE` or ``None`` (not checked)."""
+    if value_kind not in ("tensor", "unknown"):
+        return None
+    if device.is_host:
+        return np.ndarray if value_kind == "tensor" else ANY_VALUE
+    return device.array_type if device.array_type is not None else OPAQUE
+
+
+def not_an_array(out: Any, kind: Any) -> str:
+    """Why ``out`` is not an output of ``kind`` (see :func:`array_kind`); ``""`` when it is."""
+    if kind is None:
+        return ""
+    if kind is np.ndarray:
+        ok = out.__class__ is np.ndarray
+    elif kind is ANY_VALUE:
+        ok = out is None or out.__class__ in (np.ndarray, list, dict)
+    elif kind is OPAQUE:
+        ok = out is not None and not isinstance(out, _NEVER_ARRAYS) and not (
+            hasattr(out, "__next__") or hasattr(out, "__await__"))
+    else:
+        ok = isinstance(out, kind)
+    if ok:
+        return ""
+    cls = type(out)
+    name = cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    want = ("an array" if kind in (OPAQUE, ANY_VALUE) else
+            " or ".join(f"{k.__module__}.{k.__qualname__}"
+                        for k in (kind if isinstance(kind, tuple) else (kind,))))
+    return f"type {name}, expected {want}"
+
+
+class RunToken:
+    """What a cancellable run reads before every step: ``terminate`` is true once the caller's
+    ``RunOptions.terminate`` is set or the run's time is up (``expire``); ``at`` names the step
+    running now (for the message of a run abandoned by its timeout)."""
+
+    __slots__ = ("options", "expired", "at")
+
+    def __init__(self, options: Any = None):
+        self.options = options
+        self.expired = False
+        self.at = ""
+
+    @property
+    def terminate(self) -> bool:
+        return self.expired or bool(getattr(self.options, "terminate", False))
+
+
+CURRENT_RUN: contextvars.ContextVar[RunToken | None] = contextvars.ContextVar(
+    "ep_host_current_run", default=None)
+"""The token of the cancellable run this thread is in, so that control-flow bodies (a Loop's
+body, run once per iteration) stop too."""
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    """``array``'s data as a read-only array that no kernel can make writeable: its base is a
+    read-only buffer, not ``array``, so ``flags.writeable = True`` is refused (numpy checks the
+    base). Arrays that export no buffer (objects, strings) are copied first."""
+    if array.flags.c_contiguous and not array.dtype.hasobject:
+        try:
+            flat = np.frombuffer(memoryview(array).toreadonly(), array.dtype)
+        except (TypeError, ValueError, BufferError):
+            pass
+        else:
+            return flat.reshape(array.shape)
+    owner = np.array(array, copy=True, order="C")
+    owner.flags.writeable = False
+    view = owner.view()  # its base is the read-only copy, which no kernel is handed
+    return view
+
+
 class StepChecks:
     """What a step does with what its kernel returned, for every kind of run.
 
     A kernel's ``run`` returns a sequence with an entry per wanted output; a numpy scalar
-    becomes a 0-d array; an output of the wrong dtype is an error; one whose shape differs from
-    the inferred one is a warning in ``warnings`` (once per node and output), an error when
-    ``strict``; with ``max_tensor_bytes`` an output over the limit is an error. Every failure
-    names the model (``label``), the step and its provider.
+    becomes a 0-d array; every tensor output must be an array of its device's array type
+    (exactly ``numpy.ndarray`` on the host), of the declared dtype and, where shape inference
+    knows it, of the static shape, or the step fails with a :class:`KernelError`; with
+    ``max_tensor_bytes`` an output over the limit is an error. Every failure names the model
+    (``label``), the step, its provider and the output.
     """
 
-    def __init__(self, label: str, *, strict: bool = False, max_tensor_bytes: int | None = None,
+    def __init__(self, label: str, *, max_tensor_bytes: int | None = None,
                  warnings: list[str] | None = None):
         self.label = label
-        self.strict = strict
         self.max_tensor_bytes = max_tensor_bytes
         self.warnings = [] if warnings is None else warnings
-        self._warned: set[tuple[str, int]] = set()
 
-    def failure(self, step: Step, exc: BaseException) -> KernelError:
-        """The error for a step that raised ``exc``: the copy, or the step and its provider."""
+    def failure(self, step: Step, exc: BaseException) -> HostError:
+        """The error for a step that raised ``exc``: the copy, or the step and its provider; a
+        kernel out of memory (or over the size limit before allocating) is a
+        :class:`ResourceLimitError`."""
         if step.copy is not None:
             src, dst = step.copy
             return KernelError(f"{self.label}: copying a tensor from {src.name} to {dst.name} "
                                f"failed: {describe_exception(exc)}")
+        where = f"{self.label}: {step.subject} ({step.op}) on provider {step.provider!r}"
+        if isinstance(exc, ResourceLimitError):
+            return ResourceLimitError(f"{where}: {exc}")
+        if isinstance(exc, MemoryError):
+            return ResourceLimitError(f"{where} ran out of memory{_requested(exc)}: "
+                                      f"{describe_exception(exc)}")
         return KernelError(f"{self.label}: {step.subject} ({step.op}) failed on provider "
                            f"{step.provider!r}: {describe_exception(exc)}")
 
@@ -85,7 +181,7 @@ class StepChecks:
     def called(self, step: Step, out: Any) -> Any:
         """The full check of what ``Kernel.call`` returned (it may be a tuple of outputs, of
         which the first is the one wanted)."""
-        if type(out) is tuple:
+        if type(out) is tuple and out:
             out = out[0]
         return self.output(step, 0, out)
 
@@ -96,7 +192,10 @@ class StepChecks:
             out = np.asarray(out)
         if index >= len(step.expect):
             return out
-        dtype, shape = step.expect[index]
+        dtype, shape, kind = step.expect[index]
+        problem = not_an_array(out, kind)
+        if problem:
+            self._bad_output(step, index, problem)
         got_dtype = getattr(out, "dtype", None)
         got_shape = getattr(out, "shape", None)
         if dtype is not None and got_dtype is not None and got_dtype != dtype:
@@ -105,7 +204,9 @@ class StepChecks:
                 len(got_shape) != len(shape)
                 or any(w is not None and w != g for w, g in zip(shape, got_shape,
                                                                strict=False))):
-            self._bad_shape(step, index, got_shape, shape)
+            self._bad_output(step, index, f"shape {list(got_shape)}, expected "
+                                          f"{[d if d is not None else '?' for d in shape]} "
+                                          "(by shape inference)")
         limit = self.max_tensor_bytes
         if limit is not None and getattr(out, "nbytes", 0) > limit:
             # shapes known only now are checked right after the kernel returns; the tensor
@@ -113,31 +214,51 @@ class StepChecks:
             raise ResourceLimitError(
                 f"{self.label}: output {index} of {step.subject} ({step.op}) on provider "
                 f"{step.provider!r} takes {out.nbytes} bytes (shape {list(got_shape or ())}), "
-                f"over the limit of {limit} (max_tensor_bytes / EP_HOST_MAX_TENSOR_BYTES)")
+                f"over the limit of {limit} (max_tensor_bytes / EP_HOST_MAX_TENSOR_BYTES)"
+                f"{_output_name(step, index)}")
         return out
 
-    def cancelled(self, step: Step) -> NoReturn:
-        where = "a device copy" if step.copy is not None else step.subject
-        raise RunCancelledError(
-            f"{self.label}: the run was cancelled (RunOptions.terminate) before {where}")
+    def copied(self, step: Step, out: Any) -> Any:
+        """What a copy to the host returned: it must be a numpy array (a numpy scalar becomes a
+        0-d array)."""
+        if isinstance(out, np.generic):
+            return np.asarray(out)
+        if out.__class__ is not np.ndarray:
+            src, _ = step.copy  # type: ignore[misc]
+            raise KernelError(
+                f"{self.label}: device {src.name!r} returned {not_an_array(out, np.ndarray)} "
+                f"when {step.name} ({src.name} -> host) was copied (Device.to_host)")
+        return out
 
-    def _bad_shape(self, step: Step, index: int, got: Any, want: tuple[Any, ...]) -> None:
-        """onnx's shape inference is sometimes wrong (MaxPool's ceil_mode, Squeeze), so a shape
-        that differs from the inferred one is an error only when strict; otherwise a warning,
-        once per step and output."""
-        what = f"shape {list(got)}, expected {[d if d is not None else '?' for d in want]}"
-        if self.strict:
-            self._bad_output(step, index, what)
-        key = (step.name, index)
-        if key not in self._warned:
-            self._warned.add(key)
-            self.warnings.append(
-                f"{step.subject} ({step.op}) on provider {step.provider!r} returned output "
-                f"{index} with {what} (by shape inference)")
+    def cancelled(self, step: Step | None, cancel: Any = None, graph: str = "") -> NoReturn:
+        where = (f"body {graph!r}" if step is None else "a device copy"
+                 if step.copy is not None else step.subject)
+        why = ("its time limit (RunOptions.timeout_s) ran out"
+               if getattr(cancel, "expired", False) else "RunOptions.terminate")
+        raise RunCancelledError(f"{self.label}: the run was cancelled ({why}) before {where}")
 
     def _bad_output(self, step: Step, index: int, what: str) -> NoReturn:
         raise KernelError(f"{self.label}: {step.subject} ({step.op}) on provider "
-                          f"{step.provider!r} returned output {index} with {what}")
+                          f"{step.provider!r} returned output {index} with {what}"
+                          f"{_output_name(step, index)}")
+
+
+def _output_name(step: Step, index: int) -> str:
+    names = step.output_names
+    return f" (value {names[index]!r})" if index < len(names) else ""
+
+
+def _requested(exc: BaseException) -> str:
+    """`` (requested N bytes, shape [...])`` from numpy's allocation error, when it says."""
+    shape = getattr(exc, "shape", None)
+    dtype = getattr(exc, "dtype", None)
+    if shape is None or dtype is None:
+        return ""
+    try:
+        nbytes = element_count(tuple(shape)) * np.dtype(dtype).itemsize
+    except (TypeError, ValueError):
+        return ""
+    return f" (requested {nbytes} bytes for shape {list(shape)} of {np.dtype(dtype)})"
 
 
 class CompiledSteps:
@@ -171,7 +292,8 @@ class CompiledSteps:
             "chk": lambda i, j, v: checks.output(steps[i], j, v),
             "chk1": lambda i, v: checks.called(steps[i], v),
             "chkn": lambda i, r: checks.count(steps[i], r),
-            "stop": lambda i: checks.cancelled(steps[i]),
+            "chkc": lambda i, v: checks.copied(steps[i], v),
+            "stop": lambda i, c: checks.cancelled(steps[i], c),
             "getattr": getattr,
         }
         if tracer is not None:
@@ -192,14 +314,20 @@ class CompiledSteps:
             args = ", ".join(ref(s) for s in step.inputs)
             indent = "    "
             if cancellable:
-                emit(f"{indent}if cancel.terminate: stop({i})", i, own=True)
+                names[f"n{i}"] = step.subject if step.copy is None else step.name
+                emit(f"{indent}if cancel.terminate: stop({i}, cancel)", i, own=True)
+                emit(f"{indent}cancel.at = n{i}", i, own=True)
             if tracer is not None:
                 indent = self._emit_span(names, i, step, args, indent)
             release = tuple(releases[i]) if releases else ()
             if step.copy is not None:
                 src, dst = step.copy
                 names[f"down{i}"], names[f"up{i}"] = src.download, dst.upload
-                emit(f"{indent}v{step.outputs[0]} = up{i}(down{i}({args}))", i)
+                out = step.outputs[0]
+                emit(f"{indent}v{out} = up{i}(down{i}({args}))", i)
+                if dst.is_host:
+                    emit(f"{indent}if v{out}.__class__ is not nd: v{out} = chkc({i}, v{out})", i,
+                         own=True)
             else:
                 self._emit_node(names, i, step, args, release, keep, ref, indent)
             for s in release:
@@ -215,7 +343,7 @@ class CompiledSteps:
             return self._run(values, cancel)
         except Exception as exc:
             line = self._failed_line(exc.__traceback__)
-            if line is None or line in self._own:
+            if line is None or line in self._own or isinstance(exc, RunCancelledError):
                 raise
             raise self.checks.failure(self.steps[self._owner[line - 1]], exc) from exc
 
@@ -260,7 +388,7 @@ class CompiledSteps:
             names[f"k{i}"] = kernel.call
             out = step.outputs[0]
             donor = _donor(step, release, keep)
-            dtype, shape = step.expect[0] if step.expect else (None, None)
+            dtype, shape, kind = step.expect[0] if step.expect else (None, None, None)
             if donor is not None and _worth_donating(dtype, shape):
                 # the donor must be the output's own dtype and shape, held by nothing else
                 names[f"t{i}_d"] = np.dtype(dtype)
@@ -272,7 +400,7 @@ class CompiledSteps:
                 emit(f"{indent}d = None", i)
             else:
                 emit(f"{indent}v{out} = k{i}({args})", i)
-            self._emit_check(names, i, 0, out, (dtype, shape), indent, called=True)
+            self._emit_check(names, i, 0, out, (dtype, shape, kind), indent, called=True)
             return
         names[f"k{i}"] = kernel.run
         call_args = ", ".join(a for a in (args, scope) if a)
@@ -283,30 +411,31 @@ class CompiledSteps:
             if s < 0:
                 continue
             emit(f"{indent}v{s} = r[{j}]", i)
-            expect = step.expect[j] if j < len(step.expect) else (None, None)
+            expect = step.expect[j] if j < len(step.expect) else (None, None, None)
             self._emit_check(names, i, j, s, expect, indent)
         emit(f"{indent}r = None", i)
 
     def _emit_check(self, names: dict[str, Any], i: int, j: int, s: int,
-                    expect: tuple[Any, Any], indent: str, called: bool = False) -> None:
+                    expect: tuple[Any, Any, Any], indent: str, called: bool = False) -> None:
         """The quick test of one output, falling back to the full check when it fails;
         ``called``: the value came from ``Kernel.call``, which may return a tuple."""
         full = f"chk1({i}, v{s})" if called else f"chk({i}, {j}, v{s})"
-        dtype, shape = expect
-        if self._check_all or (dtype is None and shape is not None):
+        dtype, shape, kind = expect
+        if self._check_all or kind is not np.ndarray:
+            # no quick test but on the host (a sequence, a device's array): the full check
             self._emit(f"{indent}v{s} = {full}", i, own=True)
             return
         test = f"v{s}.__class__ is not nd"
         if dtype is not None:
             names[f"t{i}_{j}"] = np.dtype(dtype)
             test += f" or v{s}.dtype is not t{i}_{j}"
-            if shape is not None:
-                if all(d is not None for d in shape):
-                    test += f" or v{s}.shape != {tuple(shape)!r}"
-                else:
-                    test += f" or v{s}.ndim != {len(shape)}"
-                    test += "".join(f" or v{s}.shape[{a}] != {d}"
-                                    for a, d in enumerate(shape) if d is not None)
+        if shape is not None:
+            if all(d is not None for d in shape):
+                test += f" or v{s}.shape != {tuple(shape)!r}"
+            else:
+                test += f" or v{s}.ndim != {len(shape)}"
+                test += "".join(f" or v{s}.shape[{a}] != {d}"
+                                for a, d in enumerate(shape) if d is not None)
         self._emit(f"{indent}if {test}: v{s} = {full}", i, own=True)
 
     def _failed_line(self, tb: Any) -> int | None:
@@ -358,17 +487,28 @@ class PlanRun:
     def run(self, feeds: Mapping[str, Any], scope: Mapping[str, Any] | None = None,
             names: Sequence[str] | None = None, cancel: Any = None) -> list[Any]:
         """Run with inputs by name (already checked) and the outer values the graph reads;
-        returns the outputs named in ``names`` (default: all). ``cancel``: a ``RunOptions``."""
+        returns the outputs named in ``names`` (default: all). ``cancel``: a ``RunOptions`` or
+        a :class:`RunToken`; a body run inside a cancellable run takes that run's token."""
         plan = self.plan
         values = {plan.input_slots[name]: value for name, value in feeds.items()}
         for name, s in plan.outer_slots.items():
             values[s] = scope[name]  # type: ignore[index]
         if cancel is None:
+            cancel = CURRENT_RUN.get()
+        if cancel is None:
             outs = self.plain(values)
         else:
+            if cancel.__class__ is not RunToken:
+                cancel = RunToken(cancel)
+            if cancel.terminate:  # a body with no steps, run once per Loop iteration
+                self.checks.cancelled(None, cancel, plan.graph_name)
             if self._cancellable is None:
                 self._cancellable = self._compile(cancellable=True)
-            outs = self._cancellable(values, cancel)
+            entered = CURRENT_RUN.set(cancel)
+            try:
+                outs = self._cancellable(values, cancel)
+            finally:
+                CURRENT_RUN.reset(entered)
         if names is None or names is plan.output_names:
             return outs
         return [outs[self._index[n]] for n in names]

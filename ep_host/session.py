@@ -7,7 +7,10 @@ that places and compiles control-flow bodies with the same providers.
 
 from __future__ import annotations
 
+import contextvars
 import os
+import sys
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -23,16 +26,18 @@ from ep_host.errors import (
     InputError,
     KernelError,
     ResourceLimitError,
+    RunCancelledError,
     describe_exception,
 )
 from ep_host.graph import GraphView, NodeView, ValueView
 from ep_host.kernel import Kernel
+from ep_host.limits import MAX_TENSOR_BYTES
 from ep_host.loading import Model, load_model
 from ep_host.optimize import optimize
 from ep_host.placement import Placement, choose
 from ep_host.plan import Plan, Step, build_plan
 from ep_host.provider import HOST, Device
-from ep_host.runloop import PlanRun, StepChecks
+from ep_host.runloop import PlanRun, RunToken, StepChecks, read_only
 from ep_host.subgraph import PartitionView
 from ep_host.threads import BlasThreads, default_threads
 from ep_host.tracing import Tracer
@@ -93,14 +98,37 @@ def max_tensor_bytes_from_env() -> int | None:
     return value if value > 0 else None
 
 
+def run_timeout_from_env() -> float | None:
+    """``EP_HOST_RUN_TIMEOUT``: seconds a run may take (no limit when unset, empty or 0)."""
+    raw = os.environ.get("EP_HOST_RUN_TIMEOUT", "").strip()
+    try:
+        value = float(raw) if raw else 0.0
+    except ValueError as exc:
+        raise InputError(f"EP_HOST_RUN_TIMEOUT={raw!r} is not a number of seconds") from exc
+    if value < 0 or value != value or value == float("inf"):
+        raise InputError(f"EP_HOST_RUN_TIMEOUT={raw!r} must be a finite number of seconds >= 0")
+    return value or None
+
+
 class RunOptions:
     """onnxruntime's ``RunOptions``: set ``terminate = True``, from any thread, to cancel the
-    runs given these options; each stops before its next step with :class:`RunCancelledError`."""
+    runs given these options; each stops before its next step (and a Loop or Scan before its
+    body's next step) with :class:`RunCancelledError`.
+
+    ``timeout_s``: abandon the run with :class:`RunCancelledError` when it has not finished
+    after this many seconds (default: ``EP_HOST_RUN_TIMEOUT``, else none). The run then goes on
+    a worker thread that the caller stops waiting for; Python cannot interrupt a step that is
+    running, so a kernel stuck in C code (a BLAS call, a runtime it wraps) or in a loop that
+    never returns keeps its thread and CPU until it does, and the abandoned run stops at its next
+    step. A kernel that is not thread-safe holds its lock that long, so later runs wait for it
+    (give them a timeout too).
+    """
 
     def __init__(self) -> None:
         self.terminate = False
         self.run_tag = ""
         self.log_severity_level = 2
+        self.timeout_s: float | None = None
 
 
 class CompiledGraph:
@@ -142,8 +170,8 @@ class _Runtime:
         self.options = options
         self.strategy = strategy
         self.device_graphs = device_graphs
-        self.checks = StepChecks(model.label, strict=host.strict,
-                                 max_tensor_bytes=max_tensor_bytes, warnings=model.warnings)
+        self.checks = StepChecks(model.label, max_tensor_bytes=max_tensor_bytes,
+                                 warnings=model.warnings)
 
     def device(self, provider: str) -> Device:
         info = self.host.records[provider].info
@@ -291,6 +319,7 @@ class InferenceSession:
                                     else intra_op_num_threads)
         if max_tensor_bytes is None:
             max_tensor_bytes = max_tensor_bytes_from_env()
+        self._run_timeout = run_timeout_from_env()
         if trace is None or isinstance(trace, Tracer):
             self.tracer, self._trace_path = trace, None
         else:
@@ -364,13 +393,63 @@ class InferenceSession:
             )
         feeds = self._check_inputs(input_feed)
         cancel = run_options if getattr(run_options, "terminate", None) is not None else None
+        timeout = getattr(run_options, "timeout_s", None) or self._run_timeout
+        limit = self._runtime.max_tensor_bytes
+        limited = MAX_TENSOR_BYTES.set(limit) if limit is not None else None
+        try:
+            outputs = self._run_plan(feeds, names, cancel, timeout)
+        finally:
+            if limited is not None:
+                MAX_TENSOR_BYTES.reset(limited)
+        return hand_out(outputs)
+
+    def _run_plan(self, feeds: dict[str, Any], names: list[str], cancel: Any,
+                  timeout: float | None) -> list[Any]:
         with self._threads:
-            if self.tracer is None:
+            if timeout:
+                outputs = self._run_with_timeout(feeds, names, cancel, timeout)
+            elif self.tracer is None:
                 outputs = self._run.run(feeds, names=names, cancel=cancel)
             else:
                 with self.tracer.span("run", "session", model=self._model.label):
                     outputs = self._run.run(feeds, names=names, cancel=cancel)
-        return [_output(v) for v in outputs]
+        return outputs
+
+    def _run_with_timeout(self, feeds: dict[str, Any], names: list[str], cancel: Any,
+                          timeout: float) -> list[Any]:
+        """The run on a worker thread, waited for ``timeout`` seconds; then it is told to stop
+        at its next step and abandoned (see :class:`RunOptions`)."""
+        token = RunToken(cancel)
+        done = threading.Event()
+        result: dict[str, Any] = {}
+        context = contextvars.copy_context()
+
+        def work() -> None:
+            try:
+                if self.tracer is None:
+                    result["outputs"] = context.run(self._run.run, feeds, names=names,
+                                                    cancel=token)
+                else:
+                    with self.tracer.span("run", "session", model=self._model.label):
+                        result["outputs"] = context.run(self._run.run, feeds, names=names,
+                                                        cancel=token)
+            except BaseException as exc:  # handed to the caller, whatever it is
+                result["error"] = exc
+            finally:
+                done.set()
+
+        worker = threading.Thread(target=work, name="ep-host-run", daemon=True)
+        worker.start()
+        if not done.wait(timeout):
+            token.expired = True
+            running = f" while {token.at} was running" if token.at else ""
+            raise RunCancelledError(
+                f"{self._model.label}: the run did not finish within {timeout:g} s "
+                f"(RunOptions.timeout_s / EP_HOST_RUN_TIMEOUT) and was abandoned{running}; "
+                "its thread stops at the next step, a step that never returns keeps it")
+        if "error" in result:
+            raise result.pop("error")
+        return result.pop("outputs")
 
     def _check_inputs(self, feed: Mapping[str, Any]) -> dict[str, Any]:
         label = self._model.label
@@ -432,21 +511,55 @@ class InferenceSession:
                                 f"{label}: dim {want!r} is {prev[0]} in input {prev[1]!r} "
                                 f"but {got} in input {name!r}"
                             )
-            out[name] = _readonly_view(array)
+            out[name] = read_only(array)
         return out
 
 
+def hand_out(outputs: list[Any]) -> list[Any]:
+    """The run's outputs as the caller's own: an array that something else may still hold or
+    write (a kernel's persistent buffer, a constant, an input, a view of any of them, another
+    output) is copied; one made fresh by this run and held by nothing else is handed over."""
+    return [_output(v) for v in outputs]
+
+
 def _output(value: Any) -> Any:
-    if isinstance(value, np.ndarray) and not value.flags.writeable:
-        return value.copy()  # constants and inputs are read-only; never hand out session state
+    if value.__class__ is np.ndarray:
+        base = value.base
+        if base is None:
+            if value.flags.owndata and value.flags.writeable and (
+                    sys.getrefcount(value) <= _SOLE[0]):
+                return value
+        elif (base.__class__ is np.ndarray and base.flags.owndata and base.flags.writeable
+              and sys.getrefcount(value) <= _SOLE[0] and sys.getrefcount(base) <= _SOLE[1]):
+            return value
+        return value.copy()
     if isinstance(value, np.generic):
         return np.asarray(value)
     if isinstance(value, list):
-        return [_output(v) for v in value]
+        return [v.copy() if isinstance(v, np.ndarray) else _output(v) for v in value]
     return value
 
 
-def _readonly_view(array: np.ndarray) -> np.ndarray:
-    view = array.view()
-    view.flags.writeable = False
-    return view
+def _counts(value: Any) -> tuple[int, int]:
+    """``_output``'s reference counts, statement for statement, for the calibration below."""
+    base = value.base
+    if base is None:
+        return sys.getrefcount(value), 0
+    return sys.getrefcount(value), sys.getrefcount(base)
+
+
+def _calibrate() -> tuple[int, int]:
+    """The reference counts ``_output`` sees for an array only the outputs list holds, and for
+    the base of a view only that view holds (they differ between Python versions)."""
+    def probe(outputs: list[Any]) -> list[tuple[int, int]]:
+        return [_counts(v) for v in outputs]
+
+    owner = np.empty(2)
+    outputs = [owner[:1]]
+    del owner
+    (view_counts,) = probe(outputs)
+    (own_counts,) = probe([np.empty(1)])
+    return own_counts[0], view_counts[1]
+
+
+_SOLE = _calibrate()

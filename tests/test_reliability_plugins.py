@@ -114,7 +114,7 @@ def test_when_every_claimant_fails_to_create_the_error_lists_them(host):
 ], ids=["count", "shape", "dtype", "rank"])
 def test_a_kernel_returning_the_wrong_count_shape_or_dtype_is_a_kernel_error(
         tensors, result, message):
-    host = Host(strict=True)  # a shape differing from onnx's inference is an error only here
+    host = Host(strict=True)
     class Lies(InlineProvider):
         @hookimpl
         def ep_host_create_kernel(self, node, context):
@@ -159,7 +159,7 @@ def test_a_kernel_cannot_write_into_graph_inputs_or_constants(host, victim):
     np.testing.assert_array_equal(w, 1.0)
 
 
-def test_a_shape_differing_from_inference_is_a_warning_by_default(host, tensors):
+def test_a_shape_differing_from_inference_is_an_error_by_default(host, tensors):
     class Lies(InlineProvider):
         @hookimpl
         def ep_host_create_kernel(self, node, context):
@@ -169,10 +169,8 @@ def test_a_shape_differing_from_inference_is_a_warning_by_default(host, tensors)
 
     host.register(Lies("cpu"), "cpu")
     session = InferenceSession(add_relu_model(), providers=["cpu"], host=host)
-    for _ in range(2):
-        assert session.run(None, _x(tensors))[0].shape == (3, 2)
-    warned = [w for w in session.model.warnings if "node 'add'" in w]
-    assert len(warned) == 1 and "shape [3, 2], expected [2, 3]" in warned[0]
+    with pytest.raises(KernelError, match=r"node 'add'.*shape \[3, 2\], expected \[2, 3\]"):
+        session.run(None, _x(tensors))
 
 
 def test_hook_worker_threads_end_with_their_calling_thread():

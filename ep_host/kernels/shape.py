@@ -16,7 +16,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from ep_host import deny, dtype, element_count, require
+from ep_host import check_allocation, deny, dtype, element_count, require
 from ep_host.kernels.helpers import (
     broadcast_shape,
     int_list,
@@ -306,7 +306,9 @@ def _broadcast_shape(a, b):
 
 @kernel("Expand", 8, 13, dtypes=MOVABLE, host_inputs=(1,), family="data_movement")
 def expand(xp, data, shape):
-    return xp.broadcast_to(data, _broadcast_shape(data.shape, int_list(shape))).copy()
+    out_shape = _broadcast_shape(data.shape, int_list(shape))
+    check_allocation(out_shape, data.dtype)
+    return xp.broadcast_to(data, out_shape).copy()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -559,6 +561,7 @@ def check_constant_of_shape(node, provider):
         check=check_constant_of_shape, family="data_movement")
 def constant_of_shape(xp, shape, *, value=None):
     dims = tuple(int_list(shape))
+    check_allocation(dims, xp.float32 if value is None else value.dtype)
     if value is None:
         return xp.zeros(dims, dtype=xp.float32)
     return xp.full(dims, value.reshape(-1)[0], dtype=value.dtype)
@@ -584,10 +587,12 @@ def range_(xp, start, limit, delta, *, stash_type=1):
     if out_type.kind in "iu":
         s, d = int(start), int(delta)
         n = max(-((s - int(limit)) // d), 0)  # ceil((limit - start) / delta), exactly
+        check_allocation((n,), xp.int64)
         return (xp.arange(n, dtype=xp.int64) * d + s).astype(out_type)
     work = xp.float32 if out_type.itemsize == 2 and out_type.kind not in "iu" else out_type
     s, lim, d = (float(v.astype(work)) for v in (start, limit, delta))
     n = max(math.ceil((lim - s) / d), 0)
+    check_allocation((n,), work)
     return (xp.arange(n, dtype=work) * d + s).astype(out_type, copy=False)
 
 
@@ -631,6 +636,21 @@ def constant(xp, *, array=None):
 # ---------------------------------------------------------------------------------------------
 
 
+def _check_padded(data, pads, axes=None):
+    """The size limit, checked on the padded shape before anything is allocated (pads that do
+    not fit the axes are left to ``pad_axes`` to refuse)."""
+    pads = int_list(pads)
+    n = len(pads) // 2
+    chosen = list(range(data.ndim)) if axes is None else [a % data.ndim if data.ndim else a
+                                                          for a in int_list(axes)]
+    if len(chosen) != n or any(not 0 <= a < data.ndim for a in chosen):
+        return
+    dims = list(data.shape)
+    for i, a in enumerate(chosen):
+        dims[a] += pads[i] + pads[i + n]
+    check_allocation(dims, data.dtype)
+
+
 def _check_pad(*modes):
     def check(node, provider):
         mode = node.attributes.get("mode", "constant")
@@ -644,24 +664,28 @@ def _check_pad(*modes):
 @kernel("Pad", 18, dtypes=MOVABLE, host_inputs=(1, 3),
         check=_check_pad("constant", "reflect", "edge"), family="data_movement")
 def pad(xp, data, pads, constant_value=None, axes=None, *, mode):
+    _check_padded(data, pads, axes)
     return pad_axes(xp, data, pads, constant_value, mode, axes)
 
 
 @kernel("Pad", 11, 13, dtypes=MOVABLE, host_inputs=(1,),
         check=_check_pad("constant", "reflect", "edge"), family="data_movement")
 def pad_11(xp, data, pads, constant_value=None, *, mode):
+    _check_padded(data, pads)
     return pad_axes(xp, data, pads, constant_value, mode)
 
 
 @kernel("Pad", 2, dtypes=FLOATS, check=_check_pad("constant", "reflect", "edge"),
         family="data_movement")
 def pad_2(xp, data, *, pads, mode, value):
+    _check_padded(data, pads)
     return pad_axes(xp, data, pads, value, mode)
 
 
 @kernel("Pad", 1, dtypes=FLOATS, check=_check_pad("constant", "reflect", "edge"),
         family="data_movement")
 def pad_1(xp, data, *, paddings, mode, value):
+    _check_padded(data, paddings)
     return pad_axes(xp, data, paddings, value, mode)
 
 
@@ -800,6 +824,7 @@ def tile(xp, x, repeats):
     reps = int_list(repeats)
     if len(reps) != x.ndim or min(reps, default=0) < 0:
         raise ValueError(f"repeats {reps} must give a count >= 0 for each of {x.ndim} axes")
+    check_allocation([d * r for d, r in zip(x.shape, reps, strict=True)], x.dtype)
     return xp.tile(x, tuple(reps))
 
 
@@ -807,6 +832,7 @@ def tile(xp, x, repeats):
 def tile_1(xp, x, tiles, axis):
     reps = [1] * x.ndim
     reps[normalize_axis(int_list(axis)[0], x.ndim)] = int_list(tiles)[0]
+    check_allocation([d * r for d, r in zip(x.shape, reps, strict=True)], x.dtype)
     return xp.tile(x, tuple(reps))
 
 
