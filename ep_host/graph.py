@@ -20,7 +20,7 @@ from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto
 from ep_host.dtypes import DType
 from ep_host.dtypes import dtype as to_dtype
 from ep_host.errors import ModelValidationError
-from ep_host.tensors import readonly, tensor_to_array
+from ep_host.tensors import readonly, sparse_to_dense, tensor_to_array
 
 if TYPE_CHECKING:
     from ep_host.loading import Model
@@ -359,6 +359,12 @@ class GraphView:
             values[name] = ValueView(  # dims[:] copies in C; tuple(t.dims) iterates in Python
                 name, "tensor", _dtype_of(t.data_type), tuple(t.dims[:]), tensor=t, model=model
             )
+        for sparse in proto.sparse_initializer:  # run densified
+            t = sparse_to_dense(sparse, model)
+            init_names.add(t.name)
+            values[t.name] = ValueView(
+                t.name, "tensor", _dtype_of(t.data_type), tuple(t.dims), tensor=t, model=model
+            )
         graph_inputs = [(vi, vi.name) for vi in proto.input]
         for vi, name in graph_inputs:
             if name not in init_names:
@@ -530,7 +536,8 @@ def node_reads(n: NodeProto) -> list[str]:
 def _captured(g: GraphProto) -> set[str]:
     """The outer-scope names ``g`` reads (``GraphView.outer_names``; the session still imports
     this name until it switches to that method)."""
-    local = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+    local = ({vi.name for vi in g.input} | {t.name for t in g.initializer}
+             | {sp.values.name for sp in g.sparse_initializer})
     for n in g.node:
         local.update(o for o in n.output if o)
     out = set()

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
+from functools import cache
+from types import MappingProxyType
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -22,6 +24,7 @@ from ep_host.graph import (
     NodeRow,
     ParsedType,
     normalize_domain,
+    op_schema,
     parse_type,
     paused_gc,
     scan_nodes,
@@ -130,7 +133,7 @@ class Model:
         self.optimizations: dict[str, int] = {}
         self.unfused: dict[str, list[NodeProto]] = {}
         self.merged: dict[str, str | None] = {}  # a node rewritten away -> who does its work
-        self.opset_imports = {normalize_domain(o.domain): o.version for o in proto.opset_import}
+        self.opset_imports = _opset_imports(proto, self.label)
         newest = onnx.defs.onnx_opset_version()
         opset = self.opset_imports.get(DEFAULT_DOMAIN, 0)
         if opset > newest:
@@ -141,10 +144,13 @@ class Model:
         self.functions = {(normalize_domain(f.domain), f.name): f for f in proto.functions}
         self._constants: dict[str, np.ndarray] = {}
         rows = scan_nodes(proto.graph)
-        _validate_structure(proto.graph, self.label, self.opset_imports, self.functions, rows)
+        scans = _validate_structure(proto.graph, self.label, self.opset_imports, self.functions,
+                                    rows)
         with_graphs = [i for i, row in enumerate(rows) if row[6]]
         self.value_types = (self._infer_types(with_graphs) if infer_shapes
                             else self._declared_types(proto, with_graphs))
+        for scan, name, since_version in scans:
+            _check_scan_lengths(scan, name, since_version, self.value_types, self.label)
         self.graph = GraphView(proto.graph, self, rows=rows)
 
     # -- types ------------------------------------------------------------------------------
@@ -231,6 +237,11 @@ class Model:
                 for t, keep in zip(initializers, small, strict=True)
                 if not keep and t.name not in inputs
             ])
+        inputs = {vi.name for vi in g.input}
+        g.input.extend([  # sparse initializers: their dense types, no data
+            onnx.helper.make_tensor_value_info(sp.values.name, sp.values.data_type, sp.dims)
+            for sp in sg.sparse_initializer if sp.values.name not in inputs
+        ])
         m.opset_import.extend(src.opset_import)
         m.functions.extend(src.functions)
         return m
@@ -259,13 +270,31 @@ class Model:
 # ---------------------------------------------------------------------------------------------
 
 
+def _opset_imports(proto: ModelProto, label: str) -> dict[str, int]:
+    """Each imported domain's version; a domain imported twice (``""`` and ``"ai.onnx"`` are
+    one domain) is refused, as onnx's checker and onnxruntime refuse it."""
+    opsets: dict[str, int] = {}
+    for o in proto.opset_import:
+        domain = normalize_domain(o.domain)
+        if domain in opsets:
+            raise ModelValidationError(
+                f"{label}: opset_import lists domain {domain!r} twice (versions "
+                f"{opsets[domain]} and {o.version}); a model imports each domain once")
+        opsets[domain] = o.version
+    return opsets
+
+
 def _validate_structure(
     main: GraphProto, label: str, opsets: Mapping[str, int], functions: Mapping[Any, Any],
     rows: list[NodeRow] | None = None,
-) -> None:
+) -> list[tuple[NodeProto, str, int]]:
     """Faults the views would not see or would hide: bodies nested deeper than
-    MAX_GRAPH_DEPTH, ops from a domain the model does not import, a value written twice, a
-    graph output listed twice, initializers whose data does not fit their shape."""
+    MAX_GRAPH_DEPTH, ops from a domain the model does not import, a node its op's schema does
+    not allow (see :func:`_check_node`), a value written twice, a graph output listed twice,
+    initializers whose data does not fit their shape. Returns the Scan nodes (node, name,
+    schema version), whose input lengths are checked once shapes are known."""
+    scans: list[tuple[NodeProto, str, int]] = []
+    schemas: dict[tuple[str, str], SchemaRules | None] = {}
     stack: list[tuple[GraphProto, int, list[NodeRow] | None]] = [(main, 0, rows)]
     while stack:
         g, depth, g_rows = stack.pop()
@@ -279,17 +308,30 @@ def _validate_structure(
         for t in g.initializer:
             check_initializer(t, label)
             defined[t.name] = "an initializer"
+        for sp in g.sparse_initializer:
+            defined[sp.values.name] = "a sparse initializer"
         checked_domains: set[str] = set()
-        for i, (n, op_type, domain, name, _, outputs, has_graphs, has_attributes) in enumerate(
-                g_rows if g_rows is not None else scan_nodes(g)):
+        for i, (n, op_type, domain, name, inputs, outputs, has_graphs, has_attributes) in (
+                enumerate(g_rows if g_rows is not None else scan_nodes(g))):
+            key = (normalize_domain(domain), op_type)
             if domain not in checked_domains:
-                if normalize_domain(domain) not in opsets and (
-                        normalize_domain(domain), op_type) not in functions:
+                if key[0] not in opsets and key not in functions:
                     raise ModelValidationError(
                         f"{label}: node {name or f'{op_type}_{i}'!r} ({op_type}) is in domain "
                         f"{domain!r}, which the model does not import (no opset_import for it)")
-                if (normalize_domain(domain), op_type) not in functions:
+                if key not in functions:
                     checked_domains.add(domain)
+            rules = schemas.get(key, schemas)
+            if rules is schemas:
+                rules = schemas[key] = (None if key in functions
+                                        else schema_rules(key[0], op_type, opsets[key[0]]))
+            if rules is not None:
+                node_label = name or f"{op_type}_{i}"
+                _check_node(n, rules, node_label, inputs, outputs, has_attributes, label)
+                if has_graphs and key[0] == DEFAULT_DOMAIN:
+                    _check_body_counts(n, rules, node_label, label)
+                    if op_type == "Scan":
+                        scans.append((n, node_label, rules.since_version))
             for out in outputs:
                 if out in defined:
                     if not out:
@@ -305,7 +347,7 @@ def _validate_structure(
                         stack.append((a.g, depth + 1, None))
                     elif a.type == AttributeProto.GRAPHS:
                         stack.extend((sub, depth + 1, None) for sub in a.graphs)
-            elif has_attributes and (normalize_domain(domain), op_type) == CONSTANT_OP:
+            elif has_attributes and key == CONSTANT_OP:
                 for a in n.attribute:  # their shapes become the constant values' shapes
                     if a.type == AttributeProto.TENSOR:
                         checked_element_count(a.t, label)
@@ -315,3 +357,151 @@ def _validate_structure(
                 raise ModelValidationError(
                     f"{label}: graph {g.name!r} lists output {vi.name!r} twice")
             seen.add(vi.name)
+    return scans
+
+
+# ---------------------------------------------------------------------------------------------
+# What an op's schema allows
+# ---------------------------------------------------------------------------------------------
+
+
+class SchemaRules(NamedTuple):
+    """What one op schema allows a node: attributes (name -> type), counts of inputs and
+    outputs. ``op`` names the schema as ``"ReduceSum-13"``."""
+
+    op: str
+    since_version: int
+    attributes: Mapping[str, int]
+    required: tuple[str, ...]
+    inputs: tuple[int, int]
+    outputs: tuple[int, int]
+
+
+@cache
+def schema_rules(domain: str, op_type: str, opset: int) -> SchemaRules | None:
+    """The rules of the schema ``op_type`` resolves to at ``opset``; ``None`` when onnx has
+    none (a custom op, or one onnx does not know: providers decline those)."""
+    schema = op_schema(domain, op_type, opset)
+    if schema is None:
+        return None
+    return SchemaRules(
+        f"{op_type}-{schema.since_version}", schema.since_version,
+        MappingProxyType({name: int(a.type) for name, a in schema.attributes.items()}),
+        tuple(name for name, a in schema.attributes.items() if a.required),
+        (schema.min_input, schema.max_input), (schema.min_output, schema.max_output))
+
+
+def _count_rule(what: str, got: int, allowed: tuple[int, int]) -> str | None:
+    low, high = allowed
+    if low <= got <= high:
+        return None
+    takes = (f"{low}" if low == high else f"at least {low}" if high >= 2**31 - 1
+             else f"{low} to {high}")
+    return f"has {got} {what}; its schema takes {takes}"
+
+
+def _check_node(n: NodeProto, rules: SchemaRules, node_label: str, inputs: list[str],
+                outputs: list[str], has_attributes: bool, label: str) -> None:
+    """Refuse a node whose input or output count, attribute names or attribute types its
+    op's schema does not allow, or that lacks a required attribute."""
+    where = f"{label}: node {node_label!r} ({rules.op})"
+    fault = (_count_rule("inputs", len(inputs), rules.inputs)
+             or _count_rule("outputs", len(outputs), rules.outputs))
+    if fault:
+        raise ModelValidationError(f"{where} {fault}")
+    names: set[str] = set()
+    if has_attributes:
+        allowed = rules.attributes
+        for a in n.attribute:
+            expected = allowed.get(a.name)
+            if expected is None:
+                known = ", ".join(sorted(allowed)) or "none"
+                raise ModelValidationError(
+                    f"{where} has attribute {a.name!r}, which {rules.op}'s schema does not "
+                    f"have (its attributes: {known})")
+            if a.name in names:
+                raise ModelValidationError(f"{where} sets attribute {a.name!r} twice")
+            if a.type and a.type != expected:
+                raise ModelValidationError(
+                    f"{where}: attribute {a.name!r} is {_type_name(a.type)}; {rules.op} takes "
+                    f"{_type_name(expected)}")
+            names.add(a.name)
+    for name in rules.required:
+        if name not in names:
+            raise ModelValidationError(
+                f"{where} lacks attribute {name!r}, which {rules.op} requires")
+
+
+def _type_name(code: int) -> str:
+    try:
+        return AttributeProto.AttributeType.Name(code)
+    except ValueError:
+        return f"type {code}"
+
+
+def _graphs(n: NodeProto) -> dict[str, GraphProto]:
+    return {a.name: a.g for a in n.attribute if a.type == AttributeProto.GRAPH}
+
+
+def _check_body_counts(n: NodeProto, rules: SchemaRules, node_label: str, label: str) -> None:
+    """If, Loop and Scan: their bodies' input and output counts against the node's."""
+    op = rules.op.rsplit("-", 1)[0]
+    where = f"{label}: node {node_label!r} ({rules.op})"
+    graphs = _graphs(n)
+    outs = len(n.output)
+    fault = None
+    if op == "If" and "then_branch" in graphs and "else_branch" in graphs:
+        then, other = len(graphs["then_branch"].output), len(graphs["else_branch"].output)
+        if then != other:
+            fault = (f"then_branch has {then} outputs and else_branch {other}; an If's "
+                     "branches produce the same outputs")
+        elif then != outs:
+            fault = f"the node has {outs} outputs but its branches produce {then}; they must agree"
+    elif op == "Loop" and "body" in graphs:
+        body = graphs["body"]
+        carried = len(n.input) - 2
+        if len(body.input) != 2 + carried:
+            fault = (f"body takes {len(body.input)} inputs; with {carried} carried values it "
+                     f"takes {2 + carried} (iteration number, condition, carried values)")
+        elif outs < carried:
+            fault = f"the node has {outs} outputs, fewer than its {carried} carried values"
+        elif len(body.output) != 1 + outs:
+            fault = (f"body produces {len(body.output)} outputs; a Loop with {outs} outputs "
+                     f"needs {1 + outs} (condition, carried values, scan outputs)")
+    elif op == "Scan" and "body" in graphs:
+        body = graphs["body"]
+        fed = len(n.input) - (1 if rules.since_version == 8 else 0)  # Scan-8: sequence_lens
+        scanned = next((a.i for a in n.attribute if a.name == "num_scan_inputs"), 0)
+        if not 0 < scanned <= fed:
+            fault = f"num_scan_inputs is {scanned}, with {fed} state and scan inputs"
+        elif len(body.input) != fed:
+            fault = f"body takes {len(body.input)} inputs; the node feeds it {fed}"
+        elif len(body.output) != outs:
+            fault = f"body produces {len(body.output)} outputs; the node has {outs}"
+    if fault:
+        raise ModelValidationError(f"{where}: {fault}")
+
+
+def _check_scan_lengths(n: NodeProto, node_label: str, since_version: int,
+                        types: Mapping[str, ParsedType], label: str) -> None:
+    """Refuse a Scan whose scan inputs have different known lengths along their scan axes."""
+    scanned = next((a.i for a in n.attribute if a.name == "num_scan_inputs"), 0)
+    names = list(n.input[len(n.input) - scanned:])
+    if since_version == 8:
+        axes = [1] * len(names)  # Scan-8: batch first, then the sequence
+    else:
+        axes = next((list(a.ints) for a in n.attribute if a.name == "scan_input_axes"),
+                    [0] * len(names))
+    lengths = {}
+    for name, axis in zip(names, axes, strict=False):
+        shape = types.get(name, (None, None, None))[2]
+        if shape is None or not -len(shape) <= axis < len(shape):
+            continue
+        dim = shape[axis]
+        if isinstance(dim, int):
+            lengths[name] = dim
+    if len(set(lengths.values())) > 1:
+        found = ", ".join(f"{name!r}: {length}" for name, length in lengths.items())
+        raise ModelValidationError(
+            f"{label}: node {node_label!r} (Scan-{since_version}) scans inputs of different "
+            f"lengths along their scan axes ({found}); every scan input has the same length")

@@ -110,3 +110,58 @@ def check_initializer(t: TensorProto, label: str) -> None:
         raise ModelValidationError(
             f"{label}: tensor {t.name!r} of shape {list(t.dims)} needs {n * typed[1]} values "
             f"in {typed[0]}, it holds {got}")
+
+
+MAX_DENSIFIED_BYTES = 1 << 30  # a sparse initializer densifies to at most this many bytes
+
+
+def sparse_to_dense(sp: onnx.SparseTensorProto, model: Model | None) -> TensorProto:
+    """A sparse initializer as the dense tensor it stands for: its values at its indices (linear
+    ones, or one row of coordinates per value), zero elsewhere, its dtype and dims kept.
+    Raises :class:`ModelValidationError` naming the tensor when it cannot be densified."""
+    label = model.label if model is not None else "<model>"
+    name = sp.values.name
+    where = f"{label}: sparse initializer {name!r}"
+    dims = list(sp.dims)
+    count = checked_element_count(TensorProto(name=name, dims=dims), label)
+    try:
+        dt = to_dtype(sp.values.data_type)
+    except Exception as exc:
+        raise ModelValidationError(
+            f"{where} has unknown data type {sp.values.data_type}") from exc
+    if dt.numpy is None or dt.name == "string" or dt.bits % 8:
+        raise ModelValidationError(
+            f"{where} is of type {dt.name}, which ep-host does not densify; store it dense")
+    if dt.storage_bytes(count) > MAX_DENSIFIED_BYTES:
+        raise ModelValidationError(
+            f"{where} of shape {dims} would take {dt.storage_bytes(count)} bytes dense, over "
+            f"the limit of {MAX_DENSIFIED_BYTES}; ep-host runs sparse initializers densified")
+    values = tensor_to_array(sp.values, model)
+    indices = (tensor_to_array(sp.indices, model) if sp.HasField("indices")
+               else np.zeros((0,), np.int64))
+    if values.ndim != 1:
+        raise ModelValidationError(
+            f"{where}: its values have shape {list(values.shape)}; they must be 1-D")
+    nnz = values.shape[0]
+    if indices.dtype.kind not in "iu" or indices.shape[:1] != (nnz,) or indices.ndim > 2 or (
+            indices.ndim == 2 and indices.shape[1] != len(dims)):
+        raise ModelValidationError(
+            f"{where}: its indices have shape {list(indices.shape)} and type {indices.dtype}; "
+            f"with {nnz} values they must be int64 of shape [{nnz}] or [{nnz}, {len(dims)}]")
+    indices = indices.astype(np.int64, copy=False)
+    if indices.ndim == 2:
+        bounds = np.asarray(dims, np.int64)
+        if nnz and ((indices < 0) | (indices >= bounds)).any():
+            raise ModelValidationError(
+                f"{where}: an index lies outside its shape {dims}")
+        flat = np.ravel_multi_index(tuple(indices.T), dims) if nnz else indices[:, 0]
+    else:
+        if nnz and (indices.min() < 0 or indices.max() >= count):
+            raise ModelValidationError(
+                f"{where}: an index lies outside its {count} elements (shape {dims})")
+        flat = indices
+    if np.unique(flat).size != nnz:
+        raise ModelValidationError(f"{where} sets one position twice")
+    dense = np.zeros(count, dtype=values.dtype)
+    dense[flat] = values
+    return onnx.numpy_helper.from_array(dense.reshape(dims), name)

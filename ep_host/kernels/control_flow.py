@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ep_host import Kernel, NodeView, ProviderContext, require
+from ep_host import Kernel, ModelValidationError, NodeView, ProviderContext, require
 from ep_host.kernels.registry import kernel
 
 
@@ -82,6 +82,11 @@ class ScanKernel(BodyKernel):
         for x, axis in zip(scan_in, in_axes, strict=True):
             moved.append(xp.moveaxis(x, axis % x.ndim, 0))
         length = moved[0].shape[0] if moved else 0
+        if any(x.shape[0] != length for x in moved):
+            raise ModelValidationError(
+                f"Scan {self.node.name!r}: its scan inputs have different lengths along their "
+                f"scan axes ({', '.join(str(x.shape[0]) for x in moved)}); every scan input "
+                "has the same length")
         collected: list[list[Any]] = [[] for _ in range(k)]
         body = self.bodies["body"]
         for t in range(length):
