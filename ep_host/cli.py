@@ -192,12 +192,37 @@ def main(argv: list[str] | None = None) -> int:
     from ep_host.errors import HostError
 
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except HostError as exc:
-        print(f"ep-host: error: {exc}", file=sys.stderr)
+        say(f"error: {exc}")
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def say(text: str) -> None:
+    """``ep-host: text`` on stderr, every line capped and its control characters escaped."""
+    from ep_host.text import message
+
+    print(f"ep-host: {message(text)}", file=sys.stderr)
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (``ep-host explain m.onnx | head``): stop quietly.
+
+    Python's documented recipe: point stdout at devnull so that the interpreter's final flush
+    does not raise again, and exit as a process killed by SIGPIPE would (128 + 13).
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,7 +239,7 @@ def cmd_providers(args: argparse.Namespace) -> int:
     host = Host.discover()
     records = host.providers()
     if args.json:
-        print(json.dumps([r.to_dict() for r in records], indent=2))
+        print(json.dumps([_capped_record(r.to_dict()) for r in records], indent=2))
         return 0
     out = Output()
     if not records:
@@ -228,6 +253,14 @@ def cmd_providers(args: argparse.Namespace) -> int:
           r.status if not r.fault else f"{r.status}: {r.fault}") for r in records],
     )
     return 0
+
+
+def _capped_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A provider's JSON record with its provider-supplied text (all but its name) capped."""
+    from ep_host.text import capped
+
+    return {k: capped(v) if isinstance(v, str) and k != "name" else v
+            for k, v in record.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,7 +299,7 @@ def load_model_and_host(args: argparse.Namespace) -> tuple[Any, Any]:
         with status("optimizing the graph"):
             model = optimize(model, disable=getattr(args, "disable_optimization", ()))
     for warning in model.warnings:
-        print(f"ep-host: warning: {warning}", file=sys.stderr)
+        say(f"warning: {warning}")
     return model, Host.discover(provider_names(args.providers))
 
 
@@ -303,8 +336,11 @@ def status(message: str) -> Any:
     if not sys.stderr.isatty():
         return contextlib.nullcontext()
     from rich.console import Console
+    from rich.text import Text
 
-    return Console(file=sys.stderr).status(message)
+    from ep_host.text import shown
+
+    return Console(file=sys.stderr).status(Text(shown(message)))
 
 
 def _resolve_node(prepared: _Prepared, name: str) -> str:
@@ -316,7 +352,7 @@ def _resolve_node(prepared: _Prepared, name: str) -> str:
     if target is None:
         raise HostError(f"{prepared.model.label}: {note}")
     if note:
-        print(f"ep-host: {note}", file=sys.stderr)
+        say(note)
     return target
 
 
@@ -356,7 +392,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def _exit_status(prepared: Any) -> int:
     """1, after printing the placement error the command reported past; else 0."""
     if prepared.error is not None:
-        print(f"ep-host: error: {prepared.error}", file=sys.stderr)
+        say(f"error: {prepared.error}")
         return 1
     return 0
 
@@ -368,9 +404,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     with status(f"writing {args.output}"):
         counts = write_report(args.output, prepared.table, prepared.placement,
                               prepared.model.label, _unplaceable(prepared))
-    print(f"ep-host: report written to {args.output} ({counts['nodes']} nodes, "
-          f"{counts['partitions']} partition(s), {counts['copies']} device copies)",
-          file=sys.stderr)
+    say(f"report written to {args.output} ({counts['nodes']} nodes, "
+        f"{counts['partitions']} partition(s), {counts['copies']} device copies)")
     return _exit_status(prepared)
 
 
@@ -496,7 +531,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             rows.append((p, family, fmt_us(f["overhead_us"]), f"{f['scale']:.3g}", f["cases"]))
     Output().table("measured = overhead + scale * estimated, per op family",
                    ["provider", "family", "overhead", "scale", "cases"], rows)
-    print(f"ep-host: calibration written to {calibration.profile_path()}", file=sys.stderr)
+    say(f"calibration written to {calibration.profile_path()}")
     return 0
 
 
@@ -508,8 +543,10 @@ class _Bar:
     def advance(self, outcome: str) -> None:
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
         if self.progress is not None:
-            shown = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-            self.progress.update(self.task, advance=1, status=shown)
+            from ep_host.text import shown
+
+            counts = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+            self.progress.update(self.task, advance=1, status=shown(counts))
 
 
 class ProgressBar:
@@ -531,12 +568,14 @@ class ProgressBar:
             TimeElapsedColumn,
         )
 
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+        from ep_host.text import shown
+
+        self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(),
-                                 TextColumn("{task.fields[status]}"),
+                                 TextColumn("{task.fields[status]}", markup=False),
                                  console=Console(file=sys.stderr))
         self.progress.__enter__()
-        task = self.progress.add_task(self.description, total=self.total, status="")
+        task = self.progress.add_task(shown(self.description), total=self.total, status="")
         return _Bar(self.progress, task)
 
     def __exit__(self, *exc: Any) -> None:
