@@ -7,8 +7,10 @@ modules and plugins load inside the subcommand that needs them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from ep_host import strategies
@@ -33,6 +35,27 @@ examples:
 
 def _csv(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def output_file(text: str) -> str:
+    """An argument naming a file to write: its folder must exist and it must not be a folder.
+    ``-`` (stdout) passes."""
+    if text == "-":
+        return text
+    folder = os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; name a file to write")
+    if not os.path.isdir(folder):
+        what = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: its folder {folder!r} {what}")
+    return text
+
+
+def output_folder(text: str) -> str:
+    """An argument naming a folder to write into (made when missing): it must not be a file."""
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a folder")
+    return text
 
 
 def _strategy_help() -> str:
@@ -92,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Place every node and print per-provider totals, "
                        "partitions and device copies.")
     _add_model_args(p)
-    p.add_argument("--json", metavar="FILE",
+    p.add_argument("--json", metavar="FILE", type=output_file,
                    help="also write the placement as JSON to FILE ('-' for stdout)")
     p.set_defaults(func=cmd_place)
 
@@ -111,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "one provider as boxes, device copies as edges with their bytes), every "
                        "provider's answer for every node (filterable) and the totals.")
     _add_model_args(p)
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .html file to write")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", type=output_file,
+                   help="the .html file to write")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("run", help="run a model and print its outputs",
@@ -128,8 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run onnxruntime's CPU provider and compare every output")
     p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4)")
     p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
-    p.add_argument("--output-dir", metavar="DIR", help="save each output as DIR/NAME.npy")
-    p.add_argument("--trace", metavar="FILE",
+    p.add_argument("--output-dir", metavar="DIR", type=output_folder,
+                   help="save each output as DIR/NAME.npy")
+    p.add_argument("--trace", metavar="FILE", type=output_file,
                    help="write Chrome trace events (open in Perfetto) for the run(s) to FILE")
     p.add_argument("--device-graphs", "--cuda-graph", dest="device_graphs", action="store_true",
                    help="record each partition on a device that can capture (a CUDA graph on "
@@ -159,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes (default: CPU count)")
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds before a case counts as hung (default 60)")
-    p.add_argument("--json", metavar="FILE", help="write every case's result as JSON to FILE")
+    p.add_argument("--json", metavar="FILE", type=output_file,
+                   help="write every case's result as JSON to FILE")
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     p.set_defaults(func=cmd_conformance)
 
@@ -209,6 +235,19 @@ def say(text: str) -> None:
     from ep_host.text import message
 
     print(f"ep-host: {message(text)}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def writing(argument: str, path: str) -> Iterator[None]:
+    """A file the command writes: an OS error becomes a ``HostError`` naming the argument."""
+    from ep_host.errors import HostError, describe_exception
+
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise HostError(f"{argument} {path}: cannot write it: {describe_exception(exc)}") from None
 
 
 def _closed_pipe() -> int:
@@ -331,8 +370,6 @@ def _prepare(args: argparse.Namespace) -> _Prepared:
 
 def status(message: str) -> Any:
     """A spinner on stderr while long work runs, only on a terminal."""
-    import contextlib
-
     if not sys.stderr.isatty():
         return contextlib.nullcontext()
     from rich.console import Console
@@ -401,7 +438,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ep_host.report_html import write_report
 
     prepared = _prepare(args)
-    with status(f"writing {args.output}"):
+    with status(f"writing {args.output}"), writing("--output", args.output):
         counts = write_report(args.output, prepared.table, prepared.placement,
                               prepared.model.label, _unplaceable(prepared))
     say(f"report written to {args.output} ({counts['nodes']} nodes, "
@@ -433,8 +470,9 @@ def cmd_place(args: argparse.Namespace) -> int:
 
     prepared = _prepare(args)
     if args.json:
-        write_json(explain_dict(prepared.table, prepared.placement, prepared.model.label,
-                                _unplaceable(prepared)), args.json)
+        with writing("--json", args.json):
+            write_json(explain_dict(prepared.table, prepared.placement, prepared.model.label,
+                                    _unplaceable(prepared)), args.json)
     if prepared.error is not None:
         raise prepared.error
     if args.json != "-":
@@ -499,8 +537,9 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     out.line(f"{summary['cases']} cases on {args.provider}: "
              + ", ".join(f"{counts[o]} {o}" for o in conformance.OUTCOMES))
     if args.json:
-        write_json({"schema": "ep-host/conformance/v1", "provider": args.provider,
-                    "summary": summary, "cases": [r.to_dict() for r in results]}, args.json)
+        with writing("--json", args.json):
+            write_json({"schema": "ep-host/conformance/v1", "provider": args.provider,
+                        "summary": summary, "cases": [r.to_dict() for r in results]}, args.json)
     return 1 if counts["wrong"] or counts["error"] else 0
 
 
