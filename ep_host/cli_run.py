@@ -60,9 +60,9 @@ def _read_tensor_proto(path: str, label: str) -> Any:
             folder = os.path.dirname(os.path.abspath(path))
             try:
                 return read_external_tensor(tensor, folder, label)
-            except ModelLoadError as exc:
-                raise InputError(f"{exc} (an input file's external data must lie in that "
-                                 f"file's own folder, {folder!r})") from None
+            except ModelLoadError as exc:  # the model's checks, worded for an input file
+                raise InputError(str(exc).replace("the model's folder", "the input file's "
+                                                  "folder")) from None
         return numpy_helper.to_array(tensor)
     except (ValueError, TypeError, KeyError, OverflowError, MemoryError) as exc:
         raise InputError(f"{label}: the TensorProto's data does not match its type and "
