@@ -4,4 +4,5 @@ import sys
 
 from ep_host.cli import main
 
-sys.exit(main())
+if __name__ == "__main__":  # a spawned child process imports this module too
+    sys.exit(main())

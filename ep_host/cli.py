@@ -7,8 +7,10 @@ modules and plugins load inside the subcommand that needs them.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from ep_host import strategies
@@ -33,6 +35,27 @@ examples:
 
 def _csv(text: str) -> list[str]:
     return [p.strip() for p in text.split(",") if p.strip()]
+
+
+def output_file(text: str) -> str:
+    """An argument naming a file to write: its folder must exist and it must not be a folder.
+    ``-`` (stdout) passes."""
+    if text == "-":
+        return text
+    folder = os.path.dirname(os.path.abspath(text))
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder; name a file to write")
+    if not os.path.isdir(folder):
+        what = "is not a folder" if os.path.exists(folder) else "does not exist"
+        raise argparse.ArgumentTypeError(f"cannot write {text!r}: its folder {folder!r} {what}")
+    return text
+
+
+def output_folder(text: str) -> str:
+    """An argument naming a folder to write into (made when missing): it must not be a file."""
+    if os.path.exists(text) and not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} exists and is not a folder")
+    return text
 
 
 def _strategy_help() -> str:
@@ -92,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Place every node and print per-provider totals, "
                        "partitions and device copies.")
     _add_model_args(p)
-    p.add_argument("--json", metavar="FILE",
+    p.add_argument("--json", metavar="FILE", type=output_file,
                    help="also write the placement as JSON to FILE ('-' for stdout)")
     p.set_defaults(func=cmd_place)
 
@@ -111,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
                        "one provider as boxes, device copies as edges with their bytes), every "
                        "provider's answer for every node (filterable) and the totals.")
     _add_model_args(p)
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the .html file to write")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", type=output_file,
+                   help="the .html file to write")
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("run", help="run a model and print its outputs",
@@ -128,8 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also run onnxruntime's CPU provider and compare every output")
     p.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4)")
     p.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
-    p.add_argument("--output-dir", metavar="DIR", help="save each output as DIR/NAME.npy")
-    p.add_argument("--trace", metavar="FILE",
+    p.add_argument("--output-dir", metavar="DIR", type=output_folder,
+                   help="save each output as DIR/NAME.npy")
+    p.add_argument("--trace", metavar="FILE", type=output_file,
                    help="write Chrome trace events (open in Perfetto) for the run(s) to FILE")
     p.add_argument("--device-graphs", "--cuda-graph", dest="device_graphs", action="store_true",
                    help="record each partition on a device that can capture (a CUDA graph on "
@@ -159,7 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes (default: CPU count)")
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds before a case counts as hung (default 60)")
-    p.add_argument("--json", metavar="FILE", help="write every case's result as JSON to FILE")
+    p.add_argument("--json", metavar="FILE", type=output_file,
+                   help="write every case's result as JSON to FILE")
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     p.set_defaults(func=cmd_conformance)
 
@@ -196,12 +222,50 @@ def main(argv: list[str] | None = None) -> int:
     from ep_host.errors import HostError
 
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's last flush
+        return code
     except HostError as exc:
-        print(f"ep-host: error: {exc}", file=sys.stderr)
+        say(f"error: {exc}")
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def say(text: str) -> None:
+    """``ep-host: text`` on stderr, every line capped and its control characters escaped."""
+    from ep_host.text import message
+
+    print(f"ep-host: {message(text)}", file=sys.stderr)
+
+
+@contextlib.contextmanager
+def writing(argument: str, path: str) -> Iterator[None]:
+    """A file the command writes: an OS error becomes a ``HostError`` naming the argument."""
+    from ep_host.errors import HostError, describe_exception
+
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise HostError(f"{argument} {path}: cannot write it: {describe_exception(exc)}") from None
+
+
+def _closed_pipe() -> int:
+    """The reader of stdout went away (``ep-host explain m.onnx | head``): stop quietly.
+
+    Python's documented recipe: point stdout at devnull so that the interpreter's final flush
+    does not raise again, and exit as a process killed by SIGPIPE would (128 + 13).
+    """
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return 141
 
 
 # ---------------------------------------------------------------------------------------------
@@ -218,7 +282,7 @@ def cmd_providers(args: argparse.Namespace) -> int:
     host = Host.discover()
     records = host.providers()
     if args.json:
-        print(json.dumps([r.to_dict() for r in records], indent=2))
+        print(json.dumps([_capped_record(r.to_dict()) for r in records], indent=2))
         return 0
     out = Output()
     if not records:
@@ -232,6 +296,14 @@ def cmd_providers(args: argparse.Namespace) -> int:
           r.status if not r.fault else f"{r.status}: {r.fault}") for r in records],
     )
     return 0
+
+
+def _capped_record(record: dict[str, Any]) -> dict[str, Any]:
+    """A provider's JSON record with its provider-supplied text (all but its name) capped."""
+    from ep_host.text import capped
+
+    return {k: capped(v) if isinstance(v, str) and k != "name" else v
+            for k, v in record.items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,7 +342,7 @@ def load_model_and_host(args: argparse.Namespace) -> tuple[Any, Any]:
         with status("optimizing the graph"):
             model = optimize(model, disable=getattr(args, "disable_optimization", ()))
     for warning in model.warnings:
-        print(f"ep-host: warning: {warning}", file=sys.stderr)
+        say(f"warning: {warning}")
     return model, Host.discover(provider_names(args.providers))
 
 
@@ -302,13 +374,14 @@ def _prepare(args: argparse.Namespace) -> _Prepared:
 
 def status(message: str) -> Any:
     """A spinner on stderr while long work runs, only on a terminal."""
-    import contextlib
-
     if not sys.stderr.isatty():
         return contextlib.nullcontext()
     from rich.console import Console
+    from rich.text import Text
 
-    return Console(file=sys.stderr).status(message)
+    from ep_host.text import shown
+
+    return Console(file=sys.stderr).status(Text(shown(message)))
 
 
 def _resolve_node(prepared: _Prepared, name: str) -> str:
@@ -320,7 +393,7 @@ def _resolve_node(prepared: _Prepared, name: str) -> str:
     if target is None:
         raise HostError(f"{prepared.model.label}: {note}")
     if note:
-        print(f"ep-host: {note}", file=sys.stderr)
+        say(note)
     return target
 
 
@@ -360,7 +433,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 def _exit_status(prepared: Any) -> int:
     """1, after printing the placement error the command reported past; else 0."""
     if prepared.error is not None:
-        print(f"ep-host: error: {prepared.error}", file=sys.stderr)
+        say(f"error: {prepared.error}")
         return 1
     return 0
 
@@ -369,12 +442,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ep_host.report_html import write_report
 
     prepared = _prepare(args)
-    with status(f"writing {args.output}"):
+    with status(f"writing {args.output}"), writing("--output", args.output):
         counts = write_report(args.output, prepared.table, prepared.placement,
                               prepared.model.label, _unplaceable(prepared))
-    print(f"ep-host: report written to {args.output} ({counts['nodes']} nodes, "
-          f"{counts['partitions']} partition(s), {counts['copies']} device copies)",
-          file=sys.stderr)
+    say(f"report written to {args.output} ({counts['nodes']} nodes, "
+        f"{counts['partitions']} partition(s), {counts['copies']} device copies)")
     return _exit_status(prepared)
 
 
@@ -402,8 +474,9 @@ def cmd_place(args: argparse.Namespace) -> int:
 
     prepared = _prepare(args)
     if args.json:
-        write_json(explain_dict(prepared.table, prepared.placement, prepared.model.label,
-                                _unplaceable(prepared)), args.json)
+        with writing("--json", args.json):
+            write_json(explain_dict(prepared.table, prepared.placement, prepared.model.label,
+                                    _unplaceable(prepared)), args.json)
     if prepared.error is not None:
         raise prepared.error
     if args.json != "-":
@@ -468,8 +541,9 @@ def cmd_conformance(args: argparse.Namespace) -> int:
     out.line(f"{summary['cases']} cases on {args.provider}: "
              + ", ".join(f"{counts[o]} {o}" for o in conformance.OUTCOMES))
     if args.json:
-        write_json({"schema": "ep-host/conformance/v1", "provider": args.provider,
-                    "summary": summary, "cases": [r.to_dict() for r in results]}, args.json)
+        with writing("--json", args.json):
+            write_json({"schema": "ep-host/conformance/v1", "provider": args.provider,
+                        "summary": summary, "cases": [r.to_dict() for r in results]}, args.json)
     return 1 if counts["wrong"] or counts["error"] else 0
 
 
@@ -502,7 +576,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
             rows.append((p, family, fmt_us(f["overhead_us"]), f"{f['scale']:.3g}", f["cases"]))
     Output().table("measured = overhead + scale * estimated, per op family",
                    ["provider", "family", "overhead", "scale", "cases"], rows)
-    print(f"ep-host: calibration written to {calibration.profile_path()}", file=sys.stderr)
+    say(f"calibration written to {calibration.profile_path()}")
     return 0
 
 
@@ -542,8 +616,10 @@ class _Bar:
     def advance(self, outcome: str) -> None:
         self.counts[outcome] = self.counts.get(outcome, 0) + 1
         if self.progress is not None:
-            shown = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-            self.progress.update(self.task, advance=1, status=shown)
+            from ep_host.text import shown
+
+            counts = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
+            self.progress.update(self.task, advance=1, status=shown(counts))
 
 
 class ProgressBar:
@@ -565,12 +641,14 @@ class ProgressBar:
             TimeElapsedColumn,
         )
 
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
+        from ep_host.text import shown
+
+        self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(),
-                                 TextColumn("{task.fields[status]}"),
+                                 TextColumn("{task.fields[status]}", markup=False),
                                  console=Console(file=sys.stderr))
         self.progress.__enter__()
-        task = self.progress.add_task(self.description, total=self.total, status="")
+        task = self.progress.add_task(shown(self.description), total=self.total, status="")
         return _Bar(self.progress, task)
 
     def __exit__(self, *exc: Any) -> None:

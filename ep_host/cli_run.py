@@ -9,26 +9,64 @@ import os
 import sys
 from typing import Any
 
-from ep_host.cli import ProgressBar, load_model_and_host, pins_from, status
+from ep_host.cli import ProgressBar, load_model_and_host, pins_from, say, status
+from ep_host.errors import describe_exception
 
 
-def _read_input(path: str) -> Any:
+def _read_input(name: str, path: str) -> Any:
+    """The array in ``path`` (a .npy file, or a TensorProto .pb file) for ``--input NAME=PATH``."""
     import numpy as np
 
     from ep_host.errors import InputError
 
+    label = f"--input {name}={path}"
+    if path.endswith(".pb"):
+        return _read_tensor_proto(path, label)
     try:
-        if path.endswith(".pb"):
-            import onnx
-            from onnx import numpy_helper
+        value = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputError(f"{label}: cannot read the file: {describe_exception(exc)}") from exc
+    if not isinstance(value, np.ndarray):
+        value.close()
+        raise InputError(f"{label}: the file holds several arrays (.npz); save one array "
+                         "with numpy.save")
+    return value
 
-            tensor = onnx.TensorProto()
-            with open(path, "rb") as f:
-                tensor.ParseFromString(f.read())
-            return numpy_helper.to_array(tensor)
-        return np.load(path, allow_pickle=False)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"cannot read input file {path!r}: {exc}") from exc
+
+def _read_tensor_proto(path: str, label: str) -> Any:
+    """A TensorProto file's array. External data must lie in that file's own folder (never the
+    current directory): the model's path checks apply, with that folder as the base."""
+    from google.protobuf.message import DecodeError
+    from onnx import TensorProto, numpy_helper
+
+    from ep_host.errors import InputError, ModelLoadError
+    from ep_host.external_data import read_external_tensor
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise InputError(f"{label}: cannot read the file: {describe_exception(exc)}") from exc
+    tensor = TensorProto()
+    try:
+        tensor.ParseFromString(data)
+    except DecodeError as exc:
+        raise InputError(f"{label}: not a TensorProto file ({exc})") from None
+    if tensor.data_type == TensorProto.UNDEFINED:
+        raise InputError(f"{label}: not a TensorProto file (it has no element type; "
+                         "a model or another message?)")
+    try:
+        if tensor.data_location == TensorProto.EXTERNAL or len(tensor.external_data):
+            folder = os.path.dirname(os.path.abspath(path))
+            try:
+                return read_external_tensor(tensor, folder, label)
+            except ModelLoadError as exc:  # the model's checks, worded for an input file
+                raise InputError(str(exc).replace("the model's folder", "the input file's "
+                                                  "folder")) from None
+        return numpy_helper.to_array(tensor)
+    except (ValueError, TypeError, KeyError, OverflowError, MemoryError) as exc:
+        raise InputError(f"{label}: the TensorProto's data does not match its type and "
+                         f"shape: {describe_exception(exc)}") from None
 
 
 def _generated_input(view: Any, rng: Any, dummy: bool) -> Any:
@@ -58,7 +96,7 @@ def _generated_input(view: Any, rng: Any, dummy: bool) -> Any:
 def cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from ep_host.errors import InputError
+    from ep_host.errors import HostError, InputError
     from ep_host.report import Output
     from ep_host.session import InferenceSession
     from ep_host.tracing import Tracer
@@ -74,14 +112,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                                    device_graphs=args.device_graphs)
     for graph in session.device_graphs:
         state = "recorded" if graph.captured else f"not recorded: {graph.reason}"
-        print(f"ep-host: device graph on {graph.provider} ({len(graph.nodes)} nodes): {state}",
-              file=sys.stderr)
+        say(f"device graph on {graph.provider} ({len(graph.nodes)} nodes): {state}")
     feeds: dict[str, Any] = {}
     for item in args.input:
         name, sep, path = item.partition("=")
         if not sep:
             raise InputError(f"--input {item!r}: expected NAME=FILE")
-        feeds[name] = _read_input(path)
+        feeds[name] = _read_input(name, path)
     rng = np.random.default_rng(args.seed)
     for view in model.graph.inputs:
         if view.name in feeds:
@@ -105,17 +142,49 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.repeat > 1:
         _repeat(out, session, feeds, args.repeat, tracer, args.per_op)
     if args.trace:
-        tracer.write(args.trace)
-        print(f"ep-host: trace written to {args.trace} (open it in https://ui.perfetto.dev)",
-              file=sys.stderr)
+        try:
+            tracer.write(args.trace)
+        except OSError as exc:
+            raise HostError(f"--trace {args.trace}: cannot write the trace: "
+                            f"{describe_exception(exc)}") from None
+        say(f"trace written to {args.trace} (open it in https://ui.perfetto.dev)")
     if args.output_dir:
-        os.makedirs(args.output_dir, exist_ok=True)
-        for name, value in zip(names, outputs, strict=True):
-            safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-            np.save(os.path.join(args.output_dir, f"{safe}.npy"), np.asarray(value))
+        _save_outputs(args.output_dir, names, outputs)
     if args.compare_onnxruntime:
         return _compare(out, model, feeds, names, outputs, args.rtol, args.atol)
     return 0
+
+
+def output_file_name(name: str, taken: set[str]) -> str:
+    """``NAME.npy`` for an output, with every character but letters, digits, ``-``, ``_`` and
+    ``.`` replaced by ``_``; a name that collides with one already taken gets ``_2``, ``_3``..."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "-_.") else "_" for c in name)
+    safe = safe.lstrip(".") or "_"
+    candidate, n = safe, 1
+    while f"{candidate}.npy".lower() in taken:
+        n += 1
+        candidate = f"{safe}_{n}"
+    taken.add(f"{candidate}.npy".lower())
+    return f"{candidate}.npy"
+
+
+def _save_outputs(folder: str, names: list[str], outputs: list[Any]) -> None:
+    """Each output as ``folder/NAME.npy`` (the folder is made when missing)."""
+    import numpy as np
+
+    from ep_host.errors import HostError
+
+    try:
+        os.makedirs(folder, exist_ok=True)
+        taken: set[str] = set()
+        for name, value in zip(names, outputs, strict=True):
+            file_name = output_file_name(name, taken)
+            if file_name != f"{name}.npy":
+                say(f"output {name!r} saved as {file_name}")
+            np.save(os.path.join(folder, file_name), np.asarray(value))
+    except (OSError, ValueError) as exc:
+        raise HostError(f"--output-dir {folder}: cannot save the outputs there: "
+                        f"{describe_exception(exc)}") from None
 
 
 def _repeat(out: Any, session: Any, feeds: dict[str, Any], n: int, tracer: Any,
@@ -158,22 +227,21 @@ def _repeat(out: Any, session: Any, feeds: dict[str, Any], n: int, tracer: Any,
 
 def _compare(out: Any, model: Any, feeds: dict[str, Any], names: list[str], ours: list[Any],
              rtol: float, atol: float) -> int:
+    """Run onnxruntime's CPU provider in a child process and compare every output; a crash of
+    onnxruntime (a signal) fails the comparison, named, after ep-host's own outputs."""
+    import importlib.util
+
     import numpy as np
 
     from ep_host.errors import HostError
 
-    try:
-        import onnxruntime
-    except ImportError as exc:
-        raise HostError("--compare-onnxruntime needs onnxruntime: pip install onnxruntime") from exc
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    source = model.path if model.path else model.proto.SerializeToString()
-    try:
-        ref = onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
-        theirs = ref.run(names, feeds)
-    except Exception as exc:
-        raise HostError(f"onnxruntime could not run {model.label}: {exc}") from exc
+    if importlib.util.find_spec("onnxruntime") is None:
+        raise HostError("--compare-onnxruntime needs onnxruntime: pip install onnxruntime")
+    answer, failure = _onnxruntime_in_child(model, feeds, names)
+    if answer is None:
+        say(f"error: --compare-onnxruntime: {failure}; ep-host's outputs above are not compared")
+        return 1
+    version, theirs = answer
     rows, failed = [], 0
     for name, a, b in zip(names, ours, theirs, strict=True):
         a, b = np.asarray(a), np.asarray(b)
@@ -182,14 +250,81 @@ def _compare(out: Any, model: Any, feeds: dict[str, Any], names: list[str], ours
                          f"onnxruntime {b.dtype}{list(b.shape)}"))
             failed += 1
             continue
+        if a.dtype.kind not in "biufc":
+            ok = bool(np.array_equal(a, b))
+            rows.append((name, "-", "-", "ok" if ok else "MISMATCH"))
+            failed += not ok
+            continue
         ok = np.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True)
         diff = np.abs(a.astype(np.float64) - b.astype(np.float64)) if a.size else np.zeros(1)
         rel = diff / np.maximum(np.abs(b.astype(np.float64)), 1e-30) if a.size else diff
         rows.append((name, f"{diff.max():.3g}", f"{rel.max():.3g}", "ok" if ok else "MISMATCH"))
         failed += not ok
-    out.table(f"Compared with onnxruntime {onnxruntime.__version__} (rtol {rtol}, atol {atol})",
+    out.table(f"Compared with onnxruntime {version} (rtol {rtol}, atol {atol})",
               ["output", "max abs diff", "max rel diff", "verdict"], rows)
     return 1 if failed else 0
+
+
+def _onnxruntime_in_child(model: Any, feeds: dict[str, Any],
+                          names: list[str]) -> tuple[tuple[str, list[Any]] | None, str]:
+    """``((version, outputs), "")`` from onnxruntime run in a spawned process on the model's
+    file (the serialized model in a temporary folder when it has none), or ``(None, why)``."""
+    import multiprocessing
+    import signal
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ep-host-compare-") as folder:
+        source = model.path
+        if not source:
+            source = os.path.join(folder, "model.onnx")
+            with open(source, "wb") as f:
+                f.write(model.proto.SerializeToString())
+        context = multiprocessing.get_context("spawn")
+        receiver, sender = context.Pipe(duplex=False)
+        child = context.Process(target=onnxruntime_child, args=(source, feeds, names, sender),
+                                name="ep-host onnxruntime comparison", daemon=True)
+        child.start()
+        sender.close()
+        try:
+            answer = receiver.recv()
+        except EOFError:
+            answer = None
+        finally:
+            receiver.close()
+            child.join()
+    if answer is None:
+        code = child.exitcode
+        if code is not None and code < 0:
+            try:
+                sig = signal.Signals(-code).name
+            except ValueError:
+                sig = f"signal {-code}"
+            return None, f"onnxruntime crashed running {model.label} (killed by {sig})"
+        return None, f"onnxruntime's process ended with exit code {code} and no result"
+    if answer[0] != "ok":
+        return None, f"onnxruntime could not run {model.label}: {answer[1]}"
+    return (answer[1], answer[2]), ""
+
+
+def onnxruntime_child(source: str, feeds: dict[str, Any], names: list[str], sender: Any) -> None:
+    """In the child process: onnxruntime's CPU provider runs the model once; sends
+    ``("ok", version, outputs)`` or ``("error", text)``."""
+    import numpy as np
+
+    try:
+        import onnxruntime
+
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.log_severity_level = 3  # errors only: its own warnings are not ep-host's output
+        session = onnxruntime.InferenceSession(source, options,
+                                               providers=["CPUExecutionProvider"])
+        outputs = [np.asarray(x) for x in session.run(names, feeds)]
+        sender.send(("ok", onnxruntime.__version__, outputs))
+    except Exception as exc:  # onnxruntime's errors have many types; the parent reports them
+        sender.send(("error", str(exc).strip() or type(exc).__name__))
+    finally:
+        sender.close()
 
 
 # ---------------------------------------------------------------------------------------------

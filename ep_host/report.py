@@ -11,6 +11,10 @@ from typing import IO, Any
 from ep_host.capability import CapabilityTable
 from ep_host.match import KernelMatch
 from ep_host.placement import SCHEMA, Placement
+from ep_host.text import REASON_LIMIT, capped, printable, shown
+
+# Characters of one table cell: a reason of REASON_LIMIT plus its code and the cap's note.
+CELL_LIMIT = REASON_LIMIT + 100
 
 
 def fmt_us(us: float) -> str:
@@ -32,11 +36,15 @@ def fmt_bytes(n: int) -> str:
 def verdict(answer: KernelMatch) -> str:
     if answer.is_supported:
         return fmt_us(answer.cost.total_us)
-    return f"declined [{answer.code}]: {answer.reason}"
+    return f"declined [{answer.code}]: {capped(answer.reason)}"
 
 
 class Output:
-    """Writes tables and lines: rich on a terminal, aligned plain text otherwise."""
+    """Writes tables and lines: rich on a terminal, aligned plain text otherwise.
+
+    Every cell and line is printed literally: control characters are shown as escapes
+    (:func:`ep_host.text.printable`), cells are capped, and rich never reads markup in them.
+    """
 
     def __init__(self, stream: IO[str] | None = None, rich: bool | None = None):
         self.stream = stream or sys.stdout
@@ -48,25 +56,31 @@ class Output:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(file=self.stream, highlight=False)
+            self._console = Console(file=self.stream, highlight=False, markup=False,
+                                    emoji=False)
         return self._console
 
     def line(self, text: str = "") -> None:
+        text = printable(text)
         if self.rich:
-            self.console.print(text, markup=False)
+            from rich.text import Text
+
+            self.console.print(Text(text), soft_wrap=True)
         else:
             print(text, file=self.stream)
 
     def table(self, title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-        rows = [[str(c) for c in row] for row in rows]
+        rows = [[shown(c, CELL_LIMIT) for c in row] for row in rows]
+        title, columns = printable(title), [printable(c) for c in columns]
         if self.rich:
             from rich.table import Table
+            from rich.text import Text
 
-            table = Table(title=title, title_justify="left")
+            table = Table(title=Text(title), title_justify="left")
             for c in columns:
-                table.add_column(c, overflow="fold")
+                table.add_column(Text(c), overflow="fold")
             for row in rows:
-                table.add_row(*row)
+                table.add_row(*(Text(c) for c in row))
             self.console.print(table)
             return
         if title:
@@ -145,11 +159,15 @@ def optimizations_line(optimizations: Mapping[str, int]) -> str:
 
 def explain_dict(table: CapabilityTable, placement: Placement | None, model: str,
                  unplaceable: Sequence[str] = ()) -> dict[str, Any]:
-    """The placement JSON; when placement failed, nodes have ``provider: null``."""
+    """The placement JSON; when placement failed, nodes have ``provider: null``. Reasons are
+    capped at ``REASON_LIMIT`` characters (a provider's megabyte of text once per node would
+    make the file unbounded)."""
     if placement is not None:
         data = placement.to_dict()
         data["unplaceable"] = []
         data["expanded"] = _expanded(table)
+        for n in data["nodes"]:
+            n["answers"] = {p: capped_answer(a) for p, a in n["answers"].items()}
         return data
     return {
         "schema": SCHEMA,
@@ -164,7 +182,8 @@ def explain_dict(table: CapabilityTable, placement: Placement | None, model: str
                 "provider": None,
                 "cost_us": None,
                 "pinned": False,
-                "answers": {p: table.answers[n.name][p].to_dict() for p in table.providers},
+                "answers": {p: capped_answer(table.answers[n.name][p].to_dict())
+                            for p in table.providers},
             }
             for n in table.nodes
         ],
@@ -177,6 +196,13 @@ def explain_dict(table: CapabilityTable, placement: Placement | None, model: str
     }
 
 
+def capped_answer(answer: dict[str, Any]) -> dict[str, Any]:
+    """An answer's JSON with its reason capped at ``REASON_LIMIT`` characters."""
+    if "reason" in answer:
+        answer["reason"] = capped(answer["reason"])
+    return answer
+
+
 def _expanded(table: CapabilityTable) -> dict[str, Any]:
     """Nodes replaced by their function bodies: every provider's reason and the body's nodes."""
     by_name = {n.name: n for n in table.all_nodes}
@@ -184,7 +210,8 @@ def _expanded(table: CapabilityTable) -> dict[str, Any]:
         name: {
             "op_type": by_name[name].op_type,
             "domain": by_name[name].domain,
-            "answers": {p: table.answers[name][p].to_dict() for p in table.providers},
+            "answers": {p: capped_answer(table.answers[name][p].to_dict())
+                        for p in table.providers},
             "into": body,
         }
         for name, body in table.expanded.items()

@@ -12,6 +12,7 @@ from typing import Any
 
 from ep_host.errors import HostError
 from ep_host.placement import Placement
+from ep_host.text import capped
 from ep_host.transfers import Transfer, implied_transfers
 
 
@@ -67,7 +68,8 @@ def why(placement: Placement, node: str, provider: str | None = None) -> list[Ve
     for p in providers:
         answer = row[p]
         if not answer.is_supported:
-            verdicts.append(Verdict(p, "declined", reason=answer.reason, code=str(answer.code)))
+            verdicts.append(Verdict(p, "declined", reason=capped(answer.reason),
+                                    code=str(answer.code)))
         elif chosen is not None and chosen.provider == p:
             verdicts.append(Verdict(p, "chosen", cost_us=answer.cost.total_us))
         else:
