@@ -1,7 +1,6 @@
 """Classical machine learning ops of the ``ai.onnx.ml`` domain: the look-ups (LabelEncoder,
-CategoryMapper), the feature ops and LinearRegressor, and the post transforms that the tree,
-linear and SVM models share (tree ensembles live in ``trees.py``, classifiers in
-``ml_linear.py``).
+CategoryMapper), the feature ops and LinearRegressor, and the post transforms they share with
+the tree ensembles (``trees.py``).
 
 Look-ups run in plain Python over the flattened input (strings are numpy object arrays);
 arithmetic uses ``xp``.

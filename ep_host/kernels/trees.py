@@ -31,6 +31,10 @@ PAIRS_PER_STEP = 1 << 16  # (row, tree) pairs walked per step: the working set s
 # ---------------------------------------------------------------------------------------------
 
 
+def aggregate_sums(aggregate):
+    return aggregate in (0, 1)  # AVERAGE, SUM
+
+
 class Forest:
     """Interior nodes ``0..I-1`` then leaves ``I..I+L-1`` in one table; a leaf's children are
     itself, so every pair can take ``depth`` steps. Children are ``(index, is_leaf)`` pairs."""
@@ -84,6 +88,7 @@ class Forest:
         fill = {2: np.inf, 3: -np.inf}.get(self.aggregate, 0.0)
         weights = np.full((max(self.n_leaves, 1), self.n_targets), fill)
         has = np.zeros(weights.shape, bool)
+        votes = list(votes)
         for leaf, target, weight in votes:
             if not 0 <= target < self.n_targets:
                 raise ValueError(f"target id {target} is outside [0, {self.n_targets})")
@@ -95,6 +100,25 @@ class Forest:
                 weights[leaf, target] += weight
             has[leaf, target] = True
         self.weights, self.has = weights, has
+        # one vote at most per leaf: sums gather one weight per (row, tree), not a row of them
+        self.single_vote = bool((has.sum(axis=1) <= 1).all()) and aggregate_sums(self.aggregate)
+        self.leaf_target = has.argmax(axis=1)
+        self.leaf_weight = np.where(has.any(axis=1), weights[np.arange(len(weights)),
+                                                             self.leaf_target], 0.0)
+        self.always_voted = self._always_voted()
+        self.voted_targets = {target for _, target, _ in votes}  # the targets with any vote
+
+    def _always_voted(self):
+        """Whether every row gets a vote for every target: some tree votes for it at every
+        leaf it can reach."""
+        always = np.zeros(self.n_targets, bool)
+        for root in self.roots.tolist():
+            frontier = np.asarray([root])
+            while (frontier < self.n_interior).any():
+                frontier = np.unique(np.concatenate([self.true_child[frontier],
+                                                     self.false_child[frontier]]))
+            always |= self.has[frontier - self.n_interior].all(axis=0)
+        return bool(always.all())
 
     def _table(self, dtype):
         """The compare table for inputs of ``dtype``. Fast form: every node compares
@@ -162,6 +186,19 @@ class Forest:
                 go = xp.where(at, xp.isin(value, xp.asarray(members, dtype=value.dtype)), go)
         return go
 
+    def _sum_single_votes(self, xp, leaf, scores, hit):
+        rows, k = scores.shape
+        slot = xp.asarray(self.leaf_target).take(leaf)
+        slot += (xp.arange(rows, dtype=xp.intp) * k)[:, None]
+        weight = xp.asarray(self.leaf_weight).take(leaf)
+        scores[...] = xp.bincount(slot.reshape(-1), weights=weight.reshape(-1),
+                                  minlength=rows * k).reshape(rows, k)
+        if self.always_voted:
+            hit[...] = True
+        else:
+            voted = xp.asarray(self.has.any(axis=1)).take(leaf)
+            hit[...] = xp.bincount(slot[voted], minlength=rows * k).reshape(rows, k) > 0
+
     def scores(self, xp, x):
         """Scores [rows, n_targets] in float64, and whether each got a vote; a target no
         tree votes for scores 0."""
@@ -177,9 +214,11 @@ class Forest:
         for start in range(0, rows, step):
             stop = min(rows, start + step)
             leaf = self.leaves(xp, x, start, stop)
-            reached = has[leaf]  # [rows, trees, targets]
-            hit[start:stop] = reached.any(axis=1)
-            votes = weights[leaf]
+            if self.single_vote:
+                self._sum_single_votes(xp, leaf, scores[start:stop], hit[start:stop])
+                continue
+            hit[start:stop] = True if self.always_voted else has[leaf].any(axis=1)
+            votes = weights[leaf]  # [rows, trees, targets]
             if self.aggregate == 2:
                 scores[start:stop] = votes.min(axis=1)
             elif self.aggregate == 3:
@@ -188,6 +227,8 @@ class Forest:
                 scores[start:stop] = votes.sum(axis=1)
         if self.aggregate == 0:
             scores /= max(len(self.roots), 1)
+        if self.always_voted:
+            return scores, hit
         return xp.where(hit, scores, 0.0), hit
 
 
@@ -496,3 +537,121 @@ def tree_ensemble_regressor_1(xp, x, *, aggregate_function, post_transform, base
     return tree_ensemble_regressor(xp, x, aggregate_function=aggregate_function,
                                    post_transform=post_transform, base_values=base_values,
                                    forest=forest)
+
+
+def _class_labels(attrs):
+    strings, ints = attrs.get("classlabels_strings"), attrs.get("classlabels_int64s")
+    return list(strings) if strings else list(ints or ())
+
+
+def _check_tree_classifier(node, provider):
+    attrs = node.attributes
+    op = f"TreeEnsembleClassifier-{node.since_version}"
+    strings, ints = attrs.get("classlabels_strings"), attrs.get("classlabels_int64s")
+    require(bool(strings) != bool(ints), "{}: exactly one of classlabels_strings and "
+            "classlabels_int64s must be set", op, code="attribute")
+    try:
+        layout, votes = _layout_and_votes(attrs, "class")
+    except ValueError as exc:
+        deny("{}: {}", op, exc, code="attribute")
+    n_classes = len(_class_labels(attrs))
+    bad = sorted({c for _, c, _ in votes if not 0 <= c < n_classes})
+    require(not bad, "{}: class_ids {} outside the {} class labels", op, bad[:3], n_classes,
+            code="attribute")
+    transform = attrs.get("post_transform", "NONE")
+    require(transform in TRANSFORM_NAMES, "{}: post_transform must be one of {}, got {!r}", op,
+            "/".join(TRANSFORM_NAMES), transform, code="attribute")
+    base = _either(attrs, "base_values") or []
+    used = {c for _, c, _ in votes}
+    if n_classes == 2 and len(used) == 1:
+        require(len(base) <= 1 and used == {0}, "{}: two classes with votes for class {} only "
+                "and {} base_values: the spec does not say how the second score is formed "
+                "(onnxruntime's rules cover votes for class 0 with at most one base value)",
+                op, sorted(used), len(base), code="attribute")
+        require(transform in ("NONE", "LOGISTIC"), "{}: two classes with one score column "
+                "take post_transform NONE or LOGISTIC (the second column is the complement), "
+                "got {}", op, transform, code="attribute")
+    else:
+        require(n_classes >= 2, "{}: needs at least two class labels for one score per class, "
+                "got {}", op, n_classes, code="attribute")
+        require(not base or len(base) == n_classes, "{}: {} base_values for {} classes", op,
+                len(base), n_classes, code="attribute")
+        require(n_classes > 2, "{}: two classes with votes for both: the spec does not "
+                "define the label (onnxruntime labels these 1 or 0 by the second score's sign, "
+                "whatever the class labels); exporters write one column of votes for class 0",
+                op, code="attribute")
+
+
+def _classifier_forest(node):
+    attrs = node.attributes
+    layout, votes = _layout_and_votes(attrs, "class")
+    return {"forest": _old_forest(layout, votes, len(_class_labels(attrs)), 1)}
+
+
+def _one_column_scores(xp, score, mixed_signs, transform):
+    """Two classes, votes for class 0 only (a binary gradient-boosting export), onnxruntime's
+    rule: the second class wins when the raw score is above 0.5, or above 0 when some weights
+    are negative; the scores are [1 - p, p] for p the transformed score, or [-s, s] for mixed
+    signs without a transform."""
+    positive = score > 0 if mixed_signs else score > 0.5
+    if transform == "LOGISTIC":
+        p = transform_scores(xp, score[:, None], 2)[:, 0]
+        return positive, xp.stack([1 - p, p], axis=1)
+    if mixed_signs:
+        return positive, xp.stack([-score, score], axis=1)
+    return positive, xp.stack([1 - score, score], axis=1)
+
+
+def _tree_classifier(xp, x, forest, labels, base, transform, mixed_signs):
+    scores, has = forest.scores(xp, _compare_type(xp, _rows(x)))
+    labels_array = (xp.asarray(labels, dtype=object) if isinstance(labels[0], str)
+                    else xp.asarray(labels, dtype=xp.int64))
+    if len(labels) == 2 and forest.voted_targets == {0}:
+        score = scores[:, 0] + (base[0] if base else 0.0)
+        positive, out = _one_column_scores(xp, score, mixed_signs, transform)
+        return labels_array[positive.astype(xp.intp)], out.astype(xp.float32)
+    if base:
+        scores = scores + xp.asarray(base, dtype=xp.float64)
+        has = xp.ones_like(has)
+    if rows_without := int((~has.any(axis=1)).sum()):
+        raise ValueError(f"{rows_without} rows reach no vote for any class, so no label")
+    winner = xp.where(has, scores, -xp.inf).argmax(axis=1)
+    out = transform_scores(xp, scores, TRANSFORM_NAMES[transform])
+    return labels_array[winner], out.astype(xp.float32)
+
+
+@kernel("TreeEnsembleClassifier", 3, domain=ML, dtypes=NUMBERS, check=_check_tree_classifier,
+        bind=_classifier_forest)
+def tree_ensemble_classifier(xp, x, *, post_transform, base_values=None,
+                             base_values_as_tensor=None, class_ids=None, class_nodeids=None,
+                             class_treeids=None, class_weights=None,
+                             class_weights_as_tensor=None, classlabels_int64s=None,
+                             classlabels_strings=None, nodes_falsenodeids=None,
+                             nodes_featureids=None, nodes_hitrates=None,
+                             nodes_hitrates_as_tensor=None, nodes_missing_value_tracks_true=None,
+                             nodes_modes=None, nodes_nodeids=None, nodes_treeids=None,
+                             nodes_truenodeids=None, nodes_values=None,
+                             nodes_values_as_tensor=None, forest=None):
+    """The label is the class with the highest raw score among those that got a vote (the
+    first on ties); scores are float32 after the post transform."""
+    attrs = {"base_values": base_values, "base_values_as_tensor": base_values_as_tensor,
+             "class_weights": class_weights, "class_weights_as_tensor": class_weights_as_tensor}
+    weights = _either(attrs, "class_weights") or []
+    return _tree_classifier(xp, x, forest, _class_labels(
+        {"classlabels_strings": classlabels_strings, "classlabels_int64s": classlabels_int64s}),
+        _either(attrs, "base_values") or [], post_transform, any(w < 0 for w in weights))
+
+
+@kernel("TreeEnsembleClassifier", 1, domain=ML, dtypes=NUMBERS, check=_check_tree_classifier,
+        bind=_classifier_forest)
+def tree_ensemble_classifier_1(xp, x, *, post_transform, base_values=None, class_ids=None,
+                               class_nodeids=None, class_treeids=None, class_weights=None,
+                               classlabels_int64s=None, classlabels_strings=None,
+                               nodes_falsenodeids=None, nodes_featureids=None,
+                               nodes_hitrates=None, nodes_missing_value_tracks_true=None,
+                               nodes_modes=None, nodes_nodeids=None, nodes_treeids=None,
+                               nodes_truenodeids=None, nodes_values=None, forest=None):
+    return tree_ensemble_classifier(
+        xp, x, post_transform=post_transform, base_values=base_values,
+        class_weights=class_weights, classlabels_int64s=classlabels_int64s,
+        classlabels_strings=classlabels_strings, forest=forest)
