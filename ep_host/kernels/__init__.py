@@ -26,6 +26,7 @@ from ep_host.kernels import (  # noqa: F401 (each module registers its kernels)
     signal,
     text,
     training,
+    trees,
 )
 from ep_host.kernels.conv_geometry import (
     AUTO_PADS,

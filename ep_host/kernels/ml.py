@@ -1,6 +1,6 @@
-"""Classical machine learning ops of the ``ai.onnx.ml`` domain: LabelEncoder, CategoryMapper,
-TreeEnsemble, TreeEnsembleRegressor, ArrayFeatureExtractor, Binarizer, Scaler, Imputer,
-FeatureVectorizer, OneHotEncoder and LinearRegressor.
+"""Classical machine learning ops of the ``ai.onnx.ml`` domain: the look-ups (LabelEncoder,
+CategoryMapper), the feature ops and LinearRegressor, and the post transforms they share with
+the tree ensembles (``trees.py``).
 
 Look-ups run in plain Python over the flattened input (strings are numpy object arrays);
 arithmetic uses ``xp``.
@@ -9,6 +9,8 @@ arithmetic uses ``xp``.
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 import ep_host
 from ep_host import deny, require
@@ -19,9 +21,43 @@ ML = "ai.onnx.ml"
 NUMBERS = frozenset({"float32", "float64", "int64", "int32"})
 
 
-def _input_type(node, i=0):
+def input_type(node, i=0):
     v = node.inputs[i] if i < len(node.inputs) else None
     return None if v is None or v.dtype is None else v.dtype.name
+
+
+# ---------------------------------------------------------------------------------------------
+# Post transforms
+# ---------------------------------------------------------------------------------------------
+
+TRANSFORM_NAMES = {"NONE": 0, "SOFTMAX": 1, "LOGISTIC": 2, "SOFTMAX_ZERO": 3, "PROBIT": 4}
+
+
+def transform_scores(xp, scores, kind):
+    """Scores [rows, k] (float64) through a post transform, by its number in TRANSFORM_NAMES.
+
+    SOFTMAX_ZERO is a softmax in which zero scores stay zero; a row of zeros has none and
+    gives NaN (onnxruntime's answer; the spec does not define it). PROBIT is the inverse of the
+    standard normal distribution function, computed exactly (onnxruntime approximates it to
+    about 1e-3)."""
+    if kind == 1:  # SOFTMAX
+        e = xp.exp(scores - scores.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+    if kind == 2:  # LOGISTIC
+        e = xp.exp(-xp.abs(scores))
+        return xp.where(scores >= 0, 1 / (1 + e), e / (1 + e))
+    if kind == 3:  # SOFTMAX_ZERO
+        if scores.shape[1] == 0:
+            return scores
+        e = xp.where(scores != 0, xp.exp(scores - scores.max(axis=1, keepdims=True)), 0.0)
+        total = e.sum(axis=1, keepdims=True)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return e / total
+    if kind == 4:  # PROBIT
+        from scipy.special import ndtri
+
+        return xp.asarray(ndtri(scores))
+    return scores
 
 
 # ---------------------------------------------------------------------------------------------
@@ -40,7 +76,7 @@ def _lookup(xp, x, keys, values, default, out_dtype, key_of):
 
 
 def _check_label_encoder_1(node, provider):
-    t = _input_type(node)
+    t = input_type(node)
     require(t in (None, "string", "int64"), "LabelEncoder: version 1 maps string <-> int64, got "
             "{} input", t, code="dtype")
     _require_unique(node, "classes_strings", node.attributes.get("classes_strings") or ())
@@ -84,7 +120,7 @@ def _one_of(node, names, what):
     return given[0]
 
 
-def _tensor_type(array) -> str:
+def tensor_type(array) -> str:
     return ep_host.dtype(array.dtype).name
 
 
@@ -92,8 +128,8 @@ def _label_encoder_types(node):
     keys = _one_of(node, [*_KEY_TYPES2, "keys_tensor"], "keys_*")
     values = _one_of(node, [*_VALUE_TYPES2, "values_tensor"], "values_*")
     attrs = node.attributes
-    key_type = _KEY_TYPES2.get(keys) or _tensor_type(attrs["keys_tensor"])
-    value_type = _VALUE_TYPES2.get(values) or _tensor_type(attrs["values_tensor"])
+    key_type = _KEY_TYPES2.get(keys) or tensor_type(attrs["keys_tensor"])
+    value_type = _VALUE_TYPES2.get(values) or tensor_type(attrs["values_tensor"])
     return keys, values, key_type, value_type
 
 
@@ -105,7 +141,7 @@ def _check_label_encoder(node, provider):
             values, n_values, code="attribute")
     if node.since_version < 4:
         _require_unique(node, keys, attrs[keys])
-    t = _input_type(node)
+    t = input_type(node)
     require(t is None or t == key_type, "LabelEncoder: the input must have the keys' type {}, "
             "got {}", key_type, t, code="dtype")
     allowed = {"string", "int64", "float32", "int32", "int16", "float64"}
@@ -116,9 +152,9 @@ def _check_label_encoder(node, provider):
             value_type, code="dtype")
     default = attrs.get("default_tensor")
     if default is not None:
-        require(default.size == 1 and _tensor_type(default) == value_type,
+        require(default.size == 1 and tensor_type(default) == value_type,
                 "LabelEncoder: default_tensor must hold one {} value, got {} of {}", value_type,
-                default.size, _tensor_type(default), code="attribute")
+                default.size, tensor_type(default), code="attribute")
 
 
 def _numpy_type(name):
@@ -131,7 +167,7 @@ def _label_encoder(xp, x, attrs, nan_matches_nan):
                   if attrs.get(k) is not None)
     value_names = [k for k in (*_VALUE_TYPES2, "values_tensor") if attrs.get(k) is not None]
     if value_names[0] == "values_tensor":
-        value_type = _tensor_type(values)
+        value_type = tensor_type(values)
         values = values.tolist()
     else:
         value_type = _VALUE_TYPES2[value_names[0]]
@@ -195,399 +231,6 @@ def category_mapper(xp, x, *, default_int64, default_string, cats_int64s=(), cat
 
 
 # ---------------------------------------------------------------------------------------------
-# TreeEnsemble
-# ---------------------------------------------------------------------------------------------
-
-LEQ, LT, GTE, GT, EQ, NEQ, MEMBER = range(7)
-AGGREGATES = {0: "AVERAGE", 1: "SUM", 2: "MIN", 3: "MAX"}
-TRANSFORMS = {0: "NONE", 1: "SOFTMAX", 2: "LOGISTIC"}
-UNDEFINED_TRANSFORMS = ("SOFTMAX_ZERO and PROBIT are not defined by the spec (onnxruntime's "
-                        "SOFTMAX_ZERO gives NaN for an all-zero row)")
-
-
-def _check_tree_ensemble(node, provider):
-    attrs = node.attributes
-    n = len(attrs["nodes_featureids"])
-    for name in ("nodes_truenodeids", "nodes_falsenodeids", "nodes_trueleafs",
-                 "nodes_falseleafs", "nodes_modes", "nodes_splits"):
-        size = len(attrs[name]) if name in attrs else -1
-        require(size == n, "TreeEnsemble: {} needs one entry per node ({}), got {}", name, n,
-                size, code="attribute")
-    tracks = attrs.get("nodes_missing_value_tracks_true")
-    require(tracks is None or len(tracks) == n, "TreeEnsemble: nodes_missing_value_tracks_true "
-            "needs one entry per node ({})", n, code="attribute")
-    require(len(attrs["leaf_weights"]) == len(attrs["leaf_targetids"]),
-            "TreeEnsemble: leaf_weights and leaf_targetids differ in length", code="attribute")
-    modes = [int(m) for m in attrs["nodes_modes"].reshape(-1).tolist()]
-    require(all(0 <= m <= MEMBER for m in modes), "TreeEnsemble: nodes_modes must be 0..6, got "
-            "{}", sorted(set(modes)), code="attribute")
-    aggregate = attrs.get("aggregate_function", 1)
-    require(aggregate in AGGREGATES, "TreeEnsemble: aggregate_function must be 0..3, got {}",
-            aggregate, code="attribute")
-    transform = attrs.get("post_transform", 0)
-    require(transform in TRANSFORMS, "TreeEnsemble: {} implements post_transform {}, got {}"
-            "; {}", provider, ", ".join(f"{k} ({v})" for k, v in TRANSFORMS.items()), transform,
-            UNDEFINED_TRANSFORMS, code="attribute")
-    require("n_targets" in attrs, "TreeEnsemble: n_targets is required", code="attribute")
-    x = _input_type(node)
-    for name in ("nodes_splits", "leaf_weights"):
-        t = _tensor_type(attrs[name])
-        require(x is None or t == x, "TreeEnsemble: {} must have the input's type {}, got {}",
-                name, x, t, code="dtype")
-    n_leaves = len(attrs["leaf_weights"])
-    for ids, leafs in (("nodes_truenodeids", "nodes_trueleafs"),
-                       ("nodes_falsenodeids", "nodes_falseleafs")):
-        bad = [i for i, is_leaf in zip(attrs[ids], attrs[leafs], strict=True)
-               if not 0 <= i < (n_leaves if is_leaf else n)]
-        require(not bad, "TreeEnsemble: {} holds indices outside the nodes or leaves: {}", ids,
-                bad[:3], code="attribute")
-    bad = [r for r in attrs["tree_roots"] if not 0 <= r < n]
-    require(not bad, "TreeEnsemble: tree_roots outside the {} nodes: {}", n, bad[:3],
-            code="attribute")
-    true_ = list(zip(attrs["nodes_truenodeids"], attrs["nodes_trueleafs"], strict=True))
-    false_ = list(zip(attrs["nodes_falsenodeids"], attrs["nodes_falseleafs"], strict=True))
-    leaf_targets = {k: (t,) for k, t in enumerate(attrs["leaf_targetids"])}
-    _require_votes(node, aggregate, _every_target_voted(
-        [(r, False) for r in attrs["tree_roots"]], true_, false_, leaf_targets,
-        attrs.get("n_targets", 0)))
-    members = [i for i, m in enumerate(modes) if m == MEMBER]
-    if members:
-        sets = _membership_sets(attrs.get("membership_values"))
-        require(len(sets) == len(members), "TreeEnsemble: membership_values holds {} sets for "
-                "{} BRANCH_MEMBER nodes", len(sets), len(members), code="attribute")
-
-
-def _membership_sets(values):
-    if values is None:
-        return []
-    sets, current = [], []
-    for v in values.reshape(-1).tolist():
-        if math.isnan(v):
-            sets.append(current)
-            current = []
-        else:
-            current.append(v)
-    if current:
-        sets.append(current)
-    return sets
-
-
-def _every_target_voted(roots, true_children, false_children, leaf_targets, n_targets):
-    """Whether every row gets a vote for every target: for each target, some tree votes for
-    it at every leaf it can reach. Roots and children are (index, is_leaf) pairs."""
-    always = set()
-    for root in roots:
-        stack, seen, leaves = [root], set(), []
-        while stack:
-            index, is_leaf = stack.pop()
-            if is_leaf:
-                leaves.append(index)
-            elif index not in seen:
-                seen.add(index)
-                stack += [true_children[index], false_children[index]]
-        if leaves:
-            always |= set.intersection(*(set(leaf_targets.get(k, ())) for k in leaves))
-    return always >= set(range(n_targets))
-
-
-def _require_votes(node, aggregate, covered):
-    require(aggregate not in (2, 3) or covered, "{}: with aggregate_function MIN or MAX some "
-            "row may get no vote for a target, whose score the spec does not define (onnxruntime "
-            "gives 0, onnx's reference the float maximum)", node.op_type, code="attribute")
-
-
-def _transform(xp, scores, kind):
-    if kind == 1:  # SOFTMAX
-        e = xp.exp(scores - scores.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
-    if kind == 2:  # LOGISTIC
-        e = xp.exp(-xp.abs(scores))
-        return xp.where(scores >= 0, 1 / (1 + e), e / (1 + e))
-    return scores
-
-
-class _Trees:
-    """Interior nodes as parallel arrays; each child is an interior index or a leaf index."""
-
-    def __init__(self, xp, feature, modes, splits, true_id, true_leaf, false_id, false_leaf,
-                 tracks, member_sets):
-        self.feature = xp.asarray(feature, dtype=xp.int64)
-        self.modes = xp.asarray(modes, dtype=xp.int64)
-        self.splits = splits
-        self.true_id = xp.asarray(true_id, dtype=xp.int64)
-        self.true_leaf = xp.asarray(true_leaf, dtype=bool)
-        self.false_id = xp.asarray(false_id, dtype=xp.int64)
-        self.false_leaf = xp.asarray(false_leaf, dtype=bool)
-        self.tracks = xp.asarray(tracks, dtype=bool)
-        self.member_sets = member_sets  # interior index -> list of members
-
-    def leaves(self, xp, x, root):
-        """The leaf each row of ``x`` reaches from interior node ``root``."""
-        rows = x.shape[0]
-        row = xp.arange(rows)
-        node = xp.full(rows, root, dtype=xp.int64)
-        leaf = xp.full(rows, -1, dtype=xp.int64)
-        for _ in range(len(self.feature) + 1):
-            open_ = leaf < 0
-            if not bool(open_.any()):
-                return leaf
-            value = x[row, self.feature[node]]
-            split, mode = self.splits[node], self.modes[node]
-            go_true = xp.select(
-                [mode == LEQ, mode == LT, mode == GTE, mode == GT, mode == EQ, mode == NEQ],
-                [value <= split, value < split, value >= split, value > split, value == split,
-                 value != split], default=False)
-            for k, members in self.member_sets.items():
-                at = node == k
-                if bool(at.any()):
-                    go_true = xp.where(at, xp.isin(value, xp.asarray(members, dtype=x.dtype)),
-                                       go_true)
-            go_true = xp.where(xp.isnan(value), self.tracks[node], go_true)
-            to_leaf = xp.where(go_true, self.true_leaf[node], self.false_leaf[node])
-            nxt = xp.where(go_true, self.true_id[node], self.false_id[node])
-            leaf = xp.where(open_ & to_leaf, nxt, leaf)
-            node = xp.where(open_ & ~to_leaf, nxt, node)
-        raise ValueError("a tree does not reach its leaves (it has a cycle)")
-
-
-def _aggregate(xp, rows, n_targets, per_tree_votes, aggregate, n_trees):
-    """Scores [rows, n_targets] from each tree's (votes [rows, n_targets], has [rows, n_targets])
-    in float64; a target no tree votes for scores 0."""
-    if aggregate == 2:
-        scores = xp.full((rows, n_targets), xp.inf)
-    elif aggregate == 3:
-        scores = xp.full((rows, n_targets), -xp.inf)
-    else:
-        scores = xp.zeros((rows, n_targets), dtype=xp.float64)
-    hit = xp.zeros((rows, n_targets), dtype=bool)
-    for votes, has in per_tree_votes:
-        if aggregate == 2:
-            scores = xp.where(has, xp.minimum(scores, votes), scores)
-        elif aggregate == 3:
-            scores = xp.where(has, xp.maximum(scores, votes), scores)
-        else:
-            scores = scores + xp.where(has, votes, 0)
-        hit |= has
-    if aggregate == 0:
-        scores = scores / max(n_trees, 1)
-    return xp.where(hit, scores, 0)
-
-
-def _leaf_votes(xp, n_leaves, n_targets, leaf_of_vote, target_of_vote, weight_of_vote,
-                aggregate):
-    """Per leaf and target: the leaf's vote (summed, or the min/max of several) and whether it
-    has one."""
-    fill = {2: xp.inf, 3: -xp.inf}.get(aggregate, 0.0)
-    votes = xp.full((n_leaves, n_targets), fill, dtype=xp.float64)
-    has = xp.zeros((n_leaves, n_targets), dtype=bool)
-    for leaf, target, weight in zip(leaf_of_vote, target_of_vote, weight_of_vote, strict=True):
-        if not 0 <= target < n_targets:
-            raise ValueError(f"target id {target} is outside [0, {n_targets})")
-        if aggregate == 2:
-            votes[leaf, target] = min(votes[leaf, target], weight)
-        elif aggregate == 3:
-            votes[leaf, target] = max(votes[leaf, target], weight)
-        else:
-            votes[leaf, target] += weight
-        has[leaf, target] = True
-    return votes, has
-
-
-@kernel("TreeEnsemble", 5, domain=ML, dtypes={"float32", "float64", "float16"},
-        check=_check_tree_ensemble)
-def tree_ensemble(xp, x, *, aggregate_function, leaf_targetids, leaf_weights, n_targets,
-                  nodes_falseleafs, nodes_falsenodeids, nodes_featureids, nodes_modes,
-                  nodes_splits, nodes_trueleafs, nodes_truenodeids, post_transform, tree_roots,
-                  membership_values=None, nodes_hitrates=None,
-                  nodes_missing_value_tracks_true=None):
-    """Splits compare in the input's type; leaf weights sum in float64 and round once."""
-    n_nodes = len(nodes_featureids)
-    modes = [int(m) for m in xp.asarray(nodes_modes).reshape(-1).tolist()]
-    members = [i for i, m in enumerate(modes) if m == MEMBER]
-    trees = _Trees(
-        xp, nodes_featureids, modes, xp.asarray(nodes_splits).reshape(-1).astype(x.dtype),
-        nodes_truenodeids, nodes_trueleafs, nodes_falsenodeids, nodes_falseleafs,
-        nodes_missing_value_tracks_true or [0] * n_nodes,
-        dict(zip(members, _membership_sets(membership_values), strict=False)))
-    weights = xp.asarray(leaf_weights).reshape(-1).astype(xp.float64).tolist()
-    votes, has = _leaf_votes(xp, len(weights), n_targets, range(len(weights)),
-                             list(leaf_targetids), weights, aggregate_function)
-    per_tree = []
-    for root in tree_roots:
-        leaf = trees.leaves(xp, x, root)
-        per_tree.append((votes[leaf], has[leaf]))
-    scores = _aggregate(xp, x.shape[0], n_targets, per_tree, aggregate_function,
-                        len(tree_roots))
-    return _transform(xp, scores, post_transform).astype(x.dtype)
-
-
-# -- TreeEnsembleRegressor: the older encoding (tree and node ids, LEAF nodes, target votes) --
-
-BRANCH_MODES = {"BRANCH_LEQ": LEQ, "BRANCH_LT": LT, "BRANCH_GTE": GTE, "BRANCH_GT": GT,
-                "BRANCH_EQ": EQ, "BRANCH_NEQ": NEQ}
-AGGREGATE_NAMES = {"AVERAGE": 0, "SUM": 1, "MIN": 2, "MAX": 3}
-TRANSFORM_NAMES = {"NONE": 0, "SOFTMAX": 1, "LOGISTIC": 2}
-
-
-def _either(attrs, name):
-    tensor = attrs.get(name + "_as_tensor")
-    if tensor is not None:
-        return [float(v) for v in tensor.reshape(-1).tolist()]
-    values = attrs.get(name)
-    return None if values is None else list(values)
-
-
-def _regressor_layout(attrs):
-    """The node table as interior nodes and leaves, with each tree's root and each vote's leaf;
-    raises ValueError for an inconsistent table."""
-    tree_ids, node_ids = list(attrs["nodes_treeids"]), list(attrs["nodes_nodeids"])
-    modes = list(attrs["nodes_modes"])
-    n = len(node_ids)
-    for name in ("nodes_treeids", "nodes_featureids", "nodes_modes", "nodes_truenodeids",
-                 "nodes_falsenodeids"):
-        if len(attrs.get(name) or ()) != n:
-            raise ValueError(f"{name} needs one entry per node ({n})")
-    values = _either(attrs, "nodes_values")
-    if values is None or len(values) != n:
-        raise ValueError(f"nodes_values needs one entry per node ({n})")
-    tracks = attrs.get("nodes_missing_value_tracks_true") or [0] * n
-    if len(tracks) != n:
-        raise ValueError(f"nodes_missing_value_tracks_true needs one entry per node ({n})")
-    unknown = sorted({m for m in modes if m != "LEAF" and m not in BRANCH_MODES})
-    if unknown:
-        raise ValueError(f"unknown node modes {unknown}")
-    position = {}
-    for i, key in enumerate(zip(tree_ids, node_ids, strict=True)):
-        if key in position:
-            raise ValueError(f"tree {key[0]} repeats node id {key[1]}")
-        position[key] = i
-    interior = [i for i in range(n) if modes[i] != "LEAF"]
-    leaves = [i for i in range(n) if modes[i] == "LEAF"]
-    interior_of = {i: k for k, i in enumerate(interior)}
-    leaf_of = {i: k for k, i in enumerate(leaves)}
-    children = set()
-
-    def child(i, ids_name):
-        key = (tree_ids[i], attrs[ids_name][i])
-        if key not in position:
-            raise ValueError(f"node {node_ids[i]} of tree {tree_ids[i]} points to a missing "
-                             f"node {key[1]}")
-        j = position[key]
-        children.add(j)
-        return (leaf_of[j], True) if j in leaf_of else (interior_of[j], False)
-
-    true_ = [child(i, "nodes_truenodeids") for i in interior]
-    false_ = [child(i, "nodes_falsenodeids") for i in interior]
-    roots = {}
-    for i in range(n):
-        if i not in children:
-            if tree_ids[i] in roots:
-                raise ValueError(f"tree {tree_ids[i]} has more than one root")
-            roots[tree_ids[i]] = i
-    return {
-        "feature": [attrs["nodes_featureids"][i] for i in interior],
-        "modes": [BRANCH_MODES[modes[i]] for i in interior],
-        "values": [values[i] for i in interior],
-        "true": true_, "false": false_, "tracks": [tracks[i] for i in interior],
-        "roots": [(leaf_of[i], True) if i in leaf_of else (interior_of[i], False)
-                  for _, i in sorted(roots.items())],
-        "position": position, "leaf_of": leaf_of, "n_leaves": len(leaves),
-    }
-
-
-def _check_tree_regressor(node, provider):
-    attrs = node.attributes
-    try:
-        layout = _regressor_layout(attrs)
-        weights = _either(attrs, "target_weights") or []
-        votes = list(zip(attrs.get("target_treeids") or (), attrs.get("target_nodeids") or (),
-                         strict=True))
-        if len(votes) != len(weights) or len(attrs.get("target_ids") or ()) != len(weights):
-            raise ValueError("target_treeids, target_nodeids, target_ids and target_weights "
-                             "differ in length")
-        for key in votes:
-            if layout["position"].get(key) not in layout["leaf_of"]:
-                raise ValueError(f"a target weight is on node {key[1]} of tree {key[0]}, "
-                                 f"which is not a LEAF")
-    except ValueError as exc:
-        deny("TreeEnsembleRegressor: {}", exc, code="attribute")
-    leaf_targets = {}
-    for key, target in zip(votes, attrs.get("target_ids") or (), strict=True):
-        leaf_targets.setdefault(layout["leaf_of"][layout["position"][key]], []).append(target)
-    _require_votes(node, AGGREGATE_NAMES.get(attrs.get("aggregate_function", "SUM")),
-                   _every_target_voted(layout["roots"], layout["true"], layout["false"],
-                                       leaf_targets, attrs.get("n_targets") or 0))
-    require(attrs.get("aggregate_function", "SUM") in AGGREGATE_NAMES,
-            "TreeEnsembleRegressor: aggregate_function must be AVERAGE, SUM, MIN or MAX, got "
-            "{!r}", attrs.get("aggregate_function"), code="attribute")
-    transform = attrs.get("post_transform", "NONE")
-    require(transform in TRANSFORM_NAMES, "TreeEnsembleRegressor: {} implements "
-            "post_transform NONE/SOFTMAX/LOGISTIC, got {!r}; {}", provider, transform,
-            UNDEFINED_TRANSFORMS, code="attribute")
-    base = _either(attrs, "base_values")
-    n_targets = attrs.get("n_targets")
-    require(n_targets is not None and n_targets >= 1, "TreeEnsembleRegressor: n_targets is "
-            "required", code="attribute")
-    require(not base or len(base) == n_targets, "TreeEnsembleRegressor: {} base_values for {} "
-            "targets", len(base or ()), n_targets, code="attribute")
-
-
-def _tree_regressor(xp, x, attrs):
-    layout = _regressor_layout(attrs)
-    aggregate = AGGREGATE_NAMES[attrs.get("aggregate_function") or "SUM"]
-    n_targets = attrs["n_targets"]
-    work = xp.float64 if x.dtype == xp.float64 else xp.float32
-    x = x.astype(work)
-    trees = _Trees(
-        xp, layout["feature"], layout["modes"], xp.asarray(layout["values"]).astype(work),
-        [c for c, _ in layout["true"]], [is_leaf for _, is_leaf in layout["true"]],
-        [c for c, _ in layout["false"]], [is_leaf for _, is_leaf in layout["false"]],
-        layout["tracks"], {})
-    weights = _either(attrs, "target_weights") or []
-    leaves = [layout["leaf_of"][layout["position"][key]]
-              for key in zip(attrs.get("target_treeids") or (), attrs.get("target_nodeids") or (),
-                             strict=True)]
-    votes, has = _leaf_votes(xp, max(layout["n_leaves"], 1), n_targets, leaves,
-                             list(attrs.get("target_ids") or ()), weights, aggregate)
-    per_tree = []
-    rows = x.shape[0]
-    for root, is_leaf in layout["roots"]:
-        leaf = xp.full(rows, root, dtype=xp.int64) if is_leaf else trees.leaves(xp, x, root)
-        per_tree.append((votes[leaf], has[leaf]))
-    scores = _aggregate(xp, rows, n_targets, per_tree, aggregate, len(layout["roots"]))
-    base = _either(attrs, "base_values")
-    if base:
-        scores = scores + xp.asarray(base, dtype=xp.float64)
-    kind = TRANSFORM_NAMES[attrs.get("post_transform") or "NONE"]
-    return _transform(xp, scores, kind).astype(xp.float32)
-
-
-@kernel("TreeEnsembleRegressor", 3, domain=ML, dtypes=NUMBERS, check=_check_tree_regressor)
-def tree_ensemble_regressor(xp, x, *, aggregate_function, post_transform, base_values=None,
-                            base_values_as_tensor=None, n_targets=None, nodes_falsenodeids=None,
-                            nodes_featureids=None, nodes_hitrates=None,
-                            nodes_hitrates_as_tensor=None, nodes_missing_value_tracks_true=None,
-                            nodes_modes=None, nodes_nodeids=None, nodes_treeids=None,
-                            nodes_truenodeids=None, nodes_values=None,
-                            nodes_values_as_tensor=None, target_ids=None, target_nodeids=None,
-                            target_treeids=None, target_weights=None,
-                            target_weights_as_tensor=None):
-    """Thresholds compare in float32 (float64 for float64 input); int inputs become float32;
-    votes sum in float64; the output is float32."""
-    return _tree_regressor(xp, x.reshape(x.shape[0], -1) if x.ndim != 2 else x, locals())
-
-
-@kernel("TreeEnsembleRegressor", 1, domain=ML, dtypes=NUMBERS, check=_check_tree_regressor)
-def tree_ensemble_regressor_1(xp, x, *, aggregate_function, post_transform, base_values=None,
-                              n_targets=None, nodes_falsenodeids=None, nodes_featureids=None,
-                              nodes_hitrates=None, nodes_missing_value_tracks_true=None,
-                              nodes_modes=None, nodes_nodeids=None, nodes_treeids=None,
-                              nodes_truenodeids=None, nodes_values=None, target_ids=None,
-                              target_nodeids=None, target_treeids=None, target_weights=None):
-    return _tree_regressor(xp, x.reshape(x.shape[0], -1) if x.ndim != 2 else x, locals())
-
-
-# ---------------------------------------------------------------------------------------------
 # Elementwise and feature ops
 # ---------------------------------------------------------------------------------------------
 
@@ -623,7 +266,7 @@ def scaler(xp, x, *, offset=(), scale=()):
 
 def _check_imputer(node, provider):
     attrs = node.attributes
-    t = _input_type(node)
+    t = input_type(node)
     floats, ints = attrs.get("imputed_value_floats"), attrs.get("imputed_value_int64s")
     require((floats is None) != (ints is None), "Imputer: exactly one of imputed_value_floats "
             "and imputed_value_int64s must be set", code="attribute")
@@ -673,7 +316,7 @@ def _check_one_hot(node, provider):
     ints, strings = attrs.get("cats_int64s"), attrs.get("cats_strings")
     require((ints is None) != (strings is None), "OneHotEncoder: exactly one of cats_int64s and "
             "cats_strings must be set", code="attribute")
-    t = _input_type(node)
+    t = input_type(node)
     if t is not None:
         require((t == "string") == (strings is not None), "OneHotEncoder: {} input takes "
                 "cats_{}", t, "strings" if t == "string" else "int64s", code="attribute")
@@ -702,9 +345,8 @@ def one_hot_encoder(xp, x, *, zeros, cats_int64s=None, cats_strings=None):
 def _check_linear_regressor(node, provider):
     attrs = node.attributes
     transform = attrs.get("post_transform", "NONE")
-    require(transform in TRANSFORM_NAMES, "LinearRegressor: {} implements post_transform "
-            "NONE/SOFTMAX/LOGISTIC, got {!r}; {}", provider, transform, UNDEFINED_TRANSFORMS,
-            code="attribute")
+    require(transform in TRANSFORM_NAMES, "LinearRegressor: post_transform must be one of {}, "
+            "got {!r}", "/".join(TRANSFORM_NAMES), transform, code="attribute")
     coefficients, targets = attrs.get("coefficients") or (), attrs.get("targets", 1)
     require(targets >= 1 and len(coefficients) % targets == 0,
             "LinearRegressor: {} coefficients do not split into {} targets", len(coefficients),
@@ -726,4 +368,4 @@ def linear_regressor(xp, x, *, post_transform, targets, coefficients=(), interce
     if intercepts:
         y = y + xp.asarray(intercepts, dtype=xp.float32)
     kind = TRANSFORM_NAMES[post_transform]
-    return _transform(xp, y, kind).astype(xp.float32)
+    return transform_scores(xp, y.astype(xp.float64), kind).astype(xp.float32)

@@ -172,11 +172,24 @@ def test_tree_ensemble_float64():
     assert y.dtype == np.float64
 
 
-@pytest.mark.parametrize("transform", [3, 4])
-def test_tree_ensemble_declines_transforms_the_spec_does_not_define(transform):
-    answer = cpu_answer(tree_model(F, transform=transform))
-    assert not answer.is_supported and answer.code == "attribute"
-    assert "not defined by the spec" in answer.reason
+def test_tree_ensemble_softmax_zero_keeps_zeros_at_zero():
+    x = TREE_X.astype(np.float32)
+    (raw,) = run_onnxruntime(tree_model(F), {"x": x})
+    (y,) = run_ep_host(tree_model(F, transform=3), {"x": x})
+    raw = raw.astype(np.float64)
+    e = np.where(raw != 0, np.exp(raw - raw.max(axis=1, keepdims=True)), 0)
+    np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-6, atol=1e-7)
+
+
+def test_tree_ensemble_probit_is_the_normal_quantile():
+    x = TREE_X.astype(np.float32)
+    (raw,) = run_ep_host(tree_model(F), {"x": x})
+    (y,) = run_ep_host(tree_model(F, transform=4), {"x": x})
+    from scipy.stats import norm
+
+    inside = (raw > 0) & (raw < 1)
+    np.testing.assert_allclose(y[inside], norm.ppf(raw[inside].astype(np.float64)), rtol=1e-5)
+    assert np.isnan(y[(raw < 0) | (raw > 1)]).all()
 
 
 # -- elementwise and feature ops --------------------------------------------------------------

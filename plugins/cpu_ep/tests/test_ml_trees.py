@@ -1,0 +1,225 @@
+"""Tree ensembles on the CPU EP against onnxruntime: random forests in every branch mode, the
+classifiers' labels and score columns, NaN inputs, empty batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cpukit import cpu_answer, run_ep_host, run_onnxruntime
+from onnx import TensorProto, helper, numpy_helper
+
+ML = "ai.onnx.ml"
+F = 4
+
+
+def random_rows(rng, trees, depth, modes=("BRANCH_LEQ",), tracks=False):
+    """Complete trees in the old encoding: (tree, node, feature, threshold, mode, true, false,
+    tracks)."""
+    rows = []
+    interior = 2 ** depth - 1
+    for t in range(trees):
+        for k in range(2 ** (depth + 1) - 1):
+            if k < interior:
+                rows.append((t, k, int(rng.integers(F)), float(rng.normal()),
+                             str(rng.choice(modes)), 2 * k + 1, 2 * k + 2,
+                             int(tracks and rng.integers(2))))
+            else:
+                rows.append((t, k, 0, 0.0, "LEAF", 0, 0, 0))
+    return rows
+
+
+def node_attrs(rows, version):
+    attrs = dict(nodes_treeids=[r[0] for r in rows], nodes_nodeids=[r[1] for r in rows],
+                 nodes_featureids=[r[2] for r in rows], nodes_modes=[r[4] for r in rows],
+                 nodes_truenodeids=[r[5] for r in rows], nodes_falsenodeids=[r[6] for r in rows],
+                 nodes_missing_value_tracks_true=[r[7] for r in rows])
+    values = [r[3] for r in rows]
+    if version == 3:
+        attrs["nodes_values_as_tensor"] = numpy_helper.from_array(np.array(values, np.float32), "v")
+    else:
+        attrs["nodes_values"] = values
+    return attrs
+
+
+def ml_model(node, outputs, version, x_type=TensorProto.FLOAT):
+    graph = helper.make_graph(
+        [node], "trees", [helper.make_tensor_value_info("x", x_type, [None, F])], outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(ML, version)])
+    model.ir_version = 10
+    return model
+
+
+def classifier(rng, classes, used, version=3, strings=False, transform="NONE", base=(),
+               signs="positive", modes=("BRANCH_LEQ",), tracks=False, trees=4, depth=4):
+    rows = random_rows(rng, trees, depth, modes, tracks)
+    leaves = [r for r in rows if r[4] == "LEAF"]
+    votes = [(r[0], r[1], c) for r in leaves for c in used]
+    weights = rng.random(len(votes)) - (0.5 if signs == "mixed" else 0.0)
+    labels = ({"classlabels_strings": [f"class{i}" for i in range(classes)]} if strings
+              else {"classlabels_int64s": [7 + 3 * i for i in range(classes)]})
+    extra = {"base_values": list(base)} if base else {}
+    node = helper.make_node(
+        "TreeEnsembleClassifier", ["x"], ["label", "scores"], domain=ML,
+        **node_attrs(rows, version), class_treeids=[v[0] for v in votes],
+        class_nodeids=[v[1] for v in votes], class_ids=[v[2] for v in votes],
+        class_weights=weights.tolist(), post_transform=transform, **labels, **extra)
+    label_type = TensorProto.STRING if strings else TensorProto.INT64
+    return ml_model(node, [helper.make_tensor_value_info("label", label_type, [None]),
+                           helper.make_tensor_value_info("scores", TensorProto.FLOAT,
+                                                         [None, None])], version)
+
+
+def regressor(rng, version=3, targets=2, aggregate="SUM", transform="NONE",
+              modes=("BRANCH_LEQ",), tracks=False, trees=6, depth=5, x_type=TensorProto.FLOAT):
+    rows = random_rows(rng, trees, depth, modes, tracks)
+    leaves = [r for r in rows if r[4] == "LEAF"]
+    votes = [(r[0], r[1], k) for r in leaves for k in range(targets)]
+    node = helper.make_node(
+        "TreeEnsembleRegressor", ["x"], ["y"], domain=ML, **node_attrs(rows, version),
+        target_treeids=[v[0] for v in votes], target_nodeids=[v[1] for v in votes],
+        target_ids=[v[2] for v in votes], target_weights=rng.normal(size=len(votes)).tolist(),
+        n_targets=targets, aggregate_function=aggregate, post_transform=transform,
+        base_values=rng.normal(size=targets).tolist())
+    return ml_model(node, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                         [None, targets])], version, x_type)
+
+
+def inputs(rng, rows=200, nan=False, dtype=np.float32):
+    x = rng.normal(size=(rows, F)).astype(dtype)
+    if nan:
+        x[rng.random(x.shape) < 0.2] = np.nan
+    return x
+
+
+def assert_same(model, x, rtol=1e-5, atol=1e-6):
+    ours, theirs = run_ep_host(model, {"x": x}), run_onnxruntime(model, {"x": x})
+    for a, b in zip(ours, theirs, strict=True):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+        if a.dtype == object:
+            assert a.tolist() == b.tolist()
+        else:
+            np.testing.assert_allclose(a, b, rtol=rtol, atol=atol)
+    return ours
+
+
+# -- TreeEnsembleRegressor: the vectorised walk ------------------------------------------------
+
+
+@pytest.mark.parametrize("modes", [("BRANCH_LEQ",), ("BRANCH_LT",), ("BRANCH_GTE", "BRANCH_GT"),
+                                   ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT"),
+                                   ("BRANCH_EQ", "BRANCH_NEQ", "BRANCH_LEQ")])
+@pytest.mark.parametrize("version", [1, 3])
+def test_regressor_every_branch_mode(rng, modes, version):
+    model = regressor(rng, version, modes=modes)
+    assert_same(model, inputs(rng))
+
+
+@pytest.mark.parametrize("modes", [("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT"), ()])
+def test_regressor_thresholds_hit_exactly_in_every_mode(rng, modes):
+    modes = modes + ("BRANCH_EQ", "BRANCH_NEQ")
+    model = regressor(rng, 1, modes=modes)
+    thresholds = np.array([a for a in model.graph.node[0].attribute
+                           if a.name == "nodes_values"][0].floats, np.float32)
+    x = rng.choice(thresholds, size=(300, F)).astype(np.float32)
+    assert_same(model, x)
+
+
+@pytest.mark.parametrize("modes", [("BRANCH_LEQ",), ("BRANCH_GT", "BRANCH_LT")])
+def test_regressor_nan_inputs_follow_missing_value_tracks_true(rng, modes):
+    model = regressor(rng, 3, modes=modes, tracks=True)
+    assert_same(model, inputs(rng, nan=True))
+
+
+@pytest.mark.parametrize("aggregate", ["AVERAGE", "MIN", "MAX"])
+@pytest.mark.parametrize("transform", ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO"])
+def test_regressor_aggregates_and_transforms(rng, aggregate, transform):
+    assert_same(regressor(rng, 3, targets=3, aggregate=aggregate, transform=transform),
+                inputs(rng))
+
+
+def test_regressor_double_and_int_inputs(rng):
+    assert_same(regressor(rng, 1, x_type=TensorProto.DOUBLE), inputs(rng, dtype=np.float64))
+    x = rng.integers(-2, 3, size=(50, F)).astype(np.int64)
+    ints = regressor(np.random.default_rng(5), 1, x_type=TensorProto.INT64)
+    floats = regressor(np.random.default_rng(5), 1)  # onnxruntime has no int64 kernel
+    (ours,) = run_ep_host(ints, {"x": x})
+    (theirs,) = run_onnxruntime(floats, {"x": x.astype(np.float32)})
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_regressor_empty_batch(rng):
+    (y,) = run_ep_host(regressor(rng, 3), {"x": np.zeros((0, F), np.float32)})
+    assert y.shape == (0, 2) and y.dtype == np.float32
+
+
+def test_regressor_many_rows_cross_the_walk_chunks(rng):
+    # 6 trees: 65536 // 6 rows per step, so 30000 rows take three steps
+    assert_same(regressor(rng, 3), inputs(rng, rows=30_000, nan=True))
+
+
+# -- TreeEnsembleClassifier --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [1, 3])
+@pytest.mark.parametrize("strings", [False, True])
+@pytest.mark.parametrize("transform", ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO"])
+def test_classifier_multiclass(rng, version, strings, transform):
+    model = classifier(rng, 3, [0, 1, 2], version, strings, transform, base=(0.1, -0.2, 0.3))
+    label, scores = assert_same(model, inputs(rng))
+    assert len(set(np.asarray(label).tolist())) > 1  # the labels vary over the rows
+
+
+def test_classifier_class_without_votes_never_wins(rng):
+    model = classifier(rng, 4, [1, 2, 3], signs="mixed")
+    label, scores = assert_same(model, inputs(rng))
+    assert 7 not in label.tolist() and (scores[:, 0] == 0).all()
+
+
+@pytest.mark.parametrize("signs", ["positive", "mixed"])
+def test_classifier_binary_one_column_like_a_random_forest(rng, signs):
+    label, scores = assert_same(classifier(rng, 2, [0], signs=signs, trees=1), inputs(rng))
+    assert set(label.tolist()) == {7, 10}
+    if signs == "positive":
+        np.testing.assert_allclose(scores.sum(axis=1), 1.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("signs", ["positive", "mixed"])
+def test_classifier_binary_logistic_like_gradient_boosting(rng, signs):
+    model = classifier(rng, 2, [0], transform="LOGISTIC", base=(-0.3,), signs=signs,
+                       strings=True, tracks=True)
+    label, scores = assert_same(model, inputs(rng, nan=True))
+    np.testing.assert_allclose(scores.sum(axis=1), 1.0, rtol=1e-6)
+
+
+def test_classifier_declines_two_classes_both_voted(rng):
+    answer = cpu_answer(classifier(rng, 2, [0, 1]))
+    assert not answer.is_supported and answer.code == "attribute"
+    assert "votes for both" in answer.reason
+
+
+@pytest.mark.parametrize("transform", ["SOFTMAX", "PROBIT", "SOFTMAX_ZERO"])
+def test_classifier_declines_one_column_transforms_without_a_second_score(rng, transform):
+    answer = cpu_answer(classifier(rng, 2, [0], transform=transform))
+    assert not answer.is_supported and "NONE or LOGISTIC" in answer.reason
+
+
+def test_classifier_probit_is_the_exact_normal_quantile(rng):
+    plain = classifier(np.random.default_rng(0), 3, [0, 1, 2], trees=1)
+    model = classifier(np.random.default_rng(0), 3, [0, 1, 2], trees=1, transform="PROBIT")
+    x = inputs(rng)
+    _, raw = run_ep_host(plain, {"x": x})
+    _, probit = run_ep_host(model, {"x": x})
+    from scipy.stats import norm
+
+    assert ((raw > 0) & (raw < 1)).all()  # one tree, weights in [0, 1): all quantiles finite
+    np.testing.assert_allclose(probit, norm.ppf(raw.astype(np.float64)), rtol=1e-5, atol=1e-6)
+    _, theirs = run_onnxruntime(model, {"x": x})  # onnxruntime approximates the quantile
+    np.testing.assert_allclose(probit, theirs, rtol=5e-3, atol=5e-3)
+
+
+def test_classifier_empty_batch(rng):
+    label, scores = run_ep_host(classifier(rng, 3, [0, 1, 2]), {"x": np.zeros((0, F),
+                                                                             np.float32)})
+    assert label.shape == (0,) and scores.shape == (0, 3)
