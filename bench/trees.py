@@ -19,7 +19,6 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
-import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from ep_host import InferenceSession  # noqa: E402

@@ -75,8 +75,8 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AnswerStore", "CONTRACT_VERSION", "HOST", "CaptureSupport", "Cost", "DType", "Decline", "Device",
-    "Factors", "FunctionKernel", "GraphView", "Host", "HostError", "InferenceSession",
+    "AnswerStore", "CONTRACT_VERSION", "HOST", "CaptureSupport", "Cost", "DType", "Decline",
+    "Device", "Factors", "FunctionKernel", "GraphView", "Host", "HostError", "InferenceSession",
     "InputError", "Kernel", "KernelError", "KernelMatch", "KernelVariantSelection",
     "ModelLoadError", "ModelValidationError", "NodeView", "PartitionView", "PlacementError",
     "ProviderContext", "ProviderError", "ProviderInfo", "ReasonCode", "ResourceLimitError",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 from ep_host.cli import ProgressBar, load_model_and_host, pins_from, say, status

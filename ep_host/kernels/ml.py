@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 import ep_host
-from ep_host import deny, require
+from ep_host import require
 from ep_host.kernels.helpers import as_text, object_array
 from ep_host.kernels.registry import kernel
 

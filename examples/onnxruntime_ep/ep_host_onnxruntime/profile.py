@@ -1,6 +1,7 @@
 """This machine's figures for onnxruntime on one thread: the per-call overhead of a tiny
-session run, GEMM GFLOP/s, memory GB/s, and GFLOP/s per kind of convolution (``conv_kind``). Measured once per machine (well under a second) and
-cached as JSON under ``ep_host.cache_dir()``, keyed by host, CPU and onnxruntime version.
+session run, GEMM GFLOP/s, memory GB/s, and GFLOP/s per kind of convolution (``conv_kind``).
+Measured once per machine (well under a second) and cached as JSON under
+``ep_host.cache_dir()``, keyed by host, CPU and onnxruntime version.
 """
 
 from __future__ import annotations

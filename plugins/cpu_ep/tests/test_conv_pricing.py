@@ -5,11 +5,11 @@ import dataclasses
 
 import numpy as np
 import pytest
+from ep_host_cpu import profile, provider
 from onnx import TensorProto, helper, numpy_helper
 
 from ep_host import load_model
 from ep_host.kernels import CONV_CASES, REGISTRY, conv_kind, conv_speeds
-from ep_host_cpu import profile, provider
 
 
 def conv_node(c: int, m: int, window: int, group: int = 1, stride: int = 1, hw: int = 28):
