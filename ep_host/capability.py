@@ -21,6 +21,7 @@ from ep_host.functions import expand_function
 from ep_host.graph import NodeView, paused_gc
 from ep_host.loading import Model
 from ep_host.match import Decline, KernelMatch, ReasonCode
+from ep_host.plugin_calls import is_user_interrupt, sigint
 from ep_host.provider import ProviderContext
 
 MAX_EXPANSION_DEPTH = 8  # function bodies that call functions, to this depth
@@ -90,6 +91,20 @@ def check_answer(answer: Any) -> KernelMatch:
     return answer
 
 
+def declined(decline: Decline) -> KernelMatch:
+    """The decline a provider raised; formatting its reason runs the provider's arguments'
+    ``__format__``, so a failure there is that provider's fault too."""
+    since = sigint.received
+    try:
+        return KernelMatch.unsupported(decline.reason, decline.code)
+    except BaseException as exc:
+        if is_user_interrupt(exc, since):
+            raise
+        return KernelMatch.unsupported(
+            f"provider declined with a reason that cannot be formatted: "
+            f"{describe_exception(exc)}", ReasonCode.FAULT)
+
+
 def unavailable_answer(record: ProviderRecord) -> KernelMatch:
     """The decline every node gets from a provider that is not available."""
     return KernelMatch.unsupported(
@@ -111,11 +126,14 @@ def ask(
     immutable ``KernelMatch`` for many nodes has it checked once."""
     if record.status != "available":
         return unavailable_answer(record)
+    since = sigint.received
     try:
         answers = record.callers["ep_host_supports_op"](node=node, context=context)
     except Decline as d:
-        return KernelMatch.unsupported(d.reason, d.code)
-    except Exception as exc:
+        return declined(d)
+    except BaseException as exc:  # SystemExit and the like too: the provider's fault
+        if is_user_interrupt(exc, since):
+            raise
         if host.strict:
             raise ProviderError(
                 f"provider {record.name!r} raised in supports_op for node {node.name!r}"

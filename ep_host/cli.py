@@ -196,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     except HostError as exc:
         print(f"ep-host: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the user's ^C (a plugin's is that provider's fault)
+        print("ep-host: interrupted", file=sys.stderr)
         return 130
 
 

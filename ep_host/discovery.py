@@ -18,7 +18,8 @@ from typing import Any
 import pluggy
 
 from ep_host import hookspecs
-from ep_host.errors import ProviderError, describe_exception
+from ep_host.errors import PluginBaseException, ProviderError, describe_exception
+from ep_host.plugin_calls import is_user_interrupt, record_sigint, sigint
 from ep_host.provider import CONTRACT_VERSION, ProviderInfo, contract_major
 
 ENTRY_POINT_GROUP = "ep_host.providers"
@@ -96,6 +97,7 @@ class Host:
         self.strict = env_flag("EP_HOST_STRICT") if strict is None else strict
         # seconds one supports_op call may take (None: no limit; default EP_HOST_HOOK_TIMEOUT)
         self.hook_timeout = hook_timeout_from_env() if hook_timeout == -1.0 else hook_timeout
+        record_sigint()  # so that a plugin's KeyboardInterrupt is told from the user's ^C
         self.pm = pluggy.PluginManager("ep_host")
         self.pm.add_hookspecs(hookspecs)
         self.records: dict[str, ProviderRecord] = {}
@@ -149,10 +151,11 @@ class Host:
             version=None if dist is None else dist.version,
             entry_point=ep.value,
         )
+        since = sigint.received
         try:
             plugin = ep.load()
         except BaseException as exc:  # an import may raise anything, SystemExit included
-            if isinstance(exc, KeyboardInterrupt):
+            if is_user_interrupt(exc, since):
                 raise
             self._add_failed(record, f"import failed: {describe_exception(exc)}", exc)
             return
@@ -169,13 +172,17 @@ class Host:
 
     def _register(self, record: ProviderRecord, plugin: Any) -> ProviderRecord:
         record.plugin = plugin
-        problem = self._check_signatures(plugin)
+        since = sigint.received
+        try:  # reading the plugin's attributes runs its code (properties, __getattr__)
+            problem = self._check_signatures(plugin)
+            if not problem:
+                self.pm.register(plugin, name=record.name or None)
+        except BaseException as exc:  # pluggy's validation, a duplicate plugin object, SystemExit
+            if is_user_interrupt(exc, since):
+                raise
+            return self._add_failed(record, f"registration failed: {describe_exception(exc)}", exc)
         if problem:
             return self._add_failed(record, problem)
-        try:
-            self.pm.register(plugin, name=record.name or None)
-        except Exception as exc:  # pluggy's validation, a duplicate plugin object
-            return self._add_failed(record, f"registration failed: {describe_exception(exc)}", exc)
         if not record.name:
             record.name = self.pm.get_name(plugin)
         record.hooks = tuple(
@@ -240,6 +247,7 @@ class Host:
         if "ep_host_provider_info" not in record.hooks:
             record.status, record.fault = "failed", "does not implement ep_host_provider_info"
             return
+        since = sigint.received
         try:
             answers = record.callers["ep_host_provider_info"]()
             info = answers[0] if answers else None
@@ -247,7 +255,9 @@ class Host:
                 raise TypeError(
                     f"ep_host_provider_info returned {type(info).__name__}, not ProviderInfo"
                 )
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit and the like too: the provider's fault
+            if is_user_interrupt(exc, since):
+                raise
             if self.strict:
                 raise ProviderError(f"provider {record.name!r}: {describe_exception(exc)}") from exc
             record.status = "failed"
@@ -291,8 +301,19 @@ class Host:
     # -- calling -----------------------------------------------------------------------------
 
     def call(self, provider: str, hook: str, **kwargs: Any) -> Any:
-        """Call ``hook`` on one provider alone; returns its answer (or ``None``)."""
-        answers = self.records[provider].callers[hook](**kwargs)
+        """Call ``hook`` on one provider alone; returns its answer (or ``None``).
+
+        A ``BaseException`` that is not an ``Exception`` and not the user's ^C comes out as a
+        :class:`PluginBaseException`, so callers that catch ``Exception`` see the fault."""
+        since = sigint.received
+        try:
+            answers = self.records[provider].callers[hook](**kwargs)
+        except Exception:
+            raise
+        except BaseException as exc:
+            if is_user_interrupt(exc, since):
+                raise
+            raise PluginBaseException(exc) from exc
         return answers[0] if answers else None
 
     def providers(self, order: Iterable[str] | None = None) -> list[ProviderRecord]:

@@ -18,6 +18,7 @@ import numpy as np
 
 from ep_host.cost import element_count
 from ep_host.errors import KernelError, ResourceLimitError, RunCancelledError, describe_exception
+from ep_host.plugin_calls import is_user_interrupt, sigint
 
 if TYPE_CHECKING:
     from ep_host.plan import Plan, Step
@@ -211,9 +212,12 @@ class CompiledSteps:
         self._run: Callable[[Mapping[int, Any], Any], list[Any]] = names["run"]
 
     def __call__(self, values: Mapping[int, Any], cancel: Any = None) -> list[Any]:
+        since = sigint.received
         try:
             return self._run(values, cancel)
-        except Exception as exc:
+        except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
+            if not isinstance(exc, Exception) and is_user_interrupt(exc, since):
+                raise
             line = self._failed_line(exc.__traceback__)
             if line is None or line in self._own:
                 raise

@@ -1,0 +1,284 @@
+"""Hostile plugin code cannot take the host down: BaseExceptions, hangs and deaths in hooks,
+views and answers changed behind the host's back, name clashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hostkit import InlineProvider, add_relu_model, write_distribution
+
+from ep_host import FunctionKernel, InferenceSession, Kernel, ProviderInfo, hookimpl
+from ep_host.discovery import Host
+from ep_host.errors import KernelError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Custom(BaseException):
+    """A BaseException subclass of a plugin's own."""
+
+
+BASE_EXCEPTIONS = {
+    "SystemExit": (lambda: SystemExit(3), "SystemExit: 3"),
+    "KeyboardInterrupt": (lambda: KeyboardInterrupt(), "KeyboardInterrupt"),
+    "GeneratorExit": (lambda: GeneratorExit("closing"), "GeneratorExit: closing"),
+    "custom": (lambda: Custom("mine"), "Custom: mine"),
+}
+
+
+@pytest.fixture(params=sorted(BASE_EXCEPTIONS))
+def thrown(request):
+    """(a factory of the BaseException a plugin raises, how the host describes it)"""
+    return BASE_EXCEPTIONS[request.param]
+
+
+def _feed(tensors):
+    return {"x": tensors.x, "y": tensors.y}
+
+
+def _expected(tensors):
+    return np.maximum(tensors.x + tensors.y, 0)
+
+
+# -- class 1: BaseException from plugin code --------------------------------------------------
+
+
+def test_a_base_exception_in_provider_info_fails_that_provider(host, thrown):
+    make, described = thrown
+
+    class Info(InlineProvider):
+        @hookimpl
+        def ep_host_provider_info(self):
+            raise make()
+
+    record = host.register(Info("bad"), "bad")
+    assert record.status == "failed"
+    assert record.fault == f"provider_info raised {described}"
+    assert host.register(InlineProvider("cpu"), "cpu").status == "available"
+
+
+@pytest.mark.parametrize("hook_timeout", [None, 5.0], ids=["main-thread", "watched-thread"])
+def test_a_base_exception_in_supports_op_is_that_providers_decline(thrown, hook_timeout,
+                                                                   tensors):
+    make, described = thrown
+
+    class Supports(InlineProvider):
+        @hookimpl
+        def ep_host_supports_op(self, node, context):
+            raise make()
+
+    host = Host(strict=False, hook_timeout=hook_timeout)
+    host.register(Supports("bad", cost_us=0.01), "bad")
+    host.register(InlineProvider("cpu"), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["bad", "cpu"], host=host)
+    answer = session.placement.table.answers["add"]["bad"]
+    assert answer.code == "fault"
+    assert answer.reason == f"provider raised {described}"
+    assert {n.provider for n in session.placement.nodes} == {"cpu"}
+    np.testing.assert_allclose(session.run(None, _feed(tensors))[0], _expected(tensors))
+
+
+def test_a_base_exception_in_create_kernel_falls_back_naming_it(host, thrown, tensors):
+    make, described = thrown
+
+    class Create(InlineProvider):
+        @hookimpl
+        def ep_host_create_kernel(self, node, context):
+            raise make()
+
+    host.register(Create("bad", cost_us=0.01), "bad")
+    host.register(InlineProvider("cpu", cost_us=5.0), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["bad", "cpu"], host=host,
+                               strategy="greedy")
+    assert any(f"provider 'bad' failed to create a kernel for node 'add'" in w
+               and described in w for w in session.model.warnings)
+    np.testing.assert_allclose(session.run(None, _feed(tensors))[0], _expected(tensors))
+
+
+def test_a_base_exception_in_the_only_create_kernel_is_a_kernel_error(host, thrown):
+    make, described = thrown
+
+    class Create(InlineProvider):
+        @hookimpl
+        def ep_host_create_kernel(self, node, context):
+            raise make()
+
+    host.register(Create("bad"), "bad")
+    with pytest.raises(KernelError, match=f"provider 'bad' failed to create a kernel for node "
+                                          f"'add'.*{described}"):
+        InferenceSession(add_relu_model(), providers=["bad"], host=host)
+
+
+class Raises(Kernel):
+    def __init__(self, make, where):
+        self.make, self.where = make, where
+
+    def prepare(self, constants):
+        if self.where == "prepare":
+            raise self.make()
+
+    def run(self, *inputs):
+        raise self.make()
+
+
+@pytest.mark.parametrize("where", ["prepare", "run"])
+def test_a_base_exception_in_a_kernel_is_a_kernel_error_naming_node_and_provider(
+        host, thrown, where, tensors):
+    make, described = thrown
+
+    class Kernels(InlineProvider):
+        @hookimpl
+        def ep_host_create_kernel(self, node, context):
+            if node.op_type == "Relu":
+                return Raises(make, where)
+            return super().ep_host_create_kernel(node, context)
+
+    host.register(Kernels("bad"), "bad")
+    with pytest.raises(KernelError, match=f"(?s)(?=.*'relu')(?=.*'bad').*{described}"):
+        session = InferenceSession(add_relu_model(), providers=["bad"], host=host)
+        session.run(None, _feed(tensors))
+    # the session (when it was made) and the host stay usable
+    host.register(InlineProvider("cpu"), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["cpu"], host=host)
+    np.testing.assert_allclose(session.run(None, _feed(tensors))[0], _expected(tensors))
+
+
+def test_a_base_exception_in_compile_partition_falls_back_node_by_node(host, thrown, tensors):
+    make, described = thrown
+
+    class Compiles(InlineProvider):
+        @hookimpl
+        def ep_host_compile_partition(self, partition, context):
+            raise make()
+
+    host.register(Compiles("bad"), "bad")
+    session = InferenceSession(add_relu_model(), providers=["bad"], host=host)
+    assert any("provider 'bad' failed to compile partition" in w and described in w
+               for w in session.model.warnings)
+    np.testing.assert_allclose(session.run(None, _feed(tensors))[0], _expected(tensors))
+
+
+def test_a_base_exception_in_a_device_copy_is_a_kernel_error(host, thrown, tensors):
+    from ep_host import Device
+
+    make, described = thrown
+
+    def to_host(array):
+        raise make()
+
+    device = Device(name="sim:0", kind="sim", link_gbps=10.0, link_latency_us=5.0,
+                    to_host=to_host)
+    host.register(InlineProvider("dev", ops=("Add",), cost_us=0.01, device=device), "dev")
+    host.register(InlineProvider("cpu", ops=("Relu",)), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["dev", "cpu"], host=host)
+    with pytest.raises(KernelError, match=f"copying a tensor from sim:0 to cpu failed: "
+                                          f"{described}"):
+        session.run(None, _feed(tensors))
+
+
+def test_a_base_exception_while_importing_an_entry_point_fails_that_provider(
+        tmp_path, monkeypatch, thrown):
+    make, described = thrown
+    source = {
+        "SystemExit": "raise SystemExit(3)",
+        "KeyboardInterrupt": "raise KeyboardInterrupt",
+        "GeneratorExit": "raise GeneratorExit('closing')",
+        "Custom: mine": "class Custom(BaseException): pass\nraise Custom('mine')",
+    }
+    key = described if described == "Custom: mine" else described.split(":")[0]
+    write_distribution(tmp_path, "ep-exits", {"exits": "exits_mod"},
+                       {"exits_mod": source[key] + "\n"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    host = Host.discover(["exits", "cpu"], strict=False)
+    assert host.records["exits"].status == "failed"
+    assert host.records["exits"].fault == f"import failed: {described}"
+    assert host.records["cpu"].status == "available"
+
+
+def test_a_real_sigint_during_a_plugin_call_stops_the_session():
+    """The user's ^C (a SIGINT that actually arrives) is not swallowed as a provider fault."""
+
+    class Interrupted(InlineProvider):
+        @hookimpl
+        def ep_host_supports_op(self, node, context):
+            signal.raise_signal(signal.SIGINT)
+            return super().ep_host_supports_op(node, context)
+
+    for timeout in (None, 5.0):
+        host = Host(strict=False, hook_timeout=timeout)
+        host.register(Interrupted("cpu"), "cpu")
+        with pytest.raises(KeyboardInterrupt):
+            InferenceSession(add_relu_model(), providers=["cpu"], host=host)
+
+    class Raises(InlineProvider):
+        @hookimpl
+        def ep_host_supports_op(self, node, context):
+            raise KeyboardInterrupt
+
+    # after the user's ^C, a KeyboardInterrupt that a plugin raises is still its own fault
+    host = Host(strict=False, hook_timeout=None)
+    host.register(Raises("bad"), "bad")
+    host.register(InlineProvider("cpu"), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["bad", "cpu"], host=host)
+    assert session.placement.table.answers["add"]["bad"].reason == (
+        "provider raised KeyboardInterrupt")
+
+
+PLUGIN_TEMPLATE = """
+import os, signal
+from ep_host import Cost, FunctionKernel, KernelMatch, ProviderInfo, hookimpl
+
+@hookimpl
+def ep_host_provider_info():
+    return ProviderInfo(name="{name}")
+
+@hookimpl
+def ep_host_supports_op(node, context):
+    {supports}
+    return KernelMatch.supported(Cost(compute_us=0.001))
+
+@hookimpl
+def ep_host_create_kernel(node, context):
+    {create}
+    return FunctionKernel(lambda *a: a[0])
+"""
+
+
+def hostile_site(tmp_path, name, supports="pass", create="pass"):
+    """A folder holding one installed provider distribution ``ep-<name>``."""
+    source = PLUGIN_TEMPLATE.format(name=name, supports=supports, create=create)
+    write_distribution(tmp_path, f"ep-{name}", {name: f"{name}_mod"}, {f"{name}_mod": source})
+    return tmp_path
+
+
+def ep_host_command(site, *args, env=None, timeout=120):
+    """Run the ``ep-host`` command with ``site`` on the path; the real providers as installed."""
+    paths = [str(site), ROOT, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    full = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p))
+    full.pop("EP_HOST_PROVIDERS", None)
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-m", "ep_host", *args], capture_output=True,
+                          text=True, env=full, timeout=timeout)
+
+
+MODEL = os.path.join(ROOT, "examples", "cnn.onnx")
+
+
+def test_the_cli_survives_system_exit_in_supports_op(tmp_path):
+    site = hostile_site(tmp_path, "quitter", supports="raise SystemExit(0)")
+    result = ep_host_command(site, "explain", MODEL, "--providers", "quitter,cpu", "--json")
+    assert result.returncode == 0, result.stderr
+    assert '"reason": "provider raised SystemExit: 0"' in result.stdout
+
+
+def test_the_users_interrupt_stops_the_cli_with_a_short_message(tmp_path):
+    site = hostile_site(tmp_path, "sigint", supports="os.kill(os.getpid(), signal.SIGINT)")
+    result = ep_host_command(site, "explain", MODEL, "--providers", "sigint,cpu")
+    assert result.returncode == 130
+    assert result.stderr.strip().splitlines()[-1] == "ep-host: interrupted"
+    assert "Traceback" not in result.stderr
