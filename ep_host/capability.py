@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from ep_host import plugin_calls
 from ep_host.cost import Cost
 from ep_host.discovery import Host, ProviderRecord
 from ep_host.errors import HostError, ProviderError, describe_exception
@@ -123,10 +124,14 @@ def ask(
     """One provider's answer for one node, its faults turned into declines.
 
     ``checked`` (by ``id``) holds claims already validated: a provider that returns the same
-    immutable ``KernelMatch`` for many nodes has it checked once."""
+    immutable ``KernelMatch`` for many nodes has it checked once. Under the command's
+    supervising parent the call is marked; the caller clears the marker after its batch."""
     if record.status != "available":
         return unavailable_answer(record)
     since = sigint.received
+    marker = plugin_calls.marker  # set under the ep-host command's supervising parent
+    if marker is not None:  # left by the caller once per batch: the next call overwrites it
+        marker.enter(record.marker_heads["ep_host_supports_op"], node.name)
     try:
         answers = record.callers["ep_host_supports_op"](node=node, context=context)
     except Decline as d:
@@ -170,18 +175,27 @@ def provider_answers(
     """
     seconds = host.hook_timeout
     if seconds is None or record.status != "available":
-        return [ask(host, record, n, context, checked) for n in nodes]
+        try:
+            return [ask(host, record, n, context, checked) for n in nodes]
+        finally:
+            if plugin_calls.marker is not None:
+                plugin_calls.marker.leave()
     results: list[KernelMatch] = []
     failure: list[BaseException] = []
     done = threading.Event()
+    abandoned = threading.Event()
 
     def work() -> None:
         try:
             for n in nodes:
+                if abandoned.is_set():  # a call stuck past the limit: ask nothing more
+                    break
                 results.append(ask(host, record, n, context, checked))
         except BaseException as exc:  # strict mode's ProviderError: re-raised by the caller
             failure.append(exc)
         finally:
+            if plugin_calls.marker is not None and not abandoned.is_set():
+                plugin_calls.marker.leave()
             done.set()
 
     threading.Thread(target=work, name="ep-host-hook", daemon=True).start()
@@ -195,6 +209,9 @@ def provider_answers(
         raise failure[0]
     if done.is_set():
         return results
+    abandoned.set()
+    if plugin_calls.marker is not None:
+        plugin_calls.marker.leave()  # the stuck call is no longer the one that runs
     answered = list(results[:progress])
     stuck = nodes[len(answered)]
     reason = f"provider did not answer within {seconds:g} s"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,14 +18,15 @@ from typing import Any
 
 import pluggy
 
-from ep_host import hookspecs
+from ep_host import hookspecs, plugin_calls
 from ep_host.errors import PluginBaseException, ProviderError, describe_exception
-from ep_host.plugin_calls import is_user_interrupt, record_sigint, sigint
+from ep_host.plugin_calls import is_user_interrupt, marked, marker_head, record_sigint, sigint
 from ep_host.provider import CONTRACT_VERSION, ProviderInfo, contract_major
 
 ENTRY_POINT_GROUP = "ep_host.providers"
 HOOK_NAMES = ("ep_host_provider_info", "ep_host_supports_op", "ep_host_create_kernel",
               "ep_host_compile_partition")
+DEFAULT_IMPORT_TIMEOUT = 30.0  # seconds importing one entry point may take
 
 
 def env_flag(name: str) -> bool:
@@ -42,6 +44,43 @@ def hook_timeout_from_env() -> float | None:
     except ValueError:
         value = DEFAULT_HOOK_TIMEOUT
     return value if value > 0 else None
+
+
+def import_timeout_from_env() -> float | None:
+    """``EP_HOST_IMPORT_TIMEOUT`` in seconds (default 30); ``0`` or less: no limit."""
+    raw = os.environ.get("EP_HOST_IMPORT_TIMEOUT", "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_IMPORT_TIMEOUT
+    except ValueError:
+        value = DEFAULT_IMPORT_TIMEOUT
+    return value if value > 0 and value == value else None
+
+
+class ImportTimeout(Exception):
+    """An entry point's import did not finish in time (it goes on in an abandoned thread)."""
+
+
+def load_in_time(ep: Any, seconds: float | None) -> Any:
+    """``ep.load()`` on a daemon thread, waited for at most ``seconds``: a module that never
+    finishes importing cannot hang the host. Whatever the import raises is raised here."""
+    outcome: list[Any] = []
+
+    def load() -> None:
+        try:
+            outcome.append((True, ep.load()))
+        except BaseException as exc:  # handed to the caller, which judges it
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=load, name=f"ep-host-import-{ep.name}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not outcome:
+        raise ImportTimeout(f"import did not finish within {seconds:g} s "
+                            "(EP_HOST_IMPORT_TIMEOUT); it may wait for something forever")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 @dataclass
@@ -62,6 +101,8 @@ class ProviderRecord:
     plugin: Any = None
     hooks: tuple[str, ...] = ()
     callers: dict[str, Callable[..., list[Any]]] = field(default_factory=dict, repr=False)
+    # per hook, the start of the marker record naming a call of it (plugin_calls.HookMarker)
+    marker_heads: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     @property
     def available(self) -> bool:
@@ -95,6 +136,7 @@ class Host:
     def __init__(self, *, strict: bool | None = None, trace_plugins: bool | None = None,
                  hook_timeout: float | None = -1.0):
         self.strict = env_flag("EP_HOST_STRICT") if strict is None else strict
+        self.import_timeout = import_timeout_from_env()
         # seconds one supports_op call may take (None: no limit; default EP_HOST_HOOK_TIMEOUT)
         self.hook_timeout = hook_timeout_from_env() if hook_timeout == -1.0 else hook_timeout
         record_sigint()  # so that a plugin's KeyboardInterrupt is told from the user's ^C
@@ -152,13 +194,22 @@ class Host:
             entry_point=ep.value,
         )
         since = sigint.received
+        marker = plugin_calls.marker
+        if marker is not None:
+            marker.enter(marker_head(ep.name, "import"))
         try:
-            plugin = ep.load()
+            plugin = load_in_time(ep, self.import_timeout)
+        except ImportTimeout as exc:
+            self._add_failed(record, str(exc), exc)
+            return
         except BaseException as exc:  # an import may raise anything, SystemExit included
             if is_user_interrupt(exc, since):
                 raise
             self._add_failed(record, f"import failed: {describe_exception(exc)}", exc)
             return
+        finally:
+            if marker is not None:
+                marker.leave()
         self._register(record, plugin)
 
     def register(
@@ -174,9 +225,10 @@ class Host:
         record.plugin = plugin
         since = sigint.received
         try:  # reading the plugin's attributes runs its code (properties, __getattr__)
-            problem = self._check_signatures(plugin)
-            if not problem:
-                self.pm.register(plugin, name=record.name or None)
+            with marked(marker_head(record.name, "register")):
+                problem = self._check_signatures(plugin)
+                if not problem:
+                    self.pm.register(plugin, name=record.name or None)
         except BaseException as exc:  # pluggy's validation, a duplicate plugin object, SystemExit
             if is_user_interrupt(exc, since):
                 raise
@@ -185,6 +237,8 @@ class Host:
             return self._add_failed(record, problem)
         if not record.name:
             record.name = self.pm.get_name(plugin)
+        record.marker_heads = {h: marker_head(record.name, h.removeprefix("ep_host_"))
+                               for h in HOOK_NAMES}
         record.hooks = tuple(
             h for h in HOOK_NAMES
             if any(i.plugin is plugin for i in getattr(self.pm.hook, h).get_hookimpls())
@@ -249,7 +303,8 @@ class Host:
             return
         since = sigint.received
         try:
-            answers = record.callers["ep_host_provider_info"]()
+            with marked(record.marker_heads["ep_host_provider_info"]):
+                answers = record.callers["ep_host_provider_info"]()
             info = answers[0] if answers else None
             if not isinstance(info, ProviderInfo):
                 raise TypeError(
@@ -306,14 +361,22 @@ class Host:
         A ``BaseException`` that is not an ``Exception`` and not the user's ^C comes out as a
         :class:`PluginBaseException`, so callers that catch ``Exception`` see the fault."""
         since = sigint.received
+        record = self.records[provider]
+        marker = plugin_calls.marker  # set under the ep-host command's supervising parent
+        if marker is not None:
+            subject = kwargs.get("node", kwargs.get("partition"))
+            marker.enter(record.marker_heads[hook], getattr(subject, "name", ""))
         try:
-            answers = self.records[provider].callers[hook](**kwargs)
+            answers = record.callers[hook](**kwargs)
         except Exception:
             raise
         except BaseException as exc:
             if is_user_interrupt(exc, since):
                 raise
             raise PluginBaseException(exc) from exc
+        finally:
+            if marker is not None:
+                marker.leave()
         return answers[0] if answers else None
 
     def providers(self, order: Iterable[str] | None = None) -> list[ProviderRecord]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import mmap
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 MARKER_BYTES = 256  # byte 0: length of the record that follows (0: no plugin call running)
@@ -73,10 +75,16 @@ class HookMarker:
         self.memory = mmap.mmap(-1, MARKER_BYTES)  # anonymous and shared with forked children
 
     def enter(self, head: bytes, node: str = "") -> None:
-        record = head + node.encode("utf-8", "replace") if node else head
-        n = min(len(record), MARKER_BYTES - 1)
+        try:
+            record = head + node.encode()
+        except UnicodeEncodeError:  # a lone surrogate
+            record = head + node.encode("utf-8", "replace")
+        n = len(record)
+        if n >= MARKER_BYTES:
+            n = MARKER_BYTES - 1
+            record = record[:n]
         memory = self.memory
-        memory[1:1 + n] = record[:n]
+        memory[1:1 + n] = record
         memory[0] = n
 
     def leave(self) -> None:
@@ -100,3 +108,17 @@ def marker_head(provider: str, hook: str) -> bytes:
 marker: HookMarker | None = None
 """Set in a process a supervising parent watches (the ``ep-host`` command); ``None`` elsewhere,
 and then no marker is written."""
+
+
+@contextmanager
+def marked(head: bytes, node: str = "") -> Iterator[None]:
+    """The marker names this call while the block runs (for calls that are not hot)."""
+    current = marker
+    if current is None:
+        yield
+        return
+    current.enter(head, node)
+    try:
+        yield
+    finally:
+        current.leave()

@@ -3,7 +3,9 @@ views and answers changed behind the host's back, name clashes."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -230,8 +232,15 @@ def test_a_real_sigint_during_a_plugin_call_stops_the_session():
 
 
 PLUGIN_TEMPLATE = """
-import os, signal
+import ctypes, os, signal, sys
 from ep_host import Cost, FunctionKernel, KernelMatch, ProviderInfo, hookimpl
+
+def recurse(n):  # through C (map), so that the C stack overflows
+    return list(map(recurse, [n + 1]))
+
+def compute(*inputs):
+    {run}
+    return inputs[0]
 
 @hookimpl
 def ep_host_provider_info():
@@ -245,13 +254,14 @@ def ep_host_supports_op(node, context):
 @hookimpl
 def ep_host_create_kernel(node, context):
     {create}
-    return FunctionKernel(lambda *a: a[0])
+    return FunctionKernel(compute)
 """
 
 
-def hostile_site(tmp_path, name, supports="pass", create="pass"):
-    """A folder holding one installed provider distribution ``ep-<name>``."""
-    source = PLUGIN_TEMPLATE.format(name=name, supports=supports, create=create)
+def hostile_site(tmp_path, name, supports="pass", create="pass", run="pass"):
+    """A folder holding one installed provider distribution ``ep-<name>``, which claims every
+    node at almost no cost (so it is chosen) and runs ``supports``, ``create`` and ``run``."""
+    source = PLUGIN_TEMPLATE.format(name=name, supports=supports, create=create, run=run)
     write_distribution(tmp_path, f"ep-{name}", {name: f"{name}_mod"}, {f"{name}_mod": source})
     return tmp_path
 
@@ -282,3 +292,127 @@ def test_the_users_interrupt_stops_the_cli_with_a_short_message(tmp_path):
     assert result.returncode == 130
     assert result.stderr.strip().splitlines()[-1] == "ep-host: interrupted"
     assert "Traceback" not in result.stderr
+
+
+# -- class 2: plugin code that never returns or kills the process -------------------------------
+
+
+SLEEPS_ON_IMPORT = "import threading\nthreading.Event().wait(60)\n"
+
+
+def test_an_import_that_never_finishes_is_listed_as_failed(tmp_path, monkeypatch):
+    write_distribution(tmp_path, "ep-sleepy", {"sleepy": "sleepy_mod"},
+                       {"sleepy_mod": SLEEPS_ON_IMPORT})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("EP_HOST_IMPORT_TIMEOUT", "0.3")
+    host = Host.discover(["sleepy", "cpu"], strict=False)
+    assert host.records["sleepy"].status == "failed"
+    assert host.records["sleepy"].fault.startswith(
+        "import did not finish within 0.3 s (EP_HOST_IMPORT_TIMEOUT)")
+    assert host.records["cpu"].status == "available"
+
+
+def test_the_import_time_limit_comes_from_the_environment(monkeypatch):
+    from ep_host.discovery import import_timeout_from_env
+
+    monkeypatch.delenv("EP_HOST_IMPORT_TIMEOUT", raising=False)
+    assert import_timeout_from_env() == 30.0
+    for raw, expected in (("2.5", 2.5), ("0", None), ("-1", None), ("soon", 30.0),
+                          ("nan", None)):
+        monkeypatch.setenv("EP_HOST_IMPORT_TIMEOUT", raw)
+        assert import_timeout_from_env() == expected, raw
+
+
+def test_every_command_works_beside_a_provider_whose_import_hangs(tmp_path):
+    write_distribution(tmp_path, "ep-sleepy", {"sleepy": "sleepy_mod"},
+                       {"sleepy_mod": SLEEPS_ON_IMPORT})
+    env = {"EP_HOST_IMPORT_TIMEOUT": "5"}
+    listed = ep_host_command(tmp_path, "providers", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    by_name = {p["name"]: p for p in json.loads(listed.stdout)}
+    assert by_name["sleepy"]["status"] == "failed"
+    assert "import did not finish within 5 s" in by_name["sleepy"]["fault"]
+    assert by_name["cpu"]["status"] == "available"
+    explained = ep_host_command(tmp_path, "place", MODEL, "--providers", "sleepy,cpu", env=env)
+    assert explained.returncode == 0, explained.stderr
+
+
+DEATH_LINE = re.compile(r"ep-host: provider 'killer' died in hook (\w+) \(node '([^']+)'\): (.+)")
+
+
+def death(result):
+    """(hook, node, how) from the supervising parent's last stderr line."""
+    match = DEATH_LINE.fullmatch(result.stderr.strip().splitlines()[-1])
+    assert match, result.stderr[-2000:]
+    return match.groups()
+
+
+def test_os_exit_in_supports_op_names_the_provider_and_hook(tmp_path):
+    site = hostile_site(tmp_path, "killer", supports="os._exit(3)")
+    result = ep_host_command(site, "explain", MODEL, "--providers", "killer,cpu")
+    hook, node, how = death(result)
+    assert (hook, how) == ("supports_op", "exit status 3")
+    assert result.returncode == 3
+
+
+def test_os_exit_zero_in_a_hook_is_still_a_failure(tmp_path):
+    site = hostile_site(tmp_path, "killer", create="os._exit(0)")
+    result = ep_host_command(site, "run", tiny_model(tmp_path), "--random-inputs",
+                             "--providers", "killer,cpu")
+    assert death(result) == ("create_kernel", "add", "exit status 0")
+    assert result.returncode == 1
+
+
+def test_a_segfault_in_create_kernel_names_the_provider_and_hook(tmp_path):
+    site = hostile_site(tmp_path, "killer", create="ctypes.string_at(0)")
+    result = ep_host_command(site, "run", tiny_model(tmp_path), "--random-inputs",
+                             "--providers", "killer,cpu")
+    assert death(result) == ("create_kernel", "add", "SIGSEGV (Segmentation fault)")
+    assert result.returncode == 128 + signal.SIGSEGV
+    assert "Fatal Python error: Segmentation fault" in result.stderr  # faulthandler's stack
+    assert "killer_mod.py" in result.stderr
+
+
+def test_os_exit_in_a_kernel_run_names_the_provider_and_node(tmp_path):
+    site = hostile_site(tmp_path, "killer", run="os._exit(5)")
+    result = ep_host_command(site, "run", tiny_model(tmp_path), "--random-inputs",
+                             "--providers", "killer,cpu")
+    assert death(result) == ("run", "add", "exit status 5")
+    assert result.returncode == 5
+
+
+def test_deep_recursion_in_supports_op_names_the_provider_and_hook(tmp_path):
+    site = hostile_site(tmp_path, "killer",
+                        supports="sys.setrecursionlimit(10**8); recurse(0)")
+    result = ep_host_command(site, "explain", MODEL, "--providers", "killer,cpu")
+    hook, node, how = death(result)
+    assert hook == "supports_op"
+    assert how.startswith("SIGSEGV")
+    assert result.returncode == 128 + signal.SIGSEGV
+
+
+def test_a_normal_failure_is_passed_through_without_a_death_notice(tmp_path):
+    result = ep_host_command(tmp_path, "explain", str(tmp_path / "missing.onnx"))
+    assert result.returncode == 1
+    assert result.stderr.startswith("ep-host: error:")
+    assert "died" not in result.stderr
+
+
+def test_the_parent_reports_only_deaths_nobody_asked_for():
+    from ep_host.supervisor import verdict
+
+    killed = signal.SIGKILL  # a wait status for "killed by signal n" is n
+    assert verdict(0, None, []) == 0
+    assert verdict(2 << 8, None, []) == 2
+    assert verdict(signal.SIGTERM, ("p", "supports_op", "n"), [signal.SIGTERM]) == 143
+    assert verdict(killed, None, []) == 128 + killed
+    assert verdict(1 << 8, ("p", "run", "n"), []) == 1
+
+
+def tiny_model(tmp_path):
+    """add_relu_model saved to a file; its nodes are 'add' and 'relu'."""
+    import onnx
+
+    path = tmp_path / "tiny.onnx"
+    onnx.save(add_relu_model(), str(path))
+    return str(path)
