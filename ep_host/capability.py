@@ -68,28 +68,33 @@ def provider_context(
     )
 
 
-def check_answer(answer: Any) -> KernelMatch:
-    """``answer`` if it is a valid ``KernelMatch``, else a ``fault`` decline that says why."""
-    if not isinstance(answer, KernelMatch):
-        shown = "None (no answer)" if answer is None else type(answer).__name__
+def check_answer(answer: Any, node: NodeView | None = None) -> KernelMatch:
+    """A checked copy of ``answer`` if it is a valid ``KernelMatch`` for ``node``, else a
+    ``fault`` decline that says why (a subclass, an invalid cost, bad ``host_inputs``).
+
+    Only exact types are looked into, so checking runs none of the provider's code."""
+    kind = type(answer)
+    if kind is not KernelMatch:
+        if issubclass(kind, KernelMatch):
+            reason = (f"provider returned a {kind.__name__}, a subclass of KernelMatch; only "
+                      "KernelMatch itself is accepted")
+        else:
+            shown = "None (no answer)" if answer is None else kind.__name__
+            reason = f"provider returned {shown} instead of a KernelMatch"
+        return KernelMatch.unsupported(reason, ReasonCode.FAULT)
+    cost_kind = type(answer.cost)
+    if answer.is_supported is True and cost_kind is not Cost:
         return KernelMatch.unsupported(
-            f"provider returned {shown} instead of a KernelMatch", ReasonCode.FAULT
-        )
-    if answer.is_supported:
-        cost = answer.cost
-        if not isinstance(cost, Cost):
-            return KernelMatch.unsupported(
-                f"provider claimed the node with cost {type(cost).__name__}, not a Cost",
-                ReasonCode.FAULT,
-            )
-        total = cost.total_us
-        if not math.isfinite(total) or total < 0:
-            return KernelMatch.unsupported(
-                f"provider claimed the node with an invalid cost ({total} us)", ReasonCode.FAULT
-            )
-    elif not answer.reason:
+            f"provider claimed the node with cost {cost_kind.__name__}, not a Cost"
+            + (" (subclasses are not accepted)" if issubclass(cost_kind, Cost) else ""),
+            ReasonCode.FAULT)
+    if answer.is_supported is False and type(answer.reason) is str and not answer.reason:
         return KernelMatch.unsupported("provider declined without a reason", ReasonCode.FAULT)
-    return answer
+    try:
+        return answer.copy_checked(1 << 30 if node is None else len(node.inputs))
+    except (TypeError, ValueError) as exc:
+        claimed = "claimed the node" if answer.is_supported is True else "declined"
+        return KernelMatch.unsupported(f"provider {claimed} with {exc}", ReasonCode.FAULT)
 
 
 def declined(decline: Decline) -> KernelMatch:
@@ -119,7 +124,7 @@ def ask(
     record: ProviderRecord,
     node: NodeView,
     context: ProviderContext,
-    checked: dict[int, KernelMatch] | None = None,
+    checked: dict[int, tuple[KernelMatch, KernelMatch]] | None = None,
 ) -> KernelMatch:
     """One provider's answer for one node, its faults turned into declines.
 
@@ -147,15 +152,19 @@ def ask(
             f"provider raised {describe_exception(exc)}", ReasonCode.FAULT
         )
     raw = answers[0] if answers else None
-    # ``checked`` holds each answer it lists, so an id there names that one object
-    if checked is not None and raw is not None and checked.get(id(raw)) is raw:
-        return raw
-    answer = check_answer(raw)
+    # ``checked`` maps an answer's id to (that answer, the checked copy the host keeps); the
+    # answer is held there, so its id names that one object. host_inputs depend on the node's
+    # input count, so answers naming host inputs are checked per node.
+    if checked is not None:
+        known = checked.get(id(raw))
+        if known is not None and known[0] is raw:
+            return known[1]
+    answer = check_answer(raw, node)
     if host.strict and answer.code == ReasonCode.FAULT:
         raise ProviderError(f"provider {record.name!r} on node {node.name!r}: {answer.reason}")
-    if (checked is not None and answer is raw and answer.is_supported
-            and type(answer) is KernelMatch and type(answer.cost) is Cost):
-        checked[id(answer)] = answer  # exact frozen types: nothing can change it afterwards
+    if (checked is not None and raw is not None and answer.code is not ReasonCode.FAULT
+            and not raw.host_inputs):
+        checked[id(raw)] = (raw, answer)
     return answer
 
 
@@ -164,7 +173,7 @@ def provider_answers(
     record: ProviderRecord,
     nodes: Sequence[NodeView],
     context: ProviderContext,
-    checked: dict[int, KernelMatch],
+    checked: dict[int, tuple[KernelMatch, KernelMatch]],
 ) -> list[KernelMatch]:
     """One provider's answers for ``nodes``, in order.
 

@@ -21,7 +21,7 @@ import pluggy
 from ep_host import hookspecs, plugin_calls
 from ep_host.errors import PluginBaseException, ProviderError, describe_exception
 from ep_host.plugin_calls import is_user_interrupt, marked, marker_head, record_sigint, sigint
-from ep_host.provider import CONTRACT_VERSION, ProviderInfo, contract_major
+from ep_host.provider import CONTRACT_VERSION, ProviderInfo, checked_info, contract_major
 
 ENTRY_POINT_GROUP = "ep_host.providers"
 HOOK_NAMES = ("ep_host_provider_info", "ep_host_supports_op", "ep_host_create_kernel",
@@ -306,7 +306,7 @@ class Host:
             with marked(record.marker_heads["ep_host_provider_info"]):
                 answers = record.callers["ep_host_provider_info"]()
             info = answers[0] if answers else None
-            if not isinstance(info, ProviderInfo):
+            if type(info) is not ProviderInfo and not issubclass(type(info), ProviderInfo):
                 raise TypeError(
                     f"ep_host_provider_info returned {type(info).__name__}, not ProviderInfo"
                 )
@@ -317,6 +317,14 @@ class Host:
                 raise ProviderError(f"provider {record.name!r}: {describe_exception(exc)}") from exc
             record.status = "failed"
             record.fault = f"provider_info raised {describe_exception(exc)}"
+            return
+        try:
+            info = checked_info(info)
+        except (TypeError, ValueError) as exc:
+            if self.strict:
+                raise ProviderError(f"provider {record.name!r}: provider_info: {exc}") from exc
+            record.status = "failed"
+            record.fault = f"provider_info answered something invalid: {exc}"
             return
         record.info = info
         if not record.name:

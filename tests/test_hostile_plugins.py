@@ -14,7 +14,15 @@ import numpy as np
 import pytest
 from hostkit import InlineProvider, add_relu_model, write_distribution
 
-from ep_host import FunctionKernel, InferenceSession, Kernel, ProviderInfo, hookimpl
+from ep_host import (
+    Cost,
+    InferenceSession,
+    Kernel,
+    KernelMatch,
+    ProviderInfo,
+    ValueView,
+    hookimpl,
+)
 from ep_host.discovery import Host
 from ep_host.errors import KernelError
 
@@ -416,3 +424,191 @@ def tiny_model(tmp_path):
     path = tmp_path / "tiny.onnx"
     onnx.save(add_relu_model(), str(path))
     return str(path)
+
+
+# -- class 5: views and values handed to plugins -----------------------------------------------
+
+
+def test_node_views_cannot_be_changed(host, tensors):
+    """A provider that rewrites the node it is asked about changes nothing for the others."""
+    attempts = []
+
+    class Rewrites(InlineProvider):
+        @hookimpl
+        def ep_host_supports_op(self, node, context):
+            for attempt in (lambda: setattr(node, "op_type", "Relu"),
+                            lambda: setattr(node, "_attributes", {}),
+                            lambda: delattr(node, "name"),
+                            lambda: node.attributes.__setitem__("alpha", 2.0),
+                            lambda: node.inputs.append(None),
+                            lambda: setattr(node.inputs[0], "shape", (1,)),
+                            lambda: setattr(node.inputs[0], "_tensor", None),
+                            lambda: node.graph.values.__setitem__("x", None),
+                            lambda: setattr(node.graph, "nodes", ())):
+                try:
+                    attempt()
+                except (AttributeError, TypeError):
+                    attempts.append("refused")
+                else:
+                    attempts.append("allowed")
+            return KernelMatch.unsupported("only looking", code="op")
+
+    host.register(Rewrites("vandal"), "vandal")
+    host.register(InlineProvider("cpu"), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["vandal", "cpu"], host=host)
+    assert attempts and set(attempts) == {"refused"}
+    assert [n.op_type for n in session.placement.table.nodes] == ["Add", "Relu"]
+    np.testing.assert_allclose(session.run(None, _feed(tensors))[0], _expected(tensors))
+
+
+def test_views_say_they_are_read_only(host):
+    from ep_host import load_model
+
+    model = load_model(add_relu_model())
+    node = model.graph.nodes[0]
+    with pytest.raises(AttributeError, match="NodeView is read-only: 'op_type'"):
+        node.op_type = "Relu"
+    with pytest.raises(AttributeError, match="ValueView is read-only: 'dtype'"):
+        node.inputs[0].dtype = None
+    with pytest.raises(AttributeError, match="GraphView is read-only: 'name'"):
+        model.graph.name = "other"
+    assert type(node).__name__ == "NodeView" and isinstance(node.inputs[0], ValueView)
+
+
+class Sneaky(KernelMatch):
+    """Reports one cost when checked and another later."""
+
+    __slots__ = ()
+
+
+def _claims(answer_for):
+    class Claims(InlineProvider):
+        @hookimpl
+        def ep_host_supports_op(self, node, context):
+            return answer_for(node)
+
+    return Claims
+
+
+@pytest.mark.parametrize("answer, reason", [
+    (lambda node: Sneaky(True, cost=Cost(compute_us=0.001)),
+     "provider returned a Sneaky, a subclass of KernelMatch; only KernelMatch itself"),
+    (lambda node: KernelMatch.supported(Cost(compute_us=0.001), host_inputs=(2,)),
+     "host_inputs (2,), which must be input indices of the node (ints in range(0, 2))"),
+    (lambda node: KernelMatch.supported(Cost(compute_us=0.001), host_inputs=(-1,)),
+     "host_inputs (-1,), which must be input indices"),
+    (lambda node: KernelMatch.supported(Cost(compute_us=0.001), host_inputs=(0, 0)),
+     "host_inputs (0, 0), which lists an input twice"),
+    (lambda node: KernelMatch(True, cost=Cost(), host_inputs=("0",)),
+     "host_inputs ('0',), which must be input indices"),
+    (lambda node: KernelMatch(True, cost=Cost(), output_layouts=(3,)),
+     "output_layouts (3,), which must be a tuple of str or None"),
+], ids=["subclass", "out-of-range", "negative", "duplicate", "not-int", "layout"])
+def test_only_exact_valid_answers_are_trusted(host, answer, reason):
+    host.register(_claims(answer)("bad", ops=("Add",)), "bad")
+    host.register(InlineProvider("cpu", cost_us=5.0), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["bad", "cpu"], host=host)
+    got = session.placement.table.answers["add"]["bad"]
+    assert got.code == "fault"
+    assert reason in got.reason
+    assert {n.name: n.provider for n in session.placement.nodes}["add"] == "cpu"
+
+
+def test_a_cost_subclass_is_not_trusted(host):
+    class Cheap(Cost):
+        __slots__ = ()
+
+        @property
+        def total_us(self):
+            return 0.0
+
+    host.register(_claims(lambda node: KernelMatch(True, cost=Cheap(compute_us=1e9)))("bad"),
+                  "bad")
+    host.register(InlineProvider("cpu"), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["bad", "cpu"], host=host)
+    got = session.placement.table.answers["add"]["bad"]
+    assert got.reason == ("provider claimed the node with cost Cheap, not a Cost (subclasses "
+                          "are not accepted)")
+
+
+def test_an_answer_changed_after_it_was_checked_changes_nothing(host):
+    """Frozen values can still be forced (object.__setattr__); the host keeps its own copy."""
+    given = []
+
+    def answer(node):
+        match = KernelMatch.supported(Cost(compute_us=7.0), host_inputs=())
+        given.append(match)
+        return match
+
+    host.register(_claims(answer)("sly"), "sly")
+    session = InferenceSession(add_relu_model(), providers=["sly"], host=host)
+    for match in given:  # after the walk: make every answer look free
+        object.__setattr__(match.cost, "compute_us", 0.0)
+        object.__setattr__(match, "host_inputs", (0,))
+    kept = session.placement.table.answers["add"]["sly"]
+    assert kept.cost.compute_us == 7.0 and kept.host_inputs == ()
+    assert all(kept is not g for g in given)
+
+
+def test_a_reused_answer_is_copied_once_and_still_checked(host):
+    shared = KernelMatch.supported(Cost(compute_us=2.0))
+
+    class Reuses(InlineProvider):
+        @hookimpl
+        def ep_host_supports_op(self, node, context):
+            return shared
+
+    host.register(Reuses("same"), "same")
+    session = InferenceSession(add_relu_model(), providers=["same"], host=host)
+    add, relu = (session.placement.table.answers[n]["same"] for n in ("add", "relu"))
+    assert add is relu and add is not shared and add == shared
+
+
+@pytest.mark.parametrize("figures, reason", [
+    ({"link_gbps": 0.0, "link_latency_us": 5.0}, "Device.link_gbps of device 'sim:0' (kind "
+     "'sim') must be a finite number > 0"),
+    ({"link_gbps": -1.0, "link_latency_us": 5.0}, "Device.link_gbps of device 'sim:0' (kind "
+     "'sim') must be a finite number > 0"),
+    ({"link_gbps": float("nan"), "link_latency_us": 5.0}, "Device.link_gbps"),
+    ({"link_gbps": float("inf"), "link_latency_us": 5.0}, "Device.link_gbps"),
+    ({"link_gbps": 10.0, "link_latency_us": -5.0}, "Device.link_latency_us of device 'sim:0' "
+     "(kind 'sim') must be a finite number >= 0, got -5.0"),
+    ({"link_gbps": 10.0, "link_latency_us": float("nan")}, "Device.link_latency_us"),
+    ({"link_gbps": "fast", "link_latency_us": 5.0}, "Device.link_gbps of device 'sim:0' "
+     "(kind 'sim') is a str, not a number"),
+], ids=["zero", "negative", "nan", "inf", "negative-latency", "nan-latency", "str"])
+def test_device_link_figures_must_be_sane(host, figures, reason):
+    from ep_host import Device
+
+    device = Device(name="sim:0", kind="sim", **figures)
+    record = host.register(InlineProvider("dev", device=device), "dev")
+    assert record.status == "failed"
+    assert record.fault.startswith("provider_info answered something invalid: ")
+    assert reason in record.fault
+    host.register(InlineProvider("cpu"), "cpu")
+    session = InferenceSession(add_relu_model(), providers=["dev", "cpu"], host=host)
+    assert {n.provider for n in session.placement.nodes} == {"cpu"}
+
+
+def test_provider_info_and_device_subclasses_are_not_trusted(host):
+    from ep_host import Device
+
+    class Info(ProviderInfo):
+        __slots__ = ()
+
+    class Dev(Device):
+        __slots__ = ()
+
+    class GivesInfo(InlineProvider):
+        def __init__(self, name, info):
+            super().__init__(name)
+            self.answer = info
+
+        @hookimpl
+        def ep_host_provider_info(self):
+            return self.answer
+
+    first = host.register(GivesInfo("a", Info(name="a")), "a")
+    assert "returned Info, not ProviderInfo (subclasses are not accepted)" in first.fault
+    second = host.register(GivesInfo("b", ProviderInfo(name="b", device=Dev())), "b")
+    assert "ProviderInfo.device is a Dev, not a Device (subclasses" in second.fault
