@@ -143,6 +143,7 @@ class Host:
         self.pm = pluggy.PluginManager("ep_host")
         self.pm.add_hookspecs(hookspecs)
         self.records: dict[str, ProviderRecord] = {}
+        self.entry_point_names: set[str] = set()  # every provider entry point seen, loaded or not
         trace = env_flag("EP_HOST_TRACE_PLUGINS") if trace_plugins is None else trace_plugins
         if trace:
             self._enable_trace()
@@ -165,20 +166,34 @@ class Host:
         wanted = None if names is None else set(names)
         by_name: dict[str, list[Any]] = {}
         for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
+            self.entry_point_names.add(ep.name)
             if wanted is None or ep.name in wanted:
                 by_name.setdefault(ep.name, []).append(ep)
         for name, eps in by_name.items():
-            dists = {self._dist_name(ep) for ep in eps}
-            if len(eps) > 1 and len(dists) > 1:
-                listed = " and ".join(sorted(d or "?" for d in dists))
-                self._add_failed(
-                    ProviderRecord(name=name, entry_point=", ".join(ep.value for ep in eps),
-                                   distribution=", ".join(sorted(d or "?" for d in dists))),
-                    f"provider name {name!r} is registered by two distributions: {listed}; "
-                    "uninstall one",
-                )
+            if len(eps) > 1:  # which one is meant cannot be known: load neither
+                self._add_failed(self._clash_record(name, eps), self._clash(name, eps))
                 continue
             self._load_entry_point(eps[0])
+
+    def _clash_record(self, name: str, eps: list[Any]) -> ProviderRecord:
+        dists = sorted({self._dist_name(ep) or "?" for ep in eps})
+        return ProviderRecord(name=name, entry_point=", ".join(ep.value for ep in eps),
+                              distribution=", ".join(dists))
+
+    def _clash(self, name: str, eps: list[Any]) -> str:
+        """Why provider ``name``, registered by several entry points, is not loaded."""
+        dists = sorted({self._dist_name(ep) or "?" for ep in eps})
+        if len(dists) > 1:
+            return (f"provider name {name!r} is registered by {len(dists)} distributions: "
+                    f"{' and '.join(dists)}; uninstall one")
+        targets = ", ".join(repr(ep.value) for ep in eps)
+        return (f"provider name {name!r} is registered {len(eps)} times by distribution "
+                f"{dists[0]} (entry points {targets}); it must name one provider once: fix "
+                "its entry points")
+
+    def installed_names(self) -> list[str]:
+        """Every provider this host knows of: entry points (loaded or not) and registered."""
+        return sorted(self.entry_point_names | set(self.records))
 
     @staticmethod
     def _dist_name(ep: Any) -> str | None:

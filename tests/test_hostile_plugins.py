@@ -612,3 +612,76 @@ def test_provider_info_and_device_subclasses_are_not_trusted(host):
     assert "returned Info, not ProviderInfo (subclasses are not accepted)" in first.fault
     second = host.register(GivesInfo("b", ProviderInfo(name="b", device=Dev())), "b")
     assert "ProviderInfo.device is a Dev, not a Device (subclasses" in second.fault
+
+
+# -- class 11 (part): name clashes and unknown providers -----------------------------------------
+
+
+GOOD_PROVIDER = """
+from ep_host import ProviderInfo, hookimpl
+
+@hookimpl
+def ep_host_provider_info():
+    return ProviderInfo(name="dup")
+"""
+
+
+def _duplicated_in_one_distribution(root, first="dup_a", second="dup_b"):
+    info = write_distribution(root, "ep-dup", {"dup": first},
+                              {"dup_a": GOOD_PROVIDER, "dup_b": GOOD_PROVIDER})
+    (info / "entry_points.txt").write_text(
+        f"[ep_host.providers]\ndup = {first}\ndup = {second}\n")
+
+
+@pytest.mark.parametrize("second", ["dup_b", "dup_a"], ids=["two-targets", "same-target"])
+def test_one_distribution_registering_a_name_twice_is_flagged(tmp_path, monkeypatch, second):
+    _duplicated_in_one_distribution(tmp_path, second=second)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    host = Host.discover(["dup", "cpu"], strict=False)
+    record = host.records["dup"]
+    assert record.status == "failed"
+    assert record.fault == (
+        f"provider name 'dup' is registered 2 times by distribution ep-dup (entry points "
+        f"'dup_a', '{second}'); it must name one provider once: fix its entry points")
+    assert record.distribution == "ep-dup"
+    assert host.records["cpu"].status == "available"
+
+
+def test_two_distributions_registering_one_name_are_still_flagged(tmp_path, monkeypatch):
+    write_distribution(tmp_path, "ep-one", {"dup": "dup_a"}, {"dup_a": GOOD_PROVIDER})
+    write_distribution(tmp_path, "ep-two", {"dup": "dup_b"}, {"dup_b": GOOD_PROVIDER})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    host = Host.discover(["dup"], strict=False)
+    assert host.records["dup"].fault == (
+        "provider name 'dup' is registered by 2 distributions: ep-one and ep-two; uninstall one")
+
+
+def test_the_cli_shows_a_name_clash_in_one_distribution(tmp_path):
+    _duplicated_in_one_distribution(tmp_path)
+    result = ep_host_command(tmp_path, "providers", "--json")
+    assert result.returncode == 0, result.stderr
+    by_name = {p["name"]: p for p in json.loads(result.stdout)}
+    assert by_name["dup"]["status"] == "failed"
+    assert "registered 2 times by distribution ep-dup" in by_name["dup"]["fault"]
+
+
+def test_an_unknown_provider_is_named_with_every_installed_one(tmp_path):
+    """``--providers`` loads only what it names; the error still lists every entry point."""
+    site = hostile_site(tmp_path, "extra")
+    result = ep_host_command(site, "explain", MODEL, "--providers", "nosuch,cpu")
+    assert result.returncode == 1
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("ep-host: error: unknown provider(s) nosuch; installed: ")
+    installed = line.split("installed: ", 1)[1].split(", ")
+    assert {"cpu", "extra"} <= set(installed)
+    assert installed == sorted(installed) and "nosuch" not in installed
+    assert "Traceback" not in result.stderr
+
+
+def test_installed_names_include_providers_not_loaded(tmp_path, monkeypatch):
+    write_distribution(tmp_path, "ep-unloaded", {"unloaded": "unloaded_mod"},
+                       {"unloaded_mod": "raise SystemExit('never imported')\n"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    host = Host.discover(["cpu"], strict=False)
+    assert "unloaded" not in host.records
+    assert {"cpu", "unloaded"} <= set(host.installed_names())
