@@ -211,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:  # the user's ^C (a plugin's is that provider's fault)
         print("ep-host: interrupted", file=sys.stderr)
         return 130
+    finally:  # ending here is no death in plugin code, whatever an abandoned call still does
+        from ep_host import plugin_calls
+
+        if plugin_calls.marker is not None:
+            plugin_calls.marker.leave()
 
 
 # ---------------------------------------------------------------------------------------------

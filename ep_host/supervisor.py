@@ -14,6 +14,7 @@ import sys
 from ep_host import plugin_calls
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1  # prctl option: the signal this process gets when its parent dies
 
 
 def wanted() -> bool:
@@ -26,6 +27,7 @@ def supervise() -> int | None:
     """Fork. In the child: ``None`` (go on with the command; the marker is live and
     faulthandler on). In the parent: the exit code to end with once the child is gone."""
     marker = plugin_calls.HookMarker()
+    parent = os.getpid()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # nothing buffered before the fork is written twice
     try:
@@ -33,10 +35,25 @@ def supervise() -> int | None:
     except OSError:
         return None  # no process to spare: run unsupervised
     if child == 0:
+        _die_with(parent)
         plugin_calls.marker = marker
         faulthandler.enable()
         return None
     return _watch(child, marker)
+
+
+def _die_with(parent: int) -> None:
+    """Have the kernel kill this child when the parent goes (Linux), so that killing the
+    ``ep-host`` process the user started never leaves the work running."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    except (OSError, AttributeError):
+        return  # not Linux: the parent forwards what it can
+    if os.getppid() != parent:  # the parent was gone before prctl took effect
+        os._exit(128 + signal.SIGKILL)
 
 
 def _watch(child: int, marker: plugin_calls.HookMarker) -> int:
@@ -52,7 +69,8 @@ def _watch(child: int, marker: plugin_calls.HookMarker) -> int:
             pass
 
     for signum in FORWARDED:
-        signal.signal(signum, forward)
+        if signal.getsignal(signum) is not signal.SIG_IGN:  # ignored (nohup): stays ignored
+            signal.signal(signum, forward)
     _, status = os.waitpid(child, 0)
     return verdict(status, marker.read(), sent)
 

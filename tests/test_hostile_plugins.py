@@ -685,3 +685,35 @@ def test_installed_names_include_providers_not_loaded(tmp_path, monkeypatch):
     host = Host.discover(["cpu"], strict=False)
     assert "unloaded" not in host.records
     assert {"cpu", "unloaded"} <= set(host.installed_names())
+
+
+@pytest.mark.parametrize("hook_timeout", ["0", "60"], ids=["main-thread", "watched-thread"])
+def test_a_sigint_sent_to_the_command_stops_it_while_a_plugin_sleeps(tmp_path, hook_timeout):
+    """SIGINT sent to the ep-host process (not from a terminal) is forwarded to the child
+    that does the work: it stops with the short message and 130, like a ^C."""
+    import time
+
+    site = hostile_site(tmp_path, "sleeper", supports=(
+        "import pathlib, time; pathlib.Path(__file__).with_name('asked').touch(); "
+        "time.sleep(60)"))
+    paths = [str(site), ROOT, *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p),
+               EP_HOST_HOOK_TIMEOUT=hook_timeout)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ep_host", "explain", MODEL, "--providers", "sleeper,cpu"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 90
+        while not _asked(site) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert err.strip().splitlines()[-1] == "ep-host: interrupted"
+    assert "Traceback" not in err
+
+
+def _asked(site):
+    return (site / "asked").exists()
