@@ -19,7 +19,7 @@ from ep_host.cost import Cost
 from ep_host.discovery import Host, ProviderRecord
 from ep_host.errors import HostError, ProviderError, describe_exception
 from ep_host.functions import expand_function
-from ep_host.graph import NodeView, paused_gc
+from ep_host.graph import NodeView, op_schema, paused_gc
 from ep_host.loading import Model
 from ep_host.match import Decline, KernelMatch, ReasonCode
 from ep_host.plugin_calls import is_user_interrupt, sigint
@@ -91,10 +91,22 @@ def check_answer(answer: Any, node: NodeView | None = None) -> KernelMatch:
     if answer.is_supported is False and type(answer.reason) is str and not answer.reason:
         return KernelMatch.unsupported("provider declined without a reason", ReasonCode.FAULT)
     try:
-        return answer.copy_checked(1 << 30 if node is None else len(node.inputs))
+        return answer.copy_checked(input_limit(node) if answer.host_inputs else 0)
     except (TypeError, ValueError) as exc:
         claimed = "claimed the node" if answer.is_supported is True else "declined"
         return KernelMatch.unsupported(f"provider {claimed} with {exc}", ReasonCode.FAULT)
+
+
+def input_limit(node: NodeView | None) -> int:
+    """How many inputs ``node``'s op may have: the inputs it has, or more where its schema
+    allows optional ones the node omits (a provider may name those in ``host_inputs``)."""
+    if node is None:
+        return 1 << 31
+    count = len(node.inputs)
+    if node.opset is None:
+        return count
+    schema = op_schema(node.domain, node.op_type, node.opset)
+    return count if schema is None else max(count, schema.max_input)
 
 
 def declined(decline: Decline) -> KernelMatch:

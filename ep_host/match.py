@@ -109,7 +109,8 @@ class KernelMatch:
         return cls(False, reason=str(reason), code=ReasonCode(code))
 
     def copy_checked(self, input_count: int) -> KernelMatch:
-        """A fresh copy of this answer, checked, for a node with ``input_count`` inputs: what
+        """A fresh copy of this answer, checked, for a node whose op takes at most
+        ``input_count`` inputs (optional ones the node omits included): what
         the host keeps is what it validated, whatever the provider does to its own object
         later. Only ``KernelMatch`` itself is accepted; ``host_inputs`` must be distinct input
         indices in range; layouts are strings or ``None``. A violation raises ``ValueError``
@@ -137,7 +138,7 @@ class KernelMatch:
             if type(host_inputs) is not tuple or any(
                     type(i) is not int or not 0 <= i < input_count for i in host_inputs):
                 raise ValueError(f"host_inputs {_shown(host_inputs)}, which must be input indices "
-                                 f"of the node (ints in range(0, {input_count}))")
+                                 f"of the node's op (ints in range(0, {input_count}))")
             if len(set(host_inputs)) != len(host_inputs):
                 raise ValueError(f"host_inputs {_shown(host_inputs)}, which lists an input twice")
         required, outputs = self.required_input_layouts, self.output_layouts

@@ -191,9 +191,10 @@ class _Builder:
             return self.slots[(value.name, device.name)]
         if value.is_constant and value.name not in self.home:
             s = self.slot(value.name, device)
+            data = value.value  # the host's own errors (bad raw data) pass as they are
             since = sigint.received
             try:
-                self.constants[s] = device.upload(value.value)
+                self.constants[s] = device.upload(data)
             except BaseException as exc:  # the device's from_host is provider code
                 if is_user_interrupt(exc, since):
                     raise

@@ -493,8 +493,8 @@ def _claims(answer_for):
 @pytest.mark.parametrize("answer, reason", [
     (lambda node: Sneaky(True, cost=Cost(compute_us=0.001)),
      "provider returned a Sneaky, a subclass of KernelMatch; only KernelMatch itself"),
-    (lambda node: KernelMatch.supported(Cost(compute_us=0.001), host_inputs=(2,)),
-     "host_inputs (2,), which must be input indices of the node (ints in range(0, 2))"),
+    (lambda node: KernelMatch.supported(Cost(compute_us=0.001), host_inputs=(5,)),
+     "host_inputs (5,), which must be input indices of the node's op (ints in range(0, 2))"),
     (lambda node: KernelMatch.supported(Cost(compute_us=0.001), host_inputs=(-1,)),
      "host_inputs (-1,), which must be input indices"),
     (lambda node: KernelMatch.supported(Cost(compute_us=0.001), host_inputs=(0, 0)),
