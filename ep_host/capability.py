@@ -6,7 +6,6 @@ decline for that node (code ``fault``) and nothing else is lost. The whole table
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence

@@ -198,10 +198,10 @@ class CompiledSteps:
             indent = "    "
             if cancellable:
                 emit(f"{indent}if cancel.terminate: stop({i})", i, own=True)
-            if marker is not None:
+            if marker is not None:  # one store: the length byte and the record together
                 record = _marker_record(step)
-                names[f"M{i}"] = record
-                emit(f"{indent}MK[1:{len(record) + 1}] = M{i}; MK[0] = {len(record)}", i, own=True)
+                names[f"M{i}"] = bytes((len(record),)) + record
+                emit(f"{indent}MK[0:{len(record) + 1}] = M{i}", i, own=True)
             if tracer is not None:
                 indent = self._emit_span(names, i, step, args, indent)
             release = tuple(releases[i]) if releases else ()
