@@ -79,6 +79,8 @@ def load_in_time(ep: Any, seconds: float | None) -> Any:
                             "(EP_HOST_IMPORT_TIMEOUT); it may wait for something forever")
     ok, value = outcome[0]
     if not ok:
+        if isinstance(value, ValueError) and "main thread" in str(value):
+            return ep.load()  # it sets signal handlers, which only the main thread may: no limit
         raise value
     return value
 

@@ -717,3 +717,14 @@ def test_a_sigint_sent_to_the_command_stops_it_while_a_plugin_sleeps(tmp_path, h
 
 def _asked(site):
     return (site / "asked").exists()
+
+
+def test_a_provider_whose_import_sets_a_signal_handler_still_loads(tmp_path, monkeypatch):
+    """Imports run on a watched thread; one that needs the main thread is imported there."""
+    source = ("import signal\nsignal.signal(signal.SIGUSR1, signal.SIG_IGN)\n"
+              + GOOD_PROVIDER.replace('"dup"', '"signals"'))
+    write_distribution(tmp_path, "ep-signals", {"signals": "signals_mod"},
+                       {"signals_mod": source})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    host = Host.discover(["signals"], strict=False)
+    assert host.records["signals"].status == "available", host.records["signals"].fault
