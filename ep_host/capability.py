@@ -6,7 +6,6 @@ decline for that node (code ``fault``) and nothing else is lost. The whole table
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -14,14 +13,15 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ep_host import node_times
+from ep_host import node_times, plugin_calls
 from ep_host.cost import Cost
 from ep_host.discovery import Host, ProviderRecord
 from ep_host.errors import HostError, ProviderError, describe_exception
 from ep_host.functions import expand_function
-from ep_host.graph import NodeView, paused_gc
+from ep_host.graph import NodeView, op_schema, paused_gc
 from ep_host.loading import Model
 from ep_host.match import Decline, KernelMatch, ReasonCode
+from ep_host.plugin_calls import is_user_interrupt, sigint
 from ep_host.provider import ProviderContext
 
 MAX_EXPANSION_DEPTH = 8  # function bodies that call functions, to this depth
@@ -67,28 +67,59 @@ def provider_context(
     )
 
 
-def check_answer(answer: Any) -> KernelMatch:
-    """``answer`` if it is a valid ``KernelMatch``, else a ``fault`` decline that says why."""
-    if not isinstance(answer, KernelMatch):
-        shown = "None (no answer)" if answer is None else type(answer).__name__
+def check_answer(answer: Any, node: NodeView | None = None) -> KernelMatch:
+    """A checked copy of ``answer`` if it is a valid ``KernelMatch`` for ``node``, else a
+    ``fault`` decline that says why (a subclass, an invalid cost, bad ``host_inputs``).
+
+    Only exact types are looked into, so checking runs none of the provider's code."""
+    kind = type(answer)
+    if kind is not KernelMatch:
+        if issubclass(kind, KernelMatch):
+            reason = (f"provider returned a {kind.__name__}, a subclass of KernelMatch; only "
+                      "KernelMatch itself is accepted")
+        else:
+            shown = "None (no answer)" if answer is None else kind.__name__
+            reason = f"provider returned {shown} instead of a KernelMatch"
+        return KernelMatch.unsupported(reason, ReasonCode.FAULT)
+    cost_kind = type(answer.cost)
+    if answer.is_supported is True and cost_kind is not Cost:
         return KernelMatch.unsupported(
-            f"provider returned {shown} instead of a KernelMatch", ReasonCode.FAULT
-        )
-    if answer.is_supported:
-        cost = answer.cost
-        if not isinstance(cost, Cost):
-            return KernelMatch.unsupported(
-                f"provider claimed the node with cost {type(cost).__name__}, not a Cost",
-                ReasonCode.FAULT,
-            )
-        total = cost.total_us
-        if not math.isfinite(total) or total < 0:
-            return KernelMatch.unsupported(
-                f"provider claimed the node with an invalid cost ({total} us)", ReasonCode.FAULT
-            )
-    elif not answer.reason:
+            f"provider claimed the node with cost {cost_kind.__name__}, not a Cost"
+            + (" (subclasses are not accepted)" if issubclass(cost_kind, Cost) else ""),
+            ReasonCode.FAULT)
+    if answer.is_supported is False and type(answer.reason) is str and not answer.reason:
         return KernelMatch.unsupported("provider declined without a reason", ReasonCode.FAULT)
-    return answer
+    try:
+        return answer.copy_checked(input_limit(node) if answer.host_inputs else 0)
+    except (TypeError, ValueError) as exc:
+        claimed = "claimed the node" if answer.is_supported is True else "declined"
+        return KernelMatch.unsupported(f"provider {claimed} with {exc}", ReasonCode.FAULT)
+
+
+def input_limit(node: NodeView | None) -> int:
+    """How many inputs ``node``'s op may have: the inputs it has, or more where its schema
+    allows optional ones the node omits (a provider may name those in ``host_inputs``)."""
+    if node is None:
+        return 1 << 31
+    count = len(node.inputs)
+    if node.opset is None:
+        return count
+    schema = op_schema(node.domain, node.op_type, node.opset)
+    return count if schema is None else max(count, schema.max_input)
+
+
+def declined(decline: Decline) -> KernelMatch:
+    """The decline a provider raised; formatting its reason runs the provider's arguments'
+    ``__format__``, so a failure there is that provider's fault too."""
+    since = sigint.received
+    try:
+        return KernelMatch.unsupported(decline.reason, decline.code)
+    except BaseException as exc:
+        if is_user_interrupt(exc, since):
+            raise
+        return KernelMatch.unsupported(
+            f"provider declined with a reason that cannot be formatted: "
+            f"{describe_exception(exc)}", ReasonCode.FAULT)
 
 
 def unavailable_answer(record: ProviderRecord) -> KernelMatch:
@@ -104,19 +135,26 @@ def ask(
     record: ProviderRecord,
     node: NodeView,
     context: ProviderContext,
-    checked: dict[int, KernelMatch] | None = None,
+    checked: dict[int, tuple[KernelMatch, KernelMatch]] | None = None,
 ) -> KernelMatch:
     """One provider's answer for one node, its faults turned into declines.
 
     ``checked`` (by ``id``) holds claims already validated: a provider that returns the same
-    immutable ``KernelMatch`` for many nodes has it checked once."""
+    immutable ``KernelMatch`` for many nodes has it checked once. Under the command's
+    supervising parent the call is marked; the caller clears the marker after its batch."""
     if record.status != "available":
         return unavailable_answer(record)
+    since = sigint.received
+    marker = plugin_calls.marker  # set under the ep-host command's supervising parent
+    if marker is not None:  # left by the caller once per batch: the next call overwrites it
+        marker.enter(record.marker_heads["ep_host_supports_op"], node.name)
     try:
         answers = record.callers["ep_host_supports_op"](node=node, context=context)
     except Decline as d:
-        return KernelMatch.unsupported(d.reason, d.code)
-    except Exception as exc:
+        return declined(d)
+    except BaseException as exc:  # SystemExit and the like too: the provider's fault
+        if is_user_interrupt(exc, since):
+            raise
         if host.strict:
             raise ProviderError(
                 f"provider {record.name!r} raised in supports_op for node {node.name!r}"
@@ -125,15 +163,19 @@ def ask(
             f"provider raised {describe_exception(exc)}", ReasonCode.FAULT
         )
     raw = answers[0] if answers else None
-    # ``checked`` holds each answer it lists, so an id there names that one object
-    if checked is not None and raw is not None and checked.get(id(raw)) is raw:
-        return raw
-    answer = check_answer(raw)
+    # ``checked`` maps an answer's id to (that answer, the checked copy the host keeps); the
+    # answer is held there, so its id names that one object. host_inputs depend on the node's
+    # input count, so answers naming host inputs are checked per node.
+    if checked is not None:
+        known = checked.get(id(raw))
+        if known is not None and known[0] is raw:
+            return known[1]
+    answer = check_answer(raw, node)
     if host.strict and answer.code == ReasonCode.FAULT:
         raise ProviderError(f"provider {record.name!r} on node {node.name!r}: {answer.reason}")
-    if (checked is not None and answer is raw and answer.is_supported
-            and type(answer) is KernelMatch and type(answer.cost) is Cost):
-        checked[id(answer)] = answer  # exact frozen types: nothing can change it afterwards
+    if (checked is not None and raw is not None and answer.code is not ReasonCode.FAULT
+            and not raw.host_inputs):
+        checked[id(raw)] = (raw, answer)
     return answer
 
 
@@ -142,7 +184,7 @@ def provider_answers(
     record: ProviderRecord,
     nodes: Sequence[NodeView],
     context: ProviderContext,
-    checked: dict[int, KernelMatch],
+    checked: dict[int, tuple[KernelMatch, KernelMatch]],
 ) -> list[KernelMatch]:
     """One provider's answers for ``nodes``, in order.
 
@@ -153,18 +195,27 @@ def provider_answers(
     """
     seconds = host.hook_timeout
     if seconds is None or record.status != "available":
-        return [ask(host, record, n, context, checked) for n in nodes]
+        try:
+            return [ask(host, record, n, context, checked) for n in nodes]
+        finally:
+            if plugin_calls.marker is not None:
+                plugin_calls.marker.leave()
     results: list[KernelMatch] = []
     failure: list[BaseException] = []
     done = threading.Event()
+    abandoned = threading.Event()
 
     def work() -> None:
         try:
             for n in nodes:
+                if abandoned.is_set():  # a call stuck past the limit: ask nothing more
+                    break
                 results.append(ask(host, record, n, context, checked))
         except BaseException as exc:  # strict mode's ProviderError: re-raised by the caller
             failure.append(exc)
         finally:
+            if plugin_calls.marker is not None and not abandoned.is_set():
+                plugin_calls.marker.leave()
             done.set()
 
     threading.Thread(target=work, name="ep-host-hook", daemon=True).start()
@@ -178,6 +229,9 @@ def provider_answers(
         raise failure[0]
     if done.is_set():
         return results
+    abandoned.set()
+    if plugin_calls.marker is not None:
+        plugin_calls.marker.leave()  # the stuck call is no longer the one that runs
     answered = list(results[:progress])
     stuck = nodes[len(answered)]
     reason = f"provider did not answer within {seconds:g} s"

@@ -21,6 +21,8 @@ environment:
   EP_HOST_STRICT=1          re-raise provider faults instead of reporting them as declines
   EP_HOST_TRACE_PLUGINS=1   print every hook call, its provider, arguments and answer
   EP_HOST_CACHE_DIR=DIR     where measured machine profiles are cached
+  EP_HOST_IMPORT_TIMEOUT=S  seconds a provider's import may take (default 30; 0: no limit)
+  EP_HOST_SUPERVISE=0       run without the parent that names a provider that kills the process
 
 examples:
   ep-host providers
@@ -219,7 +221,17 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    if argv is None:  # the command itself (not a call from Python): watch it from a parent
+        from ep_host import supervisor
+
+        if supervisor.wanted():
+            code = supervisor.supervise()
+            if code is not None:  # the parent: the child has finished
+                os._exit(code)
     from ep_host.errors import HostError
+    from ep_host.plugin_calls import record_sigint
+
+    record_sigint()
 
     try:
         code = args.func(args)
@@ -228,10 +240,16 @@ def main(argv: list[str] | None = None) -> int:
     except HostError as exc:
         say(f"error: {exc}")
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the user's ^C (a plugin's is that provider's fault)
+        print("ep-host: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return _closed_pipe()
+    finally:  # ending here is no death in plugin code, whatever an abandoned call still does
+        from ep_host import plugin_calls
+
+        if plugin_calls.marker is not None:
+            plugin_calls.marker.leave()
 
 
 def say(text: str) -> None:

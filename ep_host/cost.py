@@ -101,6 +101,41 @@ class Cost:
 
 Cost.ZERO = Cost()  # type: ignore[attr-defined]
 _FIELDS = tuple(f.name for f in fields(Cost))
+_FLOAT_FIELDS = tuple(name for name in _FIELDS if name != "bytes_moved")
+_SLOT = {name: getattr(Cost, name) for name in _FIELDS}  # slot descriptors: stores past frozen
+
+
+def copy_checked(cost: Cost) -> Cost:
+    """A fresh copy of a provider's ``cost``, each field checked again: what the host keeps is
+    what it validated, whatever the provider does to its own object later. Only ``Cost``
+    itself is accepted (a subclass could answer differently each time it is read); a field
+    that is not what ``Cost()`` stores (a finite float >= 0, an int ``bytes_moved`` >= 0)
+    raises ``ValueError`` naming it."""
+    if type(cost) is not Cost:
+        raise TypeError(f"cost is a {type(cost).__name__}, not a Cost (subclasses are not "
+                        "accepted)")
+    values = (cost.compute_us, cost.memory_us, cost.transfer_us, cost.launch_us,
+              cost.bytes_moved, cost.flops)
+    compute, memory, transfer, launch, moved, flops = values
+    if not (type(compute) is float and type(memory) is float and type(transfer) is float
+            and type(launch) is float and type(flops) is float and type(moved) is int
+            and 0.0 <= compute < _INF and 0.0 <= memory < _INF and 0.0 <= transfer < _INF
+            and 0.0 <= launch < _INF and 0.0 <= flops < _INF and moved >= 0):
+        for name, value in zip(_FIELDS, values, strict=True):
+            kind = int if name == "bytes_moved" else float
+            if type(value) is not kind or not 0 <= value < _INF:
+                raise ValueError(f"Cost.{name} must be a finite {kind.__name__} >= 0, "
+                                 f"got {value!r}")
+    copy = _new(Cost)
+    for slot, value in zip(_SLOTS, values, strict=True):
+        slot.__set__(copy, value)
+    return copy
+
+
+_INF = math.inf
+_new = object.__new__
+_SLOTS = tuple(_SLOT[name] for name in ("compute_us", "memory_us", "transfer_us", "launch_us",
+                                          "bytes_moved", "flops"))
 
 
 def element_count(shape: Iterable[int | str | None] | None) -> int:

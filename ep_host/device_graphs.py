@@ -19,6 +19,7 @@ from typing import Any
 from ep_host.errors import describe_exception
 from ep_host.kernel import Kernel
 from ep_host.match import CaptureSupport
+from ep_host.plugin_calls import is_user_interrupt, sigint
 from ep_host.provider import Device
 
 OPTION = "enable_device_graph"
@@ -48,9 +49,12 @@ def why_not(steps: Sequence[Any], device: Device) -> str:
         where = f"{step.subject} ({step.op})"
         if step.scope:
             return f"{where} runs subgraphs"
+        since = sigint.received
         try:
             support = step.kernel.capture_support()
-        except Exception as exc:
+        except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
+            if is_user_interrupt(exc, since):
+                raise
             return f"{where}: capture_support raised {describe_exception(exc)}"
         if not isinstance(support, CaptureSupport) or not support.capturable:
             reason = support.reason if isinstance(support, CaptureSupport) else (

@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,13 +18,15 @@ from typing import Any
 
 import pluggy
 
-from ep_host import hookspecs
-from ep_host.errors import ProviderError, describe_exception
-from ep_host.provider import CONTRACT_VERSION, ProviderInfo, contract_major
+from ep_host import hookspecs, plugin_calls
+from ep_host.errors import PluginBaseException, ProviderError, describe_exception
+from ep_host.plugin_calls import is_user_interrupt, marked, marker_head, record_sigint, sigint
+from ep_host.provider import CONTRACT_VERSION, ProviderInfo, checked_info, contract_major
 
 ENTRY_POINT_GROUP = "ep_host.providers"
 HOOK_NAMES = ("ep_host_provider_info", "ep_host_supports_op", "ep_host_create_kernel",
               "ep_host_compile_partition")
+DEFAULT_IMPORT_TIMEOUT = 30.0  # seconds importing one entry point may take
 
 
 def env_flag(name: str) -> bool:
@@ -41,6 +44,45 @@ def hook_timeout_from_env() -> float | None:
     except ValueError:
         value = DEFAULT_HOOK_TIMEOUT
     return value if value > 0 else None
+
+
+def import_timeout_from_env() -> float | None:
+    """``EP_HOST_IMPORT_TIMEOUT`` in seconds (default 30); ``0`` or less: no limit."""
+    raw = os.environ.get("EP_HOST_IMPORT_TIMEOUT", "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_IMPORT_TIMEOUT
+    except ValueError:
+        value = DEFAULT_IMPORT_TIMEOUT
+    return value if value > 0 and value == value else None
+
+
+class ImportTimeout(Exception):
+    """An entry point's import did not finish in time (it goes on in an abandoned thread)."""
+
+
+def load_in_time(ep: Any, seconds: float | None) -> Any:
+    """``ep.load()`` on a daemon thread, waited for at most ``seconds``: a module that never
+    finishes importing cannot hang the host. Whatever the import raises is raised here."""
+    outcome: list[Any] = []
+
+    def load() -> None:
+        try:
+            outcome.append((True, ep.load()))
+        except BaseException as exc:  # handed to the caller, which judges it
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=load, name=f"ep-host-import-{ep.name}", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not outcome:
+        raise ImportTimeout(f"import did not finish within {seconds:g} s "
+                            "(EP_HOST_IMPORT_TIMEOUT); it may wait for something forever")
+    ok, value = outcome[0]
+    if not ok:
+        if isinstance(value, ValueError) and "main thread" in str(value):
+            return ep.load()  # it sets signal handlers, which only the main thread may: no limit
+        raise value
+    return value
 
 
 @dataclass
@@ -61,6 +103,8 @@ class ProviderRecord:
     plugin: Any = None
     hooks: tuple[str, ...] = ()
     callers: dict[str, Callable[..., list[Any]]] = field(default_factory=dict, repr=False)
+    # per hook, the start of the marker record naming a call of it (plugin_calls.HookMarker)
+    marker_heads: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     @property
     def available(self) -> bool:
@@ -94,11 +138,14 @@ class Host:
     def __init__(self, *, strict: bool | None = None, trace_plugins: bool | None = None,
                  hook_timeout: float | None = -1.0):
         self.strict = env_flag("EP_HOST_STRICT") if strict is None else strict
+        self.import_timeout = import_timeout_from_env()
         # seconds one supports_op call may take (None: no limit; default EP_HOST_HOOK_TIMEOUT)
         self.hook_timeout = hook_timeout_from_env() if hook_timeout == -1.0 else hook_timeout
+        record_sigint()  # so that a plugin's KeyboardInterrupt is told from the user's ^C
         self.pm = pluggy.PluginManager("ep_host")
         self.pm.add_hookspecs(hookspecs)
         self.records: dict[str, ProviderRecord] = {}
+        self.entry_point_names: set[str] = set()  # every provider entry point seen, loaded or not
         trace = env_flag("EP_HOST_TRACE_PLUGINS") if trace_plugins is None else trace_plugins
         if trace:
             self._enable_trace()
@@ -121,20 +168,34 @@ class Host:
         wanted = None if names is None else set(names)
         by_name: dict[str, list[Any]] = {}
         for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
+            self.entry_point_names.add(ep.name)
             if wanted is None or ep.name in wanted:
                 by_name.setdefault(ep.name, []).append(ep)
         for name, eps in by_name.items():
-            dists = {self._dist_name(ep) for ep in eps}
-            if len(eps) > 1 and len(dists) > 1:
-                listed = " and ".join(sorted(d or "?" for d in dists))
-                self._add_failed(
-                    ProviderRecord(name=name, entry_point=", ".join(ep.value for ep in eps),
-                                   distribution=", ".join(sorted(d or "?" for d in dists))),
-                    f"provider name {name!r} is registered by two distributions: {listed}; "
-                    "uninstall one",
-                )
+            if len(eps) > 1:  # which one is meant cannot be known: load neither
+                self._add_failed(self._clash_record(name, eps), self._clash(name, eps))
                 continue
             self._load_entry_point(eps[0])
+
+    def _clash_record(self, name: str, eps: list[Any]) -> ProviderRecord:
+        dists = sorted({self._dist_name(ep) or "?" for ep in eps})
+        return ProviderRecord(name=name, entry_point=", ".join(ep.value for ep in eps),
+                              distribution=", ".join(dists))
+
+    def _clash(self, name: str, eps: list[Any]) -> str:
+        """Why provider ``name``, registered by several entry points, is not loaded."""
+        dists = sorted({self._dist_name(ep) or "?" for ep in eps})
+        if len(dists) > 1:
+            return (f"provider name {name!r} is registered by {len(dists)} distributions: "
+                    f"{' and '.join(dists)}; uninstall one")
+        targets = ", ".join(repr(ep.value) for ep in eps)
+        return (f"provider name {name!r} is registered {len(eps)} times by distribution "
+                f"{dists[0]} (entry points {targets}); it must name one provider once: fix "
+                "its entry points")
+
+    def installed_names(self) -> list[str]:
+        """Every provider this host knows of: entry points (loaded or not) and registered."""
+        return sorted(self.entry_point_names | set(self.records))
 
     @staticmethod
     def _dist_name(ep: Any) -> str | None:
@@ -149,13 +210,23 @@ class Host:
             version=None if dist is None else dist.version,
             entry_point=ep.value,
         )
+        since = sigint.received
+        marker = plugin_calls.marker
+        if marker is not None:
+            marker.enter(marker_head(ep.name, "import"))
         try:
-            plugin = ep.load()
+            plugin = load_in_time(ep, self.import_timeout)
+        except ImportTimeout as exc:
+            self._add_failed(record, str(exc), exc)
+            return
         except BaseException as exc:  # an import may raise anything, SystemExit included
-            if isinstance(exc, KeyboardInterrupt):
+            if is_user_interrupt(exc, since):
                 raise
             self._add_failed(record, f"import failed: {describe_exception(exc)}", exc)
             return
+        finally:
+            if marker is not None:
+                marker.leave()
         self._register(record, plugin)
 
     def register(
@@ -169,15 +240,22 @@ class Host:
 
     def _register(self, record: ProviderRecord, plugin: Any) -> ProviderRecord:
         record.plugin = plugin
-        problem = self._check_signatures(plugin)
+        since = sigint.received
+        try:  # reading the plugin's attributes runs its code (properties, __getattr__)
+            with marked(marker_head(record.name, "register")):
+                problem = self._check_signatures(plugin)
+                if not problem:
+                    self.pm.register(plugin, name=record.name or None)
+        except BaseException as exc:  # pluggy's validation, a duplicate plugin object, SystemExit
+            if is_user_interrupt(exc, since):
+                raise
+            return self._add_failed(record, f"registration failed: {describe_exception(exc)}", exc)
         if problem:
             return self._add_failed(record, problem)
-        try:
-            self.pm.register(plugin, name=record.name or None)
-        except Exception as exc:  # pluggy's validation, a duplicate plugin object
-            return self._add_failed(record, f"registration failed: {describe_exception(exc)}", exc)
         if not record.name:
             record.name = self.pm.get_name(plugin)
+        record.marker_heads = {h: marker_head(record.name, h.removeprefix("ep_host_"))
+                               for h in HOOK_NAMES}
         record.hooks = tuple(
             h for h in HOOK_NAMES
             if any(i.plugin is plugin for i in getattr(self.pm.hook, h).get_hookimpls())
@@ -240,18 +318,30 @@ class Host:
         if "ep_host_provider_info" not in record.hooks:
             record.status, record.fault = "failed", "does not implement ep_host_provider_info"
             return
+        since = sigint.received
         try:
-            answers = record.callers["ep_host_provider_info"]()
+            with marked(record.marker_heads["ep_host_provider_info"]):
+                answers = record.callers["ep_host_provider_info"]()
             info = answers[0] if answers else None
-            if not isinstance(info, ProviderInfo):
+            if type(info) is not ProviderInfo and not issubclass(type(info), ProviderInfo):
                 raise TypeError(
                     f"ep_host_provider_info returned {type(info).__name__}, not ProviderInfo"
                 )
-        except Exception as exc:
+        except BaseException as exc:  # SystemExit and the like too: the provider's fault
+            if is_user_interrupt(exc, since):
+                raise
             if self.strict:
                 raise ProviderError(f"provider {record.name!r}: {describe_exception(exc)}") from exc
             record.status = "failed"
             record.fault = f"provider_info raised {describe_exception(exc)}"
+            return
+        try:
+            info = checked_info(info)
+        except (TypeError, ValueError) as exc:
+            if self.strict:
+                raise ProviderError(f"provider {record.name!r}: provider_info: {exc}") from exc
+            record.status = "failed"
+            record.fault = f"provider_info answered something invalid: {exc}"
             return
         record.info = info
         if not record.name:
@@ -291,8 +381,27 @@ class Host:
     # -- calling -----------------------------------------------------------------------------
 
     def call(self, provider: str, hook: str, **kwargs: Any) -> Any:
-        """Call ``hook`` on one provider alone; returns its answer (or ``None``)."""
-        answers = self.records[provider].callers[hook](**kwargs)
+        """Call ``hook`` on one provider alone; returns its answer (or ``None``).
+
+        A ``BaseException`` that is not an ``Exception`` and not the user's ^C comes out as a
+        :class:`PluginBaseException`, so callers that catch ``Exception`` see the fault."""
+        since = sigint.received
+        record = self.records[provider]
+        marker = plugin_calls.marker  # set under the ep-host command's supervising parent
+        if marker is not None:
+            subject = kwargs.get("node", kwargs.get("partition"))
+            marker.enter(record.marker_heads[hook], getattr(subject, "name", ""))
+        try:
+            answers = record.callers[hook](**kwargs)
+        except Exception:
+            raise
+        except BaseException as exc:
+            if is_user_interrupt(exc, since):
+                raise
+            raise PluginBaseException(exc) from exc
+        finally:
+            if marker is not None:
+                marker.leave()
         return answers[0] if answers else None
 
     def providers(self, order: Iterable[str] | None = None) -> list[ProviderRecord]:

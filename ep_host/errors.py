@@ -28,6 +28,16 @@ class PlacementError(HostError):
     """Some nodes cannot be placed on any available provider."""
 
 
+class PluginBaseException(Exception):
+    """Plugin code raised a ``BaseException`` that is not an ``Exception`` (``SystemExit``,
+    ``GeneratorExit``, a ``KeyboardInterrupt`` the user did not send): carried as an ordinary
+    exception so that it stays that provider's fault. ``original`` is what the plugin raised."""
+
+    def __init__(self, original: BaseException):
+        super().__init__(describe_exception(original))
+        self.original = original
+
+
 class InputError(HostError):
     """A run's inputs do not match the model's declared inputs."""
 
@@ -50,5 +60,7 @@ def describe_exception(exc: BaseException) -> str:
     The form in which the host reports a fault it caught: a provider that failed to import or
     raised in a hook, a kernel that failed to build or to run.
     """
+    if isinstance(exc, PluginBaseException):
+        exc = exc.original
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__

@@ -66,14 +66,18 @@ def normalize_domain(domain: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-class ValueView:
-    """A tensor (or sequence, optional, map) flowing through the graph, read-only.
+def _read_only(self: object, name: str, value: Any = None) -> None:
+    raise AttributeError(f"{type(self).__name__} is read-only: {name!r} cannot be set or "
+                         "deleted (views handed to providers never change)")
 
-    ``kind`` is ``"tensor"``, ``"sequence"``, ``"optional"``, ``"map"`` or ``"unknown"``;
-    ``dtype`` is the element type (of the innermost tensor for containers), ``None`` if unknown;
-    ``shape`` holds ints for static dims and strings for symbolic ones (``None`` for an unnamed
-    unknown dim), or is ``None`` when the rank is unknown. ``value`` reads a constant's data.
-    """
+
+def _read_only_delete(self: object, name: str) -> None:
+    _read_only(self, name)
+
+
+class _ValueFields:
+    """The slots of a :class:`ValueView` while the host builds it (stores are plain there);
+    the finished object's class is ``ValueView``, which refuses every store."""
 
     __slots__ = ("name", "kind", "dtype", "shape", "_tensor", "_model", "_nbytes")
 
@@ -93,6 +97,28 @@ class ValueView:
         self._tensor = tensor
         self._model = model
         self._nbytes: tuple[DType | None, Shape | None, int] | None = None
+        self.__class__ = ValueView  # from here on read-only
+
+
+class ValueView(_ValueFields):
+    """A tensor (or sequence, optional, map) flowing through the graph, read-only.
+
+    ``kind`` is ``"tensor"``, ``"sequence"``, ``"optional"``, ``"map"`` or ``"unknown"``;
+    ``dtype`` is the element type (of the innermost tensor for containers), ``None`` if unknown;
+    ``shape`` holds ints for static dims and strings for symbolic ones (``None`` for an unnamed
+    unknown dim), or is ``None`` when the rank is unknown. ``value`` reads a constant's data.
+    Setting or deleting an attribute raises ``AttributeError``.
+    """
+
+    __slots__ = ()
+    __setattr__ = _read_only
+    __delattr__ = _read_only_delete
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ValueView:
+        return _ValueFields(*args, **kwargs)  # type: ignore[return-value]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass  # built by _ValueFields.__init__
 
     @property
     def is_constant(self) -> bool:
@@ -127,7 +153,7 @@ class ValueView:
             if isinstance(d, int) and d >= 0:
                 n *= d
         n = dtype.storage_bytes(n)
-        self._nbytes = (dtype, shape, n)
+        object.__setattr__(self, "_nbytes", (dtype, shape, n))
         return n
 
     def __repr__(self) -> str:
@@ -239,14 +265,9 @@ def _attribute_value(attr: AttributeProto, model: Model | None, parent: GraphVie
     return None
 
 
-class NodeView:
-    """A node as a provider sees it: read-only, no protobuf.
-
-    ``domain`` is ``"ai.onnx"`` for the default domain. ``since_version`` is the version of the
-    op's schema that the model's opset resolves to (``None`` for an op no schema defines).
-    ``attributes`` holds Python values with schema defaults filled in. ``inputs`` and
-    ``outputs`` are :class:`ValueView` tuples; an omitted optional input is ``None``.
-    """
+class _NodeFields:
+    """The slots of a :class:`NodeView` while the host builds it (stores are plain there);
+    the finished object's class is ``NodeView``, which refuses every store."""
 
     __slots__ = (
         "name", "op_type", "domain", "since_version", "index", "graph", "_proto", "_attributes",
@@ -276,14 +297,38 @@ class NodeView:
                        else tuple([values[n] if n else None for n in inputs]))
         self.outputs = (tuple(map(get, outputs)) if "" not in outputs
                         else tuple([values[n] if n else None for n in outputs]))
+        self.__class__ = NodeView  # from here on read-only
+
+
+class NodeView(_NodeFields):
+    """A node as a provider sees it: read-only, no protobuf.
+
+    ``domain`` is ``"ai.onnx"`` for the default domain. ``since_version`` is the version of the
+    op's schema that the model's opset resolves to (``None`` for an op no schema defines).
+    ``attributes`` holds Python values with schema defaults filled in. ``inputs`` and
+    ``outputs`` are :class:`ValueView` tuples; an omitted optional input is ``None``.
+    Setting or deleting an attribute raises ``AttributeError``; ``attributes`` is a read-only
+    mapping and ``inputs``/``outputs`` are tuples.
+    """
+
+    __slots__ = ()
+    __setattr__ = _read_only
+    __delattr__ = _read_only_delete
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> NodeView:
+        return _NodeFields(*args, **kwargs)  # type: ignore[return-value]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass  # built by _NodeFields.__init__
 
     @property
     def attributes(self) -> Mapping[str, Any]:
         if self._attributes is None:
             if not self._has_attributes:  # the schema's defaults alone: share the cached mapping
-                self._attributes = _NO_ATTRIBUTES if self.since_version is None else (
+                attributes = _NO_ATTRIBUTES if self.since_version is None else (
                     _schema_defaults(self.domain, self.op_type, self.since_version))
-                return self._attributes
+                object.__setattr__(self, "_attributes", attributes)
+                return attributes
             out = {}
             if self.since_version is not None:
                 out.update(_schema_defaults(self.domain, self.op_type, self.since_version))
@@ -291,7 +336,7 @@ class NodeView:
                 if attr.ref_attr_name:
                     continue  # only inside function bodies, filled by expansion
                 out[attr.name] = _attribute_value(attr, self.graph.model, self.graph)
-            self._attributes = MappingProxyType(out)
+            object.__setattr__(self, "_attributes", MappingProxyType(out))
         return self._attributes
 
     @property
@@ -331,7 +376,15 @@ def node_proto(node: NodeView) -> NodeProto:
 
 class GraphView:
     """A graph (the model's main graph or a control-flow body): nodes in topological order,
-    its inputs and outputs, and every value it names (outer-scope values included)."""
+    its inputs and outputs, and every value it names (outer-scope values included).
+    Read-only once built: ``values`` is a read-only mapping and setting an attribute raises."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not self.__dict__.get("_building"):
+            _read_only(self, name)
+        object.__setattr__(self, name, value)
+
+    __delattr__ = _read_only_delete
 
     def __init__(
         self,
@@ -341,6 +394,7 @@ class GraphView:
         rows: list[NodeRow] | None = None,
         opset_imports: Mapping[str, int] | None = None,
     ):
+        object.__setattr__(self, "_building", True)
         self.name = proto.name
         self.model = model
         self.parent = parent
@@ -356,7 +410,7 @@ class GraphView:
         for t in proto.initializer:
             name = t.name
             init_names.add(name)
-            values[name] = ValueView(  # dims[:] copies in C; tuple(t.dims) iterates in Python
+            values[name] = _ValueFields(  # dims[:] copies in C; tuple(t.dims) iterates in Python
                 name, "tensor", _dtype_of(t.data_type), tuple(t.dims[:]), tensor=t, model=model
             )
         for sparse in proto.sparse_initializer:  # run densified
@@ -368,7 +422,7 @@ class GraphView:
         graph_inputs = [(vi, vi.name) for vi in proto.input]
         for vi, name in graph_inputs:
             if name not in init_names:
-                values[name] = ValueView(name, *parse_type(vi.type))
+                values[name] = _ValueFields(name, *parse_type(vi.type))
         if rows is None:
             rows = scan_nodes(proto)
         for row in rows:
@@ -382,11 +436,13 @@ class GraphView:
                     producer[out] = i
                     if out not in values:
                         kind, dt, shape = types.get(out, unknown)
-                        values[out] = ValueView(out, kind, dt, shape)
+                        values[out] = _ValueFields(out, kind, dt, shape)
         self.inputs = tuple(values[name] for _, name in graph_inputs if name not in init_names)
         self.initializer_inputs = tuple(name for _, name in graph_inputs if name in init_names)
         self.outputs = tuple(self._output_view(vi) for vi in proto.output)
         self.nodes = self._build_nodes(rows, producer)
+        self.values = MappingProxyType(values)  # type: ignore[assignment]
+        self._building = False
 
     def _add_constant_output(self, n: NodeProto) -> None:
         """A :data:`CONSTANT_OP` node's output as a constant value, when it is a tensor."""
@@ -407,7 +463,8 @@ class GraphView:
             )
         if view.dtype is None and vi.type.WhichOneof("value"):
             kind, dt, shape = parse_type(vi.type)
-            view.kind, view.dtype, view.shape = kind, dt, shape
+            for field, known in (("kind", kind), ("dtype", dt), ("shape", shape)):
+                object.__setattr__(view, field, known)  # the graph output's declared type
         return view
 
     def _build_nodes(self, rows: list[NodeRow], producer: dict[str, int]) -> tuple[NodeView, ...]:
@@ -424,9 +481,9 @@ class GraphView:
             names.append(name)
         order = self._topological_order(rows, names, producer)
         if order is None:
-            return tuple(NodeView(row[0], name, i, self, row)
+            return tuple(_NodeFields(row[0], name, i, self, row)
                          for i, (row, name) in enumerate(zip(rows, names, strict=True)))
-        return tuple(NodeView(rows[i][0], names[i], pos, self, rows[i])
+        return tuple(_NodeFields(rows[i][0], names[i], pos, self, rows[i])
                      for pos, i in enumerate(order))
 
     def _topological_order(

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from ep_host.cost import Cost
+from ep_host.cost import Cost, copy_checked
 
 
 class ReasonCode(StrEnum):
@@ -108,6 +108,46 @@ class KernelMatch:
             raise ValueError("an unsupported KernelMatch needs a reason")
         return cls(False, reason=str(reason), code=ReasonCode(code))
 
+    def copy_checked(self, input_count: int) -> KernelMatch:
+        """A fresh copy of this answer, checked, for a node whose op takes at most
+        ``input_count`` inputs (optional ones the node omits included): what
+        the host keeps is what it validated, whatever the provider does to its own object
+        later. Only ``KernelMatch`` itself is accepted; ``host_inputs`` must be distinct input
+        indices in range; layouts are strings or ``None``. A violation raises ``ValueError``
+        (or ``TypeError``) whose message completes "claimed the node with ..." (or "declined
+        with ...")."""
+        if type(self) is not KernelMatch:
+            raise TypeError(f"the answer is a {type(self).__name__}, not a KernelMatch "
+                            "(subclasses are not accepted)")
+        supported = self.is_supported
+        if supported is False:
+            reason, code = self.reason, self.code
+            if type(reason) is not str or not reason:
+                raise ValueError(f"reason {_shown(reason)}, which must be a non-empty str")
+            if type(code) is not ReasonCode:
+                raise ValueError(f"code {_shown(code)}, which must be a ReasonCode")
+            return _new_match(False, None, reason, code, None, (), ())
+        if supported is not True:
+            raise ValueError(f"is_supported {_shown(supported)}, which must be True or False")
+        try:
+            cost = copy_checked(self.cost)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"an invalid cost: {exc}") from exc
+        host_inputs = self.host_inputs
+        if host_inputs:
+            if type(host_inputs) is not tuple or any(
+                    type(i) is not int or not 0 <= i < input_count for i in host_inputs):
+                raise ValueError(f"host_inputs {_shown(host_inputs)}, which must be input indices "
+                                 f"of the node's op (ints in range(0, {input_count}))")
+            if len(set(host_inputs)) != len(host_inputs):
+                raise ValueError(f"host_inputs {_shown(host_inputs)}, which lists an input twice")
+        required, outputs = self.required_input_layouts, self.output_layouts
+        if required is not None:
+            _check_layouts("required_input_layouts", required)
+        if outputs:
+            _check_layouts("output_layouts", outputs)
+        return _new_match(True, cost, "", None, required, outputs, host_inputs)
+
     def to_dict(self) -> dict[str, Any]:
         if self.is_supported:
             out: dict[str, Any] = {"supported": True, "cost": self.cost.to_dict()}
@@ -115,6 +155,38 @@ class KernelMatch:
                 out["host_inputs"] = list(self.host_inputs)
             return out
         return {"supported": False, "reason": self.reason, "code": str(self.code)}
+
+
+_MATCH_SLOTS = tuple(getattr(KernelMatch, name) for name in (
+    "is_supported", "cost", "reason", "code", "required_input_layouts", "output_layouts",
+    "host_inputs"))
+
+
+def _new_match(*values: Any) -> KernelMatch:
+    match = object.__new__(KernelMatch)
+    for slot, value in zip(_MATCH_SLOTS, values, strict=True):
+        slot.__set__(match, value)
+    return match
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _shown(value: Any) -> str:
+    """``repr`` of a plain value (or a tuple of them), else its type's name: showing a
+    provider's own object must not run its code."""
+    kind = type(value)
+    if kind in _PLAIN or kind is ReasonCode or (
+            kind is tuple and all(type(v) in _PLAIN for v in value)):
+        text = repr(value)
+        return text if len(text) <= 200 else text[:197] + "..."
+    return f"a {kind.__name__}"
+
+
+def _check_layouts(field_name: str, layouts: Any) -> None:
+    if type(layouts) is not tuple or any(
+            layout is not None and type(layout) is not str for layout in layouts):
+        raise ValueError(f"{field_name} {_shown(layouts)}, which must be a tuple of str or None")
 
 
 @dataclass(frozen=True, slots=True)

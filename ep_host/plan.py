@@ -28,6 +28,7 @@ from ep_host.graph import GraphView, NodeView, ValueView
 from ep_host.kernel import Kernel
 from ep_host.partitions import Group, compiling_groups, execution_order, partition_view, readers
 from ep_host.placement import Placement
+from ep_host.plugin_calls import is_user_interrupt, sigint
 from ep_host.provider import HOST, Device
 from ep_host.runloop import CompiledSteps, StepChecks, array_kind, read_only
 from ep_host.transfers import implied_transfers
@@ -245,7 +246,15 @@ class _Builder:
             return self.slots[(value.name, device.name)]
         if value.is_constant and value.name not in self.home:
             s = self.slot(value.name, device)
-            constant = device.upload(value.value)
+            data = value.value  # the host's own errors (bad raw data) pass as they are
+            since = sigint.received
+            try:
+                constant = device.upload(data)
+            except BaseException as exc:  # the device's from_host is provider code
+                if is_user_interrupt(exc, since):
+                    raise
+                raise KernelError(f"{self.label}: device {device.name} failed to take constant "
+                                  f"{value.name!r}: {describe_exception(exc)}") from exc
             # no kernel may change a constant for the next run, or for another session
             self.constants[s] = read_only(constant) if constant.__class__ is np.ndarray else (
                 constant)
@@ -318,9 +327,12 @@ class _Builder:
         if node.has_subgraphs:
             scope = tuple((n, self.fetch(self.graph.values[n], HOST))
                           for n in sorted(captured_names(node)))
+        since = sigint.received
         try:
             kernel.prepare(constants)
-        except Exception as exc:
+        except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
+            if is_user_interrupt(exc, since):
+                raise
             raise KernelError(
                 f"{self.label}: provider {provider!r} failed to prepare the kernel "
                 f"for node {node.name!r}: {describe_exception(exc)}") from exc
@@ -358,9 +370,12 @@ class _Builder:
             return [self.node_step(n, provider) for n in group.nodes]
         device = self.source.device(provider)
         in_slots = tuple(self.fetch(v, device) for v in view.inputs)
+        since = sigint.received
         try:
             kernel.prepare({})
-        except Exception as exc:
+        except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
+            if is_user_interrupt(exc, since):
+                raise
             raise KernelError(
                 f"{self.label}: provider {provider!r} failed to prepare the kernel of "
                 f"partition {view.name!r}: {describe_exception(exc)}") from exc

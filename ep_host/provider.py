@@ -4,8 +4,9 @@ context the host hands to every hook call.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -102,6 +103,63 @@ class ProviderInfo:
         if not 0.0 <= self.partition_launch_us < float("inf"):
             raise ValueError(f"provider {self.name!r}: partition_launch_us must be a finite "
                              f"number of microseconds >= 0, got {self.partition_launch_us!r}")
+
+
+_TEXT_FIELDS = ("name", "version", "contract_version", "reason", "description",
+                "device_graph_option")
+_DEVICE_HOOKS = ("to_host", "from_host", "synchronize", "capture")
+
+
+def checked_info(info: ProviderInfo) -> ProviderInfo:
+    """A checked copy of what a provider's ``ep_host_provider_info`` answered.
+
+    Only ``ProviderInfo`` and ``Device`` themselves are accepted (a subclass could answer
+    differently each time it is read); text fields are ``str``; a device's link figures are
+    finite numbers, ``link_gbps`` > 0 for a device that is not the host and
+    ``link_latency_us`` >= 0. A violation raises ``TypeError`` or ``ValueError`` naming the
+    field. Checking runs none of the provider's code; the copy cannot change afterwards.
+    """
+    if type(info) is not ProviderInfo:
+        raise TypeError(f"it returned {type(info).__name__}, not ProviderInfo"
+                        + (" (subclasses are not accepted)"
+                           if issubclass(type(info), ProviderInfo) else ""))
+    for name in _TEXT_FIELDS:
+        if type(getattr(info, name)) is not str:
+            raise TypeError(f"ProviderInfo.{name} is a {type(getattr(info, name)).__name__}, "
+                            "not a str")
+    if type(info.available) is not bool:
+        raise TypeError(f"ProviderInfo.available is a {type(info.available).__name__}, "
+                        "not a bool")
+    if type(info.aliases) is not tuple or any(type(a) is not str for a in info.aliases):
+        raise TypeError("ProviderInfo.aliases must be a tuple of str")
+    _check_figure("ProviderInfo.partition_launch_us", info.partition_launch_us, positive=False)
+    device = info.device
+    if type(device) is not Device:
+        raise TypeError(f"ProviderInfo.device is a {type(device).__name__}, not a Device"
+                        + (" (subclasses are not accepted)"
+                           if issubclass(type(device), Device) else ""))
+    if type(device.name) is not str or type(device.kind) is not str:
+        raise TypeError("Device.name and Device.kind must be str")
+    where = f"device {device.name!r} (kind {device.kind!r})"
+    _check_figure(f"Device.link_gbps of {where}", device.link_gbps,
+                  positive=device.kind != "cpu")
+    _check_figure(f"Device.link_latency_us of {where}", device.link_latency_us, positive=False)
+    for name in _DEVICE_HOOKS:
+        hook = getattr(device, name)
+        if hook is not None and not callable(hook):
+            raise TypeError(f"Device.{name} of {where} is a {type(hook).__name__}, not a "
+                            "function")
+    return replace(info, device=replace(device))
+
+
+def _check_figure(name: str, value: object, *, positive: bool) -> None:
+    """``value`` must be a finite int or float, > 0 when ``positive`` else >= 0."""
+    if type(value) not in (int, float):
+        raise TypeError(f"{name} is a {type(value).__name__}, not a number")
+    if not math.isfinite(value) or value < 0 or (positive and value == 0):
+        need = "> 0 (a device that is not the host must say how fast copies to it are)" \
+            if positive else ">= 0"
+        raise ValueError(f"{name} must be a finite number {need}, got {value!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
+from ep_host import plugin_calls
 from ep_host.cost import element_count
 from ep_host.errors import (
     HostError,
@@ -25,6 +26,7 @@ from ep_host.errors import (
     RunCancelledError,
     describe_exception,
 )
+from ep_host.plugin_calls import is_user_interrupt, marker_head, sigint
 
 if TYPE_CHECKING:
     from ep_host.plan import Plan, Step
@@ -310,6 +312,9 @@ class CompiledSteps:
         emit("def run(values, cancel):")
         for s in inputs:
             emit(f"    v{s} = values[{s}]")
+        marker = plugin_calls.marker  # under the ep-host command's parent: name each step
+        if marker is not None:
+            names["MK"] = marker.memory
         for i, step in enumerate(steps):
             args = ", ".join(ref(s) for s in step.inputs)
             indent = "    "
@@ -317,6 +322,10 @@ class CompiledSteps:
                 names[f"n{i}"] = step.subject if step.copy is None else step.name
                 emit(f"{indent}if cancel.terminate: stop({i}, cancel)", i, own=True)
                 emit(f"{indent}cancel.at = n{i}", i, own=True)
+            if marker is not None:  # one store: the length byte and the record together
+                record = _marker_record(step)
+                names[f"M{i}"] = bytes((len(record),)) + record
+                emit(f"{indent}MK[0:{len(record) + 1}] = M{i}", i, own=True)
             if tracer is not None:
                 indent = self._emit_span(names, i, step, args, indent)
             release = tuple(releases[i]) if releases else ()
@@ -333,15 +342,22 @@ class CompiledSteps:
             for s in release:
                 if s not in constants:
                     emit(f"    v{s} = None", i)
+        if marker is not None:
+            emit("    MK[0] = 0")
         emit("    return [" + ", ".join(ref(s) for s in outputs) + "]")
         self.source = "\n".join(self._lines) + "\n"
         exec(compile(self.source, self.filename, "exec"), names)  # noqa: S102 (our own source)
         self._run: Callable[[Mapping[int, Any], Any], list[Any]] = names["run"]
 
     def __call__(self, values: Mapping[int, Any], cancel: Any = None) -> list[Any]:
+        since = sigint.received
         try:
             return self._run(values, cancel)
-        except Exception as exc:
+        except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
+            if plugin_calls.marker is not None:
+                plugin_calls.marker.leave()
+            if not isinstance(exc, Exception) and is_user_interrupt(exc, since):
+                raise
             line = self._failed_line(exc.__traceback__)
             if line is None or line in self._own or isinstance(exc, RunCancelledError):
                 raise
@@ -446,6 +462,17 @@ class CompiledSteps:
                 found = tb.tb_lineno
             tb = tb.tb_next
         return found
+
+
+def _marker_record(step: Step) -> bytes:
+    """The marker record naming ``step`` (plugin_calls.HookMarker), cut to fit."""
+    if step.copy is not None:
+        src, dst = step.copy
+        record = marker_head("", f"device copy {src.name} -> {dst.name}") + step.name.encode(
+            "utf-8", "replace")
+    else:
+        record = marker_head(step.provider or "", "run") + step.name.encode("utf-8", "replace")
+    return record[:plugin_calls.MARKER_BYTES - 1]
 
 
 def _donor(step: Step, release: tuple[int, ...], keep: set[int] | frozenset[int]) -> int | None:

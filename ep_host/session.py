@@ -273,7 +273,7 @@ def select_providers(host: Host, requested: Sequence[str] | None) -> list[str]:
     requested = resolve_aliases(host, requested) or []
     missing = [p for p in requested if p not in host.records]
     if missing:
-        known = ", ".join(sorted(host.records)) or "none"
+        known = ", ".join(host.installed_names()) or "none"
         raise KernelError(f"unknown provider(s) {', '.join(missing)}; installed: {known}")
     return list(requested)
 

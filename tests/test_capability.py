@@ -63,7 +63,8 @@ def _walk(host, *providers):
     (ReturnsString("bad"), "provider returned str instead of a KernelMatch"),
     (ReturnsNothing("bad"), "provider returned None (no answer) instead of a KernelMatch"),
     (NanCost("bad"), "provider raised ValueError: Cost.compute_us must be finite"),
-    (ForgedNanCost("bad"), "provider claimed the node with an invalid cost (nan us)"),
+    (ForgedNanCost("bad"), "provider claimed the node with an invalid cost: "
+                           "Cost.compute_us must be a finite float >= 0, got nan"),
 ])
 def test_faults_become_that_providers_decline_and_others_still_answer(host, provider, reason):
     good = InlineProvider("good")

@@ -241,10 +241,12 @@ def test_the_backend_picks_providers_by_device_kind_not_by_name(tensors):
     from ep_host.discovery import Host
 
     host = Host(strict=False)
-    host.register(InlineProvider("gpu_b", device=Device(name="cuda:0", kind="cuda")),
+    link = {"link_gbps": 10.0, "link_latency_us": 5.0}  # a device must say what copies cost
+    host.register(InlineProvider("gpu_b", device=Device(name="cuda:0", kind="cuda", **link)),
                   name="gpu_b")
     host.register(InlineProvider("host_a"), name="host_a")
-    host.register(InlineProvider("npu", device=Device(name="npu:0", kind="npu")), name="npu")
+    host.register(InlineProvider("npu", device=Device(name="npu:0", kind="npu", **link)),
+                  name="npu")
     assert device_providers("CUDA:0", host) == ["gpu_b", "host_a"]
     assert device_providers("CPU", host) == ["host_a"]
     rep = EpHostBackend.prepare(add_relu_model(), "CUDA", host=host)
