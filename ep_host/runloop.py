@@ -40,6 +40,10 @@ DONATE_BYTES = 256 * 1024
 same size on); below it a fresh array is as cheap as the test for a donor."""
 
 
+STEPS_PER_FUNCTION = 2000
+"""A plan longer than this runs as a chain of generated functions of at most this many steps."""
+
+
 def _worth_donating(dtype: Any, shape: tuple[Any, ...] | None) -> bool:
     if dtype is None or shape is None or any(d is None for d in shape):
         return False
@@ -185,30 +189,57 @@ class CompiledSteps:
             return f"c{s}" if s in constants else f"v{s}"
 
         emit = self._emit
-        emit("def run(values, cancel):")
-        for s in inputs:
-            emit(f"    v{s} = values[{s}]")
-        for i, step in enumerate(steps):
-            args = ", ".join(ref(s) for s in step.inputs)
-            indent = "    "
-            if cancellable:
-                emit(f"{indent}if cancel.terminate: stop({i})", i, own=True)
-            if tracer is not None:
-                indent = self._emit_span(names, i, step, args, indent)
-            release = tuple(releases[i]) if releases else ()
-            if step.copy is not None:
-                src, dst = step.copy
-                names[f"down{i}"], names[f"up{i}"] = src.download, dst.upload
-                emit(f"{indent}v{step.outputs[0]} = up{i}(down{i}({args}))", i)
+        # a long plan becomes a chain of functions, each of at most STEPS_PER_FUNCTION steps,
+        # handing on the values still needed: compiling one function costs memory in
+        # proportion to its length (about 17 KB per step), a chain only that of its longest link
+        starts = list(range(0, len(steps), STEPS_PER_FUNCTION)) or [0]
+        carried = _carried(steps, inputs, outputs, constants, starts) if len(starts) > 1 else []
+        self._files: dict[str, int] = {}  # file name of each link -> its first line, less one
+        parts = []
+        for k, start in enumerate(starts):
+            first_line = len(self._lines)
+            if len(starts) == 1:
+                emit("def run(values, cancel):")
+            elif k == 0:
+                emit("def run0(values, cancel):")
             else:
-                self._emit_node(names, i, step, args, release, keep, ref, indent)
-            for s in release:
-                if s not in constants:
-                    emit(f"    v{s} = None", i)
-        emit("    return [" + ", ".join(ref(s) for s in outputs) + "]")
-        self.source = "\n".join(self._lines) + "\n"
-        exec(compile(self.source, self.filename, "exec"), names)  # noqa: S102 (our own source)
-        self._run: Callable[[Mapping[int, Any], Any], list[Any]] = names["run"]
+                emit(f"def run{k}(carry, cancel):")
+                if carried[k - 1]:
+                    emit("    " + ", ".join(f"v{s}" for s in carried[k - 1]) + ", = carry")
+                emit("    carry.clear()")  # the locals now hold the values, the list none
+            if k == 0:
+                for s in inputs:
+                    emit(f"    v{s} = values[{s}]")
+            end = starts[k + 1] if k + 1 < len(starts) else len(steps)
+            for i in range(start, end):
+                step = steps[i]
+                args = ", ".join(ref(s) for s in step.inputs)
+                indent = "    "
+                if cancellable:
+                    emit(f"{indent}if cancel.terminate: stop({i})", i, own=True)
+                if tracer is not None:
+                    indent = self._emit_span(names, i, step, args, indent)
+                release = tuple(releases[i]) if releases else ()
+                if step.copy is not None:
+                    src, dst = step.copy
+                    names[f"down{i}"], names[f"up{i}"] = src.download, dst.upload
+                    emit(f"{indent}v{step.outputs[0]} = up{i}(down{i}({args}))", i)
+                else:
+                    self._emit_node(names, i, step, args, release, keep, ref, indent)
+                for s in release:
+                    if s not in constants:
+                        emit(f"    v{s} = None", i)
+            handed = outputs if k + 1 == len(starts) else carried[k]
+            emit("    return [" + ", ".join(ref(s) for s in handed) + "]")
+            filename = (self.filename if len(starts) == 1
+                        else f"{self.filename[:-1]} part {k + 1}>")
+            self._files[filename] = first_line
+            source = "\n".join(self._lines[first_line:]) + "\n"
+            exec(compile(source, filename, "exec"), names)  # noqa: S102 (our own source)
+            parts.append(names["run" if len(starts) == 1 else f"run{k}"])
+        self._lines.clear()
+        self._run: Callable[[Mapping[int, Any], Any], list[Any]] = (
+            parts[0] if len(parts) == 1 else _chain(parts))
 
     def __call__(self, values: Mapping[int, Any], cancel: Any = None) -> list[Any]:
         try:
@@ -312,11 +343,55 @@ class CompiledSteps:
     def _failed_line(self, tb: Any) -> int | None:
         """The line of this function that raised, from a traceback (``None``: not ours)."""
         found = None
+        files = self._files
         while tb is not None:
-            if tb.tb_frame.f_code.co_filename == self.filename:
-                found = tb.tb_lineno
+            offset = files.get(tb.tb_frame.f_code.co_filename)
+            if offset is not None:
+                found = offset + tb.tb_lineno
             tb = tb.tb_next
         return found
+
+
+def _carried(steps: Sequence[Step], inputs: Sequence[int], outputs: Sequence[int],
+             constants: Mapping[int, Any], starts: Sequence[int]) -> list[list[int]]:
+    """Per link of a chain after the first (whose steps begin at ``starts[k]``), the slots
+    it takes from the link before: set before it begins and read in it or later."""
+    born: dict[int, int] = {s: -1 for s in inputs}  # slot -> the step that sets it
+    last: dict[int, int] = {}  # slot -> the last step that reads it
+    for i, step in enumerate(steps):
+        for s in step.inputs:
+            if s >= 0:
+                last[s] = i
+        for _, s in step.scope:
+            last[s] = i
+        for s in step.outputs:
+            if s >= 0:
+                born.setdefault(s, i)
+    for s in outputs:
+        last[s] = len(steps)
+    size = starts[1] - starts[0]
+    carried: list[list[int]] = [[] for _ in starts[1:]]
+    for s, i in born.items():
+        end = last.get(s, -1)
+        if s in constants or end <= i:
+            continue
+        for k in range(max(1, i // size + 1), min(end // size, len(starts) - 1) + 1):
+            carried[k - 1].append(s)
+    return carried
+
+
+def _chain(parts: Sequence[Callable[..., list[Any]]]) -> Callable[[Mapping[int, Any], Any],
+                                                                  list[Any]]:
+    """One run through the links of a long plan, each handed the list the one before returned."""
+    first, rest = parts[0], tuple(parts[1:])
+
+    def run(values: Mapping[int, Any], cancel: Any) -> list[Any]:
+        carry = first(values, cancel)
+        for part in rest:
+            carry = part(carry, cancel)
+        return carry
+
+    return run
 
 
 def _donor(step: Step, release: tuple[int, ...], keep: set[int] | frozenset[int]) -> int | None:
