@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -166,8 +167,9 @@ class CompiledSteps:
         self.checks = checks
         self.filename = FILENAME.format(next(_numbers))
         self._check_all = check_all
-        self._own: set[int] = set()  # lines whose failure is the host's own error
-        self._owner: list[int] = []  # line -> step index
+        self._own = bytearray()  # per line: 1 where its failure is the host's own error
+        self._owner = array("q")  # line -> step index
+        self._bound_names: dict[tuple[int, int], str] = {}  # see _bind
         self._lines: list[str] = []
         steps = self.steps
         names: dict[str, Any] = {
@@ -238,6 +240,7 @@ class CompiledSteps:
             exec(compile(source, filename, "exec"), names)  # noqa: S102 (our own source)
             parts.append(names["run" if len(starts) == 1 else f"run{k}"])
         self._lines.clear()
+        self._bound_names.clear()  # ids name objects only while ``names`` holds them
         self._run: Callable[[Mapping[int, Any], Any], list[Any]] = (
             parts[0] if len(parts) == 1 else _chain(parts))
 
@@ -246,15 +249,25 @@ class CompiledSteps:
             return self._run(values, cancel)
         except Exception as exc:
             line = self._failed_line(exc.__traceback__)
-            if line is None or line in self._own:
+            if line is None or self._own[line - 1]:
                 raise
             raise self.checks.failure(self.steps[self._owner[line - 1]], exc) from exc
 
     def _emit(self, text: str, step: int = -1, own: bool = False) -> None:
         self._lines.append(text)
         self._owner.append(step)
-        if own:
-            self._own.add(len(self._lines))
+        self._own.append(own)
+
+    def _bind(self, names: dict[str, Any], prefix: str, value: Any) -> str:
+        """The global name of ``value`` in the generated code: one name per object (a kernel
+        shared by many steps, a dtype), not one per step."""
+        owner, func = getattr(value, "__self__", None), getattr(value, "__func__", None)
+        key = (id(owner), id(func)) if owner is not None and func is not None else (id(value), 0)
+        name = self._bound_names.get(key)
+        if name is None:
+            name = self._bound_names[key] = f"{prefix}{len(self._bound_names)}"
+            names[name] = value
+        return name
 
     def _emit_span(self, names: dict[str, Any], i: int, step: Step, args: str,
                    indent: str) -> str:
@@ -288,26 +301,26 @@ class CompiledSteps:
             scope = "scope={" + ", ".join(f"{n!r}: {ref(s)}" for n, s in step.scope) + "}"
         live = [s for s in step.outputs if s >= 0]
         if kernel.call is not None and len(step.outputs) == 1 and live and not scope:
-            names[f"k{i}"] = kernel.call
+            k = self._bind(names, "k", kernel.call)
             out = step.outputs[0]
             donor = _donor(step, release, keep)
             dtype, shape = step.expect[0] if step.expect else (None, None)
             if donor is not None and _worth_donating(dtype, shape):
                 # the donor must be the output's own dtype and shape, held by nothing else
-                names[f"t{i}_d"] = np.dtype(dtype)
+                t = self._bind(names, "t", np.dtype(dtype))
                 emit(f"{indent}d = v{donor} if v{donor}.__class__ is nd and v{donor}.base is None"
-                     f" and v{donor}.dtype is t{i}_d and v{donor}.shape == {tuple(shape)!r}"
+                     f" and v{donor}.dtype is {t} and v{donor}.shape == {tuple(shape)!r}"
                      f" and v{donor}.flags.writeable and rc(v{donor}) == SOLE else None", i)
-                emit(f"{indent}v{out} = k{i}({args}, out=d) if d is not None else k{i}({args})",
+                emit(f"{indent}v{out} = {k}({args}, out=d) if d is not None else {k}({args})",
                      i)
                 emit(f"{indent}d = None", i)
             else:
-                emit(f"{indent}v{out} = k{i}({args})", i)
+                emit(f"{indent}v{out} = {k}({args})", i)
             self._emit_check(names, i, 0, out, (dtype, shape), indent, called=True)
             return
-        names[f"k{i}"] = kernel.run
+        k = self._bind(names, "k", kernel.run)
         call_args = ", ".join(a for a in (args, scope) if a)
-        emit(f"{indent}r = k{i}({call_args})", i)
+        emit(f"{indent}r = {k}({call_args})", i)
         emit(f"{indent}if (r.__class__ is not tuple and r.__class__ is not list) or len(r) < "
              f"{len(live)}: r = chkn({i}, r)", i, own=True)
         for j, s in enumerate(step.outputs):
@@ -329,8 +342,7 @@ class CompiledSteps:
             return
         test = f"v{s}.__class__ is not nd"
         if dtype is not None:
-            names[f"t{i}_{j}"] = np.dtype(dtype)
-            test += f" or v{s}.dtype is not t{i}_{j}"
+            test += f" or v{s}.dtype is not {self._bind(names, 't', np.dtype(dtype))}"
             if shape is not None:
                 if all(d is not None for d in shape):
                     test += f" or v{s}.shape != {tuple(shape)!r}"
