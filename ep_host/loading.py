@@ -102,6 +102,27 @@ def _too_big(label: str, size: int) -> str:
             "(2 GiB); store its weights as external data")
 
 
+TRIM_AFTER_NODES = 10_000
+
+
+def return_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere
+    nothing). onnx's shape inference frees a copy of the model in many small blocks, about
+    1 KB per node, that would otherwise stay resident for the life of the process."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            import ctypes
+
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim: Any = None
+
 # ---------------------------------------------------------------------------------------------
 # The model
 # ---------------------------------------------------------------------------------------------
@@ -145,6 +166,8 @@ class Model:
         with_graphs = [i for i, row in enumerate(rows) if row[6]]
         self.value_types = (self._infer_types(with_graphs) if infer_shapes
                             else self._declared_types(proto, with_graphs))
+        if infer_shapes and len(rows) >= TRIM_AFTER_NODES:
+            return_freed_memory()
         self.graph = GraphView(proto.graph, self, rows=rows)
 
     # -- types ------------------------------------------------------------------------------
