@@ -37,7 +37,7 @@ class CapabilityTable:
 
     providers: list[str]
     nodes: list[NodeView]
-    answers: dict[str, dict[str, KernelMatch]] = field(default_factory=dict)
+    answers: dict[str, Mapping[str, KernelMatch]] = field(default_factory=dict)
     contexts: dict[str, ProviderContext] = field(default_factory=dict)
     expanded: dict[str, list[str]] = field(default_factory=dict)
     all_nodes: list[NodeView] = field(default_factory=list)
@@ -215,6 +215,7 @@ def walk(
     fixed = {r.name: unavailable_answer(r) for r in records if r.status != "available"}
     asked = [(r.name, r, table.contexts[r.name], {}) for r in records]
     answers = table.answers
+    rows: dict[tuple[int, ...], Mapping[str, KernelMatch]] = {}  # holds the answers it names
 
     def visit(batch: Sequence[NodeView], depth: int) -> None:
         columns = {}
@@ -224,7 +225,13 @@ def walk(
             else:
                 columns[name] = provider_answers(host, r, batch, context, checked)
         for k, node in enumerate(batch):
-            row = answers[node.name] = {name: columns[name][k] for name, *_ in asked}
+            # nodes answered with the very same objects (a provider's shared claim) share one
+            # read-only row: a dict per node is ~200 bytes of a long model
+            key = tuple(id(columns[name][k]) for name, *_ in asked)
+            row = rows.get(key)
+            if row is None:
+                row = rows[key] = MappingProxyType({name: columns[name][k] for name, *_ in asked})
+            answers[node.name] = row
             table.all_nodes.append(node)
             if expand and depth < MAX_EXPANSION_DEPTH and not any(
                     a.is_supported for a in row.values()):
