@@ -115,6 +115,8 @@ def ask(
         answers = record.callers["ep_host_supports_op"](node=node, context=context)
     except Decline as d:
         return KernelMatch.unsupported(d.reason, d.code)
+    except MemoryError:  # the host is out of memory, not the provider at fault
+        raise
     except Exception as exc:
         if host.strict:
             raise ProviderError(

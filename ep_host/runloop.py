@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import numpy as np
 
 from ep_host.cost import element_count
-from ep_host.errors import KernelError, ResourceLimitError, RunCancelledError, describe_exception
+from ep_host.errors import (
+    HostError,
+    KernelError,
+    ResourceLimitError,
+    RunCancelledError,
+    describe_exception,
+)
 
 if TYPE_CHECKING:
     from ep_host.plan import Plan, Step
@@ -69,12 +75,16 @@ class StepChecks:
         self.warnings = [] if warnings is None else warnings
         self._warned: set[tuple[str, int]] = set()
 
-    def failure(self, step: Step, exc: BaseException) -> KernelError:
+    def failure(self, step: Step, exc: BaseException) -> HostError:
         """The error for a step that raised ``exc``: the copy, or the step and its provider."""
         if step.copy is not None:
             src, dst = step.copy
             return KernelError(f"{self.label}: copying a tensor from {src.name} to {dst.name} "
                                f"failed: {describe_exception(exc)}")
+        if isinstance(exc, MemoryError):
+            return ResourceLimitError(
+                f"{self.label}: ran out of memory during a run of the model, in {step.subject} "
+                f"({step.op}) on provider {step.provider!r}")
         return KernelError(f"{self.label}: {step.subject} ({step.op}) failed on provider "
                            f"{step.provider!r}: {describe_exception(exc)}")
 

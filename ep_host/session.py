@@ -24,6 +24,7 @@ from ep_host.errors import (
     KernelError,
     ResourceLimitError,
     describe_exception,
+    memory_stage,
 )
 from ep_host.graph import GraphView, NodeView, ValueView
 from ep_host.kernel import Kernel
@@ -178,7 +179,7 @@ class _Runtime:
         try:
             kernel = self.host.call(provider, "ep_host_compile_partition", partition=partition,
                                     context=context)
-        except HostError:
+        except (HostError, MemoryError):
             raise
         except Exception as exc:
             raise KernelError(
@@ -191,16 +192,19 @@ class _Runtime:
         return kernel
 
     def place(self, graph: GraphView, pins: Mapping[str, str] | None = None) -> Placement:
-        table = capability.walk(self.host, self.model, self.providers, self.options,
-                                nodes=graph.nodes)
+        label, size = self.model.label, len(graph.nodes)
+        with memory_stage("the capability walk", label, size):
+            table = capability.walk(self.host, self.model, self.providers, self.options,
+                                    nodes=graph.nodes)
         devices = {p: self.device(p) for p in self.providers}
-        return choose(table, devices, strategy=self.strategy, pins=pins,
-                      model=self.model.label)
+        with memory_stage("placement", label, size):
+            return choose(table, devices, strategy=self.strategy, pins=pins, model=label)
 
     def plan(self, graph: GraphView, placement: Placement, outer: Iterable[str] = (),
              body: bool = False) -> tuple[Plan, PlanRun]:
-        plan = build_plan(self, graph, placement, label=self.model.label, outer=outer,
-                          body=body)
+        with memory_stage("building the plan", self.model.label, len(graph.nodes)):
+            plan = build_plan(self, graph, placement, label=self.model.label, outer=outer,
+                              body=body)
         # a body's nodes are traced only at full verbosity
         tracer = self.tracer if self.tracer is not None and (
             not body or self.tracer.verbosity >= Tracer.FULL) else None
@@ -217,7 +221,7 @@ class _Runtime:
                           intra_op_num_threads=self.threads)
         try:
             kernel = self.host.call(provider, "ep_host_create_kernel", node=node, context=context)
-        except HostError:
+        except (HostError, MemoryError):  # out of memory: the stage's error, not the provider's
             raise
         except Exception as exc:
             raise KernelError(
@@ -296,7 +300,8 @@ class InferenceSession:
         else:
             self.tracer, self._trace_path = Tracer(), os.fspath(trace)
         loaded = model if isinstance(model, Model) else load_model(model, base_dir=base_dir)
-        self._model = optimize(loaded, optimizations, disable_optimizations)
+        with memory_stage("optimization", loaded.label, len(loaded.graph.nodes)):
+            self._model = optimize(loaded, optimizations, disable_optimizations)
         self._host = host if host is not None else discover_host(names)
         chosen = [p for p in select_providers(self._host, names) if p not in set(exclude)]
         if isinstance(provider_options, Sequence) and not isinstance(provider_options, Mapping):
@@ -364,7 +369,7 @@ class InferenceSession:
             )
         feeds = self._check_inputs(input_feed)
         cancel = run_options if getattr(run_options, "terminate", None) is not None else None
-        with self._threads:
+        with self._threads, memory_stage("a run", self._model.label, len(plan.steps)):
             if self.tracer is None:
                 outputs = self._run.run(feeds, names=names, cancel=cancel)
             else:
