@@ -18,12 +18,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 STAGES = ("load", "shape inference", "optimize", "capability walk", "placement", "plan",
           "first run")
 
 
-def chain(n: int):  # noqa: ANN201 (onnx is imported lazily, in the child)
+def chain(n: int) -> Any:  # an onnx.ModelProto; onnx is imported in the child only
     """``n`` nodes alternating Add (of a one-element constant) and Relu, float32 [1]."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
@@ -86,7 +87,7 @@ def measure(path: str, n: int, limit_mb: int | None) -> list[dict]:
     inference: dict = {}
     infer_types = Model._infer_types
 
-    def timed_inference(self, *args):  # noqa: ANN001, ANN202
+    def timed_inference(self: Model, *args: Any) -> Any:
         start, (hwm_before, _) = time.perf_counter(), memory_kb()
         try:
             return infer_types(self, *args)
