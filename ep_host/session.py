@@ -369,7 +369,8 @@ class InferenceSession:
             )
         feeds = self._check_inputs(input_feed)
         cancel = run_options if getattr(run_options, "terminate", None) is not None else None
-        with self._threads, memory_stage("a run", self._model.label, len(self._model.graph.nodes)):
+        model = self._model
+        with self._threads, memory_stage("a run", model.label, len(model.graph.nodes)):
             if self.tracer is None:
                 outputs = self._run.run(feeds, names=names, cancel=cancel)
             else:
