@@ -51,8 +51,8 @@ class RunCancelledError(HostError):
 # margin): checked against the address-space limit before the stage starts, since native code
 # (protobuf, onnx's shape inference) can crash rather than raise when an allocation fails.
 STAGE_BYTES_PER_NODE = {
-    "loading": 2000, "shape inference": 2500, "optimization": 1500,
-    "the capability walk": 800, "placement": 800, "building the plan": 2500,
+    "loading": 2000, "shape inference": 1500, "optimization": 1000,
+    "the capability walk": 600, "placement": 600, "building the plan": 1500,
 }
 
 
