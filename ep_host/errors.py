@@ -47,13 +47,11 @@ class RunCancelledError(HostError):
     """A run was cancelled from another thread (``RunOptions.terminate``)."""
 
 
-# What each stage may allocate per node of the model, at most (measured on long chains, with a
-# margin): checked against the address-space limit before the stage starts, since native code
-# (protobuf, onnx's shape inference) can crash rather than raise when an allocation fails.
-STAGE_BYTES_PER_NODE = {
-    "loading": 2000, "shape inference": 1500, "optimization": 1000,
-    "the capability walk": 600, "placement": 600, "building the plan": 1500,
-}
+# What the stages that run native code may allocate per node of the model (measured on long
+# chains, with a margin): checked against the address-space limit before the stage starts, since
+# protobuf and onnx's shape inference can crash rather than raise when an allocation fails. The
+# later stages allocate Python objects only, whose MemoryError is caught as it happens.
+STAGE_BYTES_PER_NODE = {"loading": 2000, "shape inference": 1500, "optimization": 1000}
 
 
 def address_space_left() -> int | None:
