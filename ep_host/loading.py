@@ -218,9 +218,11 @@ class Model:
             self.value_types.setdefault(name, parsed)
 
     def _infer_types(self, with_graphs: list[int] | None = None) -> dict[str, ParsedType]:
+        nodes = len(self.proto.graph.node)
+        with memory_stage("shape inference", self.label, nodes):
+            light = self._weightless_copy()
         try:
-            with memory_stage("shape inference", self.label, len(self.proto.graph.node)):
-                light = self._weightless_copy()
+            with memory_stage("shape inference", self.label, nodes, need=0):  # checked above
                 inferred = onnx.shape_inference.infer_shapes(
                     light, check_type=False, strict_mode=False, data_prop=True
                 )
