@@ -38,7 +38,7 @@ class CapabilityTable:
 
     providers: list[str]
     nodes: list[NodeView]
-    answers: dict[str, dict[str, KernelMatch]] = field(default_factory=dict)
+    answers: dict[str, Mapping[str, KernelMatch]] = field(default_factory=dict)
     contexts: dict[str, ProviderContext] = field(default_factory=dict)
     expanded: dict[str, list[str]] = field(default_factory=dict)
     all_nodes: list[NodeView] = field(default_factory=list)
@@ -152,6 +152,8 @@ def ask(
         answers = record.callers["ep_host_supports_op"](node=node, context=context)
     except Decline as d:
         return declined(d)
+    except MemoryError:  # the host is out of memory, not the provider at fault
+        raise
     except BaseException as exc:  # SystemExit and the like too: the provider's fault
         if is_user_interrupt(exc, since):
             raise
@@ -273,6 +275,7 @@ def walk(
     fixed = {r.name: unavailable_answer(r) for r in records if r.status != "available"}
     asked = [(r.name, r, table.contexts[r.name], {}) for r in records]
     answers = table.answers
+    rows: dict[tuple[int, ...], Mapping[str, KernelMatch]] = {}  # holds the answers it names
 
     def visit(batch: Sequence[NodeView], depth: int) -> None:
         columns = {}
@@ -282,7 +285,13 @@ def walk(
             else:
                 columns[name] = provider_answers(host, r, batch, context, checked)
         for k, node in enumerate(batch):
-            row = answers[node.name] = {name: columns[name][k] for name, *_ in asked}
+            # nodes answered with the very same objects (a provider's shared claim) share one
+            # read-only row: a dict per node is ~200 bytes of a long model
+            key = tuple(id(columns[name][k]) for name, *_ in asked)
+            row = rows.get(key)
+            if row is None:
+                row = rows[key] = MappingProxyType({name: columns[name][k] for name, *_ in asked})
+            answers[node.name] = row
             table.all_nodes.append(node)
             if expand and depth < MAX_EXPANSION_DEPTH and not any(
                     a.is_supported for a in row.values()):

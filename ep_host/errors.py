@@ -7,6 +7,9 @@ chains the original exception. Decisions (a provider declining a node) are value
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 
 class HostError(Exception):
     """Base class of every error ep-host raises on purpose."""
@@ -52,6 +55,54 @@ class ResourceLimitError(HostError):
 
 class RunCancelledError(HostError):
     """A run was cancelled from another thread (``RunOptions.terminate``)."""
+
+
+# What the stages that run native code may allocate per node of the model (measured on long
+# chains, with a margin): checked against the address-space limit before the stage starts, since
+# protobuf and onnx's shape inference can crash rather than raise when an allocation fails. The
+# later stages allocate Python objects only, whose MemoryError is caught as it happens.
+STAGE_BYTES_PER_NODE = {"loading": 2000, "shape inference": 1500, "optimization": 1000}
+
+
+def address_space_left() -> int | None:
+    """Bytes this process may still map under its address-space limit (``RLIMIT_AS``, as
+    ``ulimit -v`` sets it); ``None`` when there is no limit or it cannot be read."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft == resource.RLIM_INFINITY:
+            return None
+        with open("/proc/self/status") as f:
+            size = next(int(line.split()[1]) for line in f if line.startswith("VmSize:"))
+    except (ImportError, OSError, StopIteration, ValueError):
+        return None
+    return soft - size * 1024
+
+
+@contextmanager
+def memory_stage(stage: str, model: str, nodes: int | None = None,
+                 need: int | None = None) -> Iterator[None]:
+    """Re-raise a ``MemoryError`` raised inside as a :class:`ResourceLimitError` naming the
+    stage (``"shape inference"``), the model and its size in nodes. Under an address-space
+    limit, a stage that would need more than is left (``need`` bytes, else its
+    ``STAGE_BYTES_PER_NODE`` times ``nodes``) is refused before it starts."""
+    size = "" if nodes is None else f" ({nodes} nodes)"
+    if need is None and nodes is not None:
+        need = STAGE_BYTES_PER_NODE.get(stage, 0) * nodes
+    left = address_space_left() if need else None
+    if left is not None and need is not None and need > left:
+        raise ResourceLimitError(
+            f"{model}: would run out of memory during {stage} of the model{size}: it needs "
+            f"about {need >> 20} MiB, the address-space limit leaves {max(left, 0) >> 20} MiB; "
+            "give the process more memory or use a smaller model")
+    try:
+        yield
+    except MemoryError as exc:
+        exc.__traceback__ = None  # its frames hold what the stage allocated: release them first
+        raise ResourceLimitError(
+            f"{model}: ran out of memory during {stage} of the model{size}; give the process "
+            "more memory or use a smaller model") from exc
 
 
 def describe_exception(exc: BaseException) -> str:

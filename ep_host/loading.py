@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto
 
-from ep_host.errors import ModelLoadError, ModelValidationError
+from ep_host.errors import ModelLoadError, ModelValidationError, ResourceLimitError, memory_stage
 from ep_host.graph import (
     CONSTANT_OP,
     DEFAULT_DOMAIN,
@@ -36,6 +36,7 @@ from ep_host.tensors import check_initializer, checked_element_count, readonly, 
 INFERENCE_KEEP_BYTES = 1024
 MAX_PROTOBUF_BYTES = 2**31 - 1  # protobuf cannot parse a message larger than this
 MAX_GRAPH_DEPTH = 32  # control-flow bodies nested in bodies, to this depth
+PARSED_BYTES_PER_BYTE = 12  # a parsed graph's memory per byte of its protobuf, at most
 
 
 def load_model(
@@ -53,7 +54,8 @@ def load_model(
     if isinstance(model, ModelProto):
         proto = model
     elif isinstance(model, bytes | bytearray | memoryview):
-        proto = _parse(bytes(model), "<model bytes>")
+        with memory_stage("loading", "<model bytes>", need=PARSED_BYTES_PER_BYTE * len(model)):
+            proto = _parse(bytes(model), "<model bytes>")
     else:
         path = os.fspath(model)
         try:
@@ -61,10 +63,13 @@ def load_model(
                 size = os.fstat(f.fileno()).st_size
                 if size > MAX_PROTOBUF_BYTES:
                     raise ModelLoadError(_too_big(path, size))
-                data = f.read()
+                with memory_stage("loading", path):
+                    data = f.read()
         except OSError as exc:
             raise ModelLoadError(f"cannot read model {path!r}: {exc.strerror or exc}") from exc
-        proto = _parse(data, path)
+        with memory_stage("loading", path, need=PARSED_BYTES_PER_BYTE * len(data)):
+            proto = _parse(data, path)
+            del data
     label = path or "<model bytes>"
     if not proto.HasField("graph"):
         raise ModelLoadError(f"{label}: not an ONNX model (it has no graph)")
@@ -76,7 +81,7 @@ def load_model(
         raise ModelValidationError(
             f"{label}: the model has IR version {proto.ir_version}, newer than "
             f"{onnx.IR_VERSION}, the newest this onnx {onnx.__version__} supports")
-    with paused_gc():
+    with paused_gc(), memory_stage("loading", label, len(proto.graph.node)):
         try:
             return Model(proto, path=path, base_dir=base_dir, infer_shapes=infer_shapes)
         except (ModelLoadError, ModelValidationError):
@@ -95,6 +100,8 @@ def _parse(data: bytes, label: str) -> ModelProto:
     proto = ModelProto()
     try:
         proto.ParseFromString(data)
+    except MemoryError:
+        raise
     except Exception as exc:
         raise ModelLoadError(f"{label}: not a valid ONNX protobuf: {exc}") from exc
     return proto
@@ -104,6 +111,27 @@ def _too_big(label: str, size: int) -> str:
     return (f"{label}: the model is {size} bytes, over protobuf's limit of {MAX_PROTOBUF_BYTES} "
             "(2 GiB); store its weights as external data")
 
+
+TRIM_AFTER_NODES = 10_000
+
+
+def return_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere
+    nothing). onnx's shape inference frees a copy of the model in many small blocks, about
+    1 KB per node, that would otherwise stay resident for the life of the process."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            import ctypes
+
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim: Any = None
 
 # ---------------------------------------------------------------------------------------------
 # The model
@@ -151,6 +179,8 @@ class Model:
                             else self._declared_types(proto, with_graphs))
         for scan, name, since_version in scans:
             _check_scan_lengths(scan, name, since_version, self.value_types, self.label)
+        if infer_shapes and len(rows) >= TRIM_AFTER_NODES:
+            return_freed_memory()
         self.graph = GraphView(proto.graph, self, rows=rows)
 
     # -- types ------------------------------------------------------------------------------
@@ -194,11 +224,16 @@ class Model:
             self.value_types.setdefault(name, parsed)
 
     def _infer_types(self, with_graphs: list[int] | None = None) -> dict[str, ParsedType]:
-        light = self._weightless_copy()
+        nodes = len(self.proto.graph.node)
+        with memory_stage("shape inference", self.label, nodes):
+            light = self._weightless_copy()
         try:
-            inferred = onnx.shape_inference.infer_shapes(
-                light, check_type=False, strict_mode=False, data_prop=True
-            )
+            with memory_stage("shape inference", self.label, nodes, need=0):  # checked above
+                inferred = onnx.shape_inference.infer_shapes(
+                    light, check_type=False, strict_mode=False, data_prop=True
+                )
+        except ResourceLimitError:
+            raise
         except Exception as exc:  # onnx raises several kinds; any of them means "no inference"
             self.warnings.append(f"shape inference failed, using declared types only: {exc}")
             inferred = light

@@ -20,7 +20,7 @@ from ep_host.transfers import Transfer, implied_transfers
 SCHEMA = "ep-host/placement/v1"
 
 
-@dataclass
+@dataclass(slots=True)
 class NodePlacement:
     name: str
     op_type: str

@@ -9,7 +9,7 @@ running it; ``ep_host.runloop`` defines what running a step means.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -126,6 +126,39 @@ class KernelSource(Protocol):
     def strict(self) -> bool: ...
 
 
+class NodeSpan(Mapping[str, Any]):
+    """A node step's trace-span arguments (``op_type``, ``provider``, ``device``, ``bytes``,
+    ``flops``, ``estimated_us``), read from its node and cost when asked: a dict per step would
+    cost about 300 bytes per node of a long model."""
+
+    __slots__ = ("_node", "_provider", "_device", "_cost")
+    KEYS = ("op_type", "provider", "device", "bytes", "flops", "estimated_us")
+
+    def __init__(self, node: NodeView, provider: str, device: str, cost: Any):
+        self._node, self._provider, self._device, self._cost = node, provider, device, cost
+
+    def __getitem__(self, key: str) -> Any:
+        if key == "op_type":
+            return self._node.qualified_op
+        if key == "provider":
+            return self._provider
+        if key == "device":
+            return self._device
+        if key == "bytes":
+            return self._cost.bytes_moved
+        if key == "flops":
+            return self._cost.flops
+        if key == "estimated_us":
+            return self._cost.total_us
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.KEYS)
+
+    def __len__(self) -> int:
+        return len(self.KEYS)
+
+
 def expected_output(value: ValueView | None,
                     device: Device = HOST) -> tuple[Any, tuple[int | None, ...] | None, Any]:
     """The numpy dtype, shape (``None`` for dims not known statically) and array kind
@@ -233,6 +266,7 @@ class _Builder:
                 self.wrong_rank):
             return expect
         return _loosened(expect, rank=value.name in self.wrong_rank)
+        self.expects: dict[tuple[Any, ...], tuple[tuple[Any, Any, Any], ...]] = {}
 
     def slot(self, name: str, device: Device) -> int:
         key = (name, device.name)
@@ -344,15 +378,29 @@ class _Builder:
             self.check_static_size(node, value)
             out_slots.append(self.slot(value.name, device))
             self.home[value.name] = device
-        cost = answer.cost
-        span = {"op_type": node.qualified_op, "provider": provider, "device": device.name,
-                "bytes": cost.bytes_moved, "flops": cost.flops, "estimated_us": cost.total_us}
         return Step(node.name, node.qualified_op, "node", (node,), kernel, provider,
                     tuple(in_slots), tuple(out_slots),
-                    expect=tuple(self.expect(v, device) for v in node.outputs), scope=scope,
+                    expect=self.expected(node.outputs, device), scope=scope,
                     lock=None if kernel.thread_safe else threading.Lock(),
-                    span=MappingProxyType(span),
+                    span=NodeSpan(node, provider, device.name, answer.cost),
                     output_names=tuple(v.name if v is not None else "" for v in node.outputs))
+
+    def expected(self, values: Sequence[ValueView | None],
+                 device: Device) -> tuple[tuple[Any, Any, Any], ...]:
+        """``expect`` of each value, one tuple shared by the steps on one device whose outputs
+        have equal types (a long model repeats a few)."""
+        if any(v is not None and (v.name in self.wrong_dims or v.name in self.wrong_rank)
+               for v in values):
+            return tuple(self.expect(v, device) for v in values)
+        key = (device.name,
+               tuple(None if v is None else (v.kind, v.dtype, v.shape) for v in values))
+        try:
+            known = self.expects.get(key)
+        except TypeError:  # a shape or dtype that cannot be hashed
+            return tuple(self.expect(v, device) for v in values)
+        if known is None:
+            known = self.expects[key] = tuple(self.expect(v, device) for v in values)
+        return known
 
     def partition_steps(self, group: Group, read_by: Mapping[str, set[str]]) -> list[Step]:
         """The group as one step with the kernel its provider compiled; when the compile fails,

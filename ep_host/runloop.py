@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextvars
 import itertools
 import sys
+from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -47,6 +48,10 @@ SOLE_OWNER = _baseline_refcount()
 DONATE_BYTES = 256 * 1024
 """Outputs at least this big reuse a dead input's buffer (numpy elides temporaries from the
 same size on); below it a fresh array is as cheap as the test for a donor."""
+
+
+STEPS_PER_FUNCTION = 2000
+"""A plan longer than this runs as a chain of generated functions of at most this many steps."""
 
 
 def _worth_donating(dtype: Any, shape: tuple[Any, ...] | None) -> bool:
@@ -285,8 +290,9 @@ class CompiledSteps:
         self.checks = checks
         self.filename = FILENAME.format(next(_numbers))
         self._check_all = check_all
-        self._own: set[int] = set()  # lines whose failure is the host's own error
-        self._owner: list[int] = []  # line -> step index
+        self._own = bytearray()  # per line: 1 where its failure is the host's own error
+        self._owner = array("q")  # line -> step index
+        self._bound_names: dict[tuple[int, int], str] = {}  # see _bind
         self._lines: list[str] = []
         steps = self.steps
         names: dict[str, Any] = {
@@ -309,45 +315,73 @@ class CompiledSteps:
             return f"c{s}" if s in constants else f"v{s}"
 
         emit = self._emit
-        emit("def run(values, cancel):")
-        for s in inputs:
-            emit(f"    v{s} = values[{s}]")
+        # a long plan becomes a chain of functions, each of at most STEPS_PER_FUNCTION steps,
+        # handing on the values still needed: compiling one function costs memory in
+        # proportion to its length (about 17 KB per step), a chain only that of its longest link
+        starts = list(range(0, len(steps), STEPS_PER_FUNCTION)) or [0]
+        carried = _carried(steps, inputs, outputs, constants, starts) if len(starts) > 1 else []
+        self._files: dict[str, int] = {}  # file name of each link -> its first line, less one
+        parts = []
         marker = plugin_calls.marker  # under the ep-host command's parent: name each step
         if marker is not None:
             names["MK"] = marker.memory
-        for i, step in enumerate(steps):
-            args = ", ".join(ref(s) for s in step.inputs)
-            indent = "    "
-            if cancellable:
-                names[f"n{i}"] = step.subject if step.copy is None else step.name
-                emit(f"{indent}if cancel.terminate: stop({i}, cancel)", i, own=True)
-                emit(f"{indent}cancel.at = n{i}", i, own=True)
-            if marker is not None:  # one store: the length byte and the record together
-                record = _marker_record(step)
-                names[f"M{i}"] = bytes((len(record),)) + record
-                emit(f"{indent}MK[0:{len(record) + 1}] = M{i}", i, own=True)
-            if tracer is not None:
-                indent = self._emit_span(names, i, step, args, indent)
-            release = tuple(releases[i]) if releases else ()
-            if step.copy is not None:
-                src, dst = step.copy
-                names[f"down{i}"], names[f"up{i}"] = src.download, dst.upload
-                out = step.outputs[0]
-                emit(f"{indent}v{out} = up{i}(down{i}({args}))", i)
-                if dst.is_host:
-                    emit(f"{indent}if v{out}.__class__ is not nd: v{out} = chkc({i}, v{out})", i,
-                         own=True)
+        for k, start in enumerate(starts):
+            first_line = len(self._lines)
+            if len(starts) == 1:
+                emit("def run(values, cancel):")
+            elif k == 0:
+                emit("def run0(values, cancel):")
             else:
-                self._emit_node(names, i, step, args, release, keep, ref, indent)
-            for s in release:
-                if s not in constants:
-                    emit(f"    v{s} = None", i)
-        if marker is not None:
-            emit("    MK[0] = 0")
-        emit("    return [" + ", ".join(ref(s) for s in outputs) + "]")
-        self.source = "\n".join(self._lines) + "\n"
-        exec(compile(self.source, self.filename, "exec"), names)  # noqa: S102 (our own source)
-        self._run: Callable[[Mapping[int, Any], Any], list[Any]] = names["run"]
+                emit(f"def run{k}(carry, cancel):")
+                if carried[k - 1]:
+                    emit("    " + ", ".join(f"v{s}" for s in carried[k - 1]) + ", = carry")
+                emit("    carry.clear()")  # the locals now hold the values, the list none
+            if k == 0:
+                for s in inputs:
+                    emit(f"    v{s} = values[{s}]")
+            end = starts[k + 1] if k + 1 < len(starts) else len(steps)
+            for i in range(start, end):
+                step = steps[i]
+                args = ", ".join(ref(s) for s in step.inputs)
+                indent = "    "
+                if cancellable:
+                    names[f"n{i}"] = step.subject if step.copy is None else step.name
+                    emit(f"{indent}if cancel.terminate: stop({i}, cancel)", i, own=True)
+                    emit(f"{indent}cancel.at = n{i}", i, own=True)
+                if marker is not None:  # one store: the length byte and the record together
+                    record = _marker_record(step)
+                    names[f"M{i}"] = bytes((len(record),)) + record
+                    emit(f"{indent}MK[0:{len(record) + 1}] = M{i}", i, own=True)
+                if tracer is not None:
+                    indent = self._emit_span(names, i, step, args, indent)
+                release = tuple(releases[i]) if releases else ()
+                if step.copy is not None:
+                    src, dst = step.copy
+                    names[f"down{i}"], names[f"up{i}"] = src.download, dst.upload
+                    out = step.outputs[0]
+                    emit(f"{indent}v{out} = up{i}(down{i}({args}))", i)
+                    if dst.is_host:
+                        emit(f"{indent}if v{out}.__class__ is not nd: v{out} = chkc({i}, v{out})",
+                             i, own=True)
+                else:
+                    self._emit_node(names, i, step, args, release, keep, ref, indent)
+                for s in release:
+                    if s not in constants:
+                        emit(f"    v{s} = None", i)
+            handed = outputs if k + 1 == len(starts) else carried[k]
+            if marker is not None and k + 1 == len(starts):
+                emit("    MK[0] = 0")
+            emit("    return [" + ", ".join(ref(s) for s in handed) + "]")
+            filename = (self.filename if len(starts) == 1
+                        else f"{self.filename[:-1]} part {k + 1}>")
+            self._files[filename] = first_line
+            source = "\n".join(self._lines[first_line:]) + "\n"
+            exec(compile(source, filename, "exec"), names)  # noqa: S102 (our own source)
+            parts.append(names["run" if len(starts) == 1 else f"run{k}"])
+        self._lines.clear()
+        self._bound_names.clear()  # ids name objects only while ``names`` holds them
+        self._run: Callable[[Mapping[int, Any], Any], list[Any]] = (
+            parts[0] if len(parts) == 1 else _chain(parts))
 
     def __call__(self, values: Mapping[int, Any], cancel: Any = None) -> list[Any]:
         since = sigint.received
@@ -359,15 +393,25 @@ class CompiledSteps:
             if not isinstance(exc, Exception) and is_user_interrupt(exc, since):
                 raise
             line = self._failed_line(exc.__traceback__)
-            if line is None or line in self._own or isinstance(exc, RunCancelledError):
+            if line is None or self._own[line - 1] or isinstance(exc, RunCancelledError):
                 raise
             raise self.checks.failure(self.steps[self._owner[line - 1]], exc) from exc
 
     def _emit(self, text: str, step: int = -1, own: bool = False) -> None:
         self._lines.append(text)
         self._owner.append(step)
-        if own:
-            self._own.add(len(self._lines))
+        self._own.append(own)
+
+    def _bind(self, names: dict[str, Any], prefix: str, value: Any) -> str:
+        """The global name of ``value`` in the generated code: one name per object (a kernel
+        shared by many steps, a dtype), not one per step."""
+        owner, func = getattr(value, "__self__", None), getattr(value, "__func__", None)
+        key = (id(owner), id(func)) if owner is not None and func is not None else (id(value), 0)
+        name = self._bound_names.get(key)
+        if name is None:
+            name = self._bound_names[key] = f"{prefix}{len(self._bound_names)}"
+            names[name] = value
+        return name
 
     def _emit_span(self, names: dict[str, Any], i: int, step: Step, args: str,
                    indent: str) -> str:
@@ -401,26 +445,26 @@ class CompiledSteps:
             scope = "scope={" + ", ".join(f"{n!r}: {ref(s)}" for n, s in step.scope) + "}"
         live = [s for s in step.outputs if s >= 0]
         if kernel.call is not None and len(step.outputs) == 1 and live and not scope:
-            names[f"k{i}"] = kernel.call
+            k = self._bind(names, "k", kernel.call)
             out = step.outputs[0]
             donor = _donor(step, release, keep)
             dtype, shape, kind = step.expect[0] if step.expect else (None, None, None)
             if donor is not None and _worth_donating(dtype, shape):
                 # the donor must be the output's own dtype and shape, held by nothing else
-                names[f"t{i}_d"] = np.dtype(dtype)
+                t = self._bind(names, "t", np.dtype(dtype))
                 emit(f"{indent}d = v{donor} if v{donor}.__class__ is nd and v{donor}.base is None"
-                     f" and v{donor}.dtype is t{i}_d and v{donor}.shape == {tuple(shape)!r}"
+                     f" and v{donor}.dtype is {t} and v{donor}.shape == {tuple(shape)!r}"
                      f" and v{donor}.flags.writeable and rc(v{donor}) == SOLE else None", i)
-                emit(f"{indent}v{out} = k{i}({args}, out=d) if d is not None else k{i}({args})",
+                emit(f"{indent}v{out} = {k}({args}, out=d) if d is not None else {k}({args})",
                      i)
                 emit(f"{indent}d = None", i)
             else:
-                emit(f"{indent}v{out} = k{i}({args})", i)
+                emit(f"{indent}v{out} = {k}({args})", i)
             self._emit_check(names, i, 0, out, (dtype, shape, kind), indent, called=True)
             return
-        names[f"k{i}"] = kernel.run
+        k = self._bind(names, "k", kernel.run)
         call_args = ", ".join(a for a in (args, scope) if a)
-        emit(f"{indent}r = k{i}({call_args})", i)
+        emit(f"{indent}r = {k}({call_args})", i)
         emit(f"{indent}if (r.__class__ is not tuple and r.__class__ is not list) or len(r) < "
              f"{len(live)}: r = chkn({i}, r)", i, own=True)
         for j, s in enumerate(step.outputs):
@@ -443,8 +487,7 @@ class CompiledSteps:
             return
         test = f"v{s}.__class__ is not nd"
         if dtype is not None:
-            names[f"t{i}_{j}"] = np.dtype(dtype)
-            test += f" or v{s}.dtype is not t{i}_{j}"
+            test += f" or v{s}.dtype is not {self._bind(names, 't', np.dtype(dtype))}"
         if shape is not None:
             if all(d is not None for d in shape):
                 test += f" or v{s}.shape != {tuple(shape)!r}"
@@ -457,9 +500,11 @@ class CompiledSteps:
     def _failed_line(self, tb: Any) -> int | None:
         """The line of this function that raised, from a traceback (``None``: not ours)."""
         found = None
+        files = self._files
         while tb is not None:
-            if tb.tb_frame.f_code.co_filename == self.filename:
-                found = tb.tb_lineno
+            offset = files.get(tb.tb_frame.f_code.co_filename)
+            if offset is not None:
+                found = offset + tb.tb_lineno
             tb = tb.tb_next
         return found
 
@@ -473,6 +518,48 @@ def _marker_record(step: Step) -> bytes:
     else:
         record = marker_head(step.provider or "", "run") + step.name.encode("utf-8", "replace")
     return record[:plugin_calls.MARKER_BYTES - 1]
+
+
+def _carried(steps: Sequence[Step], inputs: Sequence[int], outputs: Sequence[int],
+             constants: Mapping[int, Any], starts: Sequence[int]) -> list[list[int]]:
+    """Per link of a chain after the first (whose steps begin at ``starts[k]``), the slots
+    it takes from the link before: set before it begins and read in it or later."""
+    born: dict[int, int] = {s: -1 for s in inputs}  # slot -> the step that sets it
+    last: dict[int, int] = {}  # slot -> the last step that reads it
+    for i, step in enumerate(steps):
+        for s in step.inputs:
+            if s >= 0:
+                last[s] = i
+        for _, s in step.scope:
+            last[s] = i
+        for s in step.outputs:
+            if s >= 0:
+                born.setdefault(s, i)
+    for s in outputs:
+        last[s] = len(steps)
+    size = starts[1] - starts[0]
+    carried: list[list[int]] = [[] for _ in starts[1:]]
+    for s, i in born.items():
+        end = last.get(s, -1)
+        if s in constants or end <= i:
+            continue
+        for k in range(max(1, i // size + 1), min(end // size, len(starts) - 1) + 1):
+            carried[k - 1].append(s)
+    return carried
+
+
+def _chain(parts: Sequence[Callable[..., list[Any]]]) -> Callable[[Mapping[int, Any], Any],
+                                                                  list[Any]]:
+    """One run through the links of a long plan, each handed the list the one before returned."""
+    first, rest = parts[0], tuple(parts[1:])
+
+    def run(values: Mapping[int, Any], cancel: Any) -> list[Any]:
+        carry = first(values, cancel)
+        for part in rest:
+            carry = part(carry, cancel)
+        return carry
+
+    return run
 
 
 def _donor(step: Step, release: tuple[int, ...], keep: set[int] | frozenset[int]) -> int | None:

@@ -28,6 +28,7 @@ from ep_host.errors import (
     ResourceLimitError,
     RunCancelledError,
     describe_exception,
+    memory_stage,
 )
 from ep_host.graph import GraphView, NodeView, ValueView
 from ep_host.kernel import Kernel
@@ -206,7 +207,7 @@ class _Runtime:
         try:
             kernel = self.host.call(provider, "ep_host_compile_partition", partition=partition,
                                     context=context)
-        except HostError:
+        except (HostError, MemoryError):
             raise
         except Exception as exc:
             raise KernelError(
@@ -219,16 +220,19 @@ class _Runtime:
         return kernel
 
     def place(self, graph: GraphView, pins: Mapping[str, str] | None = None) -> Placement:
-        table = capability.walk(self.host, self.model, self.providers, self.options,
-                                nodes=graph.nodes)
+        label, size = self.model.label, len(graph.nodes)
+        with memory_stage("the capability walk", label, size):
+            table = capability.walk(self.host, self.model, self.providers, self.options,
+                                    nodes=graph.nodes)
         devices = {p: self.device(p) for p in self.providers}
-        return choose(table, devices, strategy=self.strategy, pins=pins,
-                      model=self.model.label)
+        with memory_stage("placement", label, size):
+            return choose(table, devices, strategy=self.strategy, pins=pins, model=label)
 
     def plan(self, graph: GraphView, placement: Placement, outer: Iterable[str] = (),
              body: bool = False) -> tuple[Plan, PlanRun]:
-        plan = build_plan(self, graph, placement, label=self.model.label, outer=outer,
-                          body=body)
+        with memory_stage("building the plan", self.model.label, len(graph.nodes)):
+            plan = build_plan(self, graph, placement, label=self.model.label, outer=outer,
+                              body=body)
         # a body's nodes are traced only at full verbosity
         tracer = self.tracer if self.tracer is not None and (
             not body or self.tracer.verbosity >= Tracer.FULL) else None
@@ -245,7 +249,7 @@ class _Runtime:
                           intra_op_num_threads=self.threads)
         try:
             kernel = self.host.call(provider, "ep_host_create_kernel", node=node, context=context)
-        except HostError:
+        except (HostError, MemoryError):  # out of memory: the stage's error, not the provider's
             raise
         except Exception as exc:
             raise KernelError(
@@ -325,7 +329,8 @@ class InferenceSession:
         else:
             self.tracer, self._trace_path = Tracer(), os.fspath(trace)
         loaded = model if isinstance(model, Model) else load_model(model, base_dir=base_dir)
-        self._model = optimize(loaded, optimizations, disable_optimizations)
+        with memory_stage("optimization", loaded.label, len(loaded.graph.nodes)):
+            self._model = optimize(loaded, optimizations, disable_optimizations)
         self._host = host if host is not None else discover_host(names)
         chosen = [p for p in select_providers(self._host, names) if p not in set(exclude)]
         if isinstance(provider_options, Sequence) and not isinstance(provider_options, Mapping):
@@ -405,7 +410,8 @@ class InferenceSession:
 
     def _run_plan(self, feeds: dict[str, Any], names: list[str], cancel: Any,
                   timeout: float | None) -> list[Any]:
-        with self._threads:
+        model = self._model
+        with self._threads, memory_stage("a run", model.label, len(model.graph.nodes)):
             if timeout:
                 outputs = self._run_with_timeout(feeds, names, cancel, timeout)
             elif self.tracer is None:

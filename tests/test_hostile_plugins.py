@@ -105,7 +105,7 @@ def test_a_base_exception_in_create_kernel_falls_back_naming_it(host, thrown, te
     host.register(InlineProvider("cpu", cost_us=5.0), "cpu")
     session = InferenceSession(add_relu_model(), providers=["bad", "cpu"], host=host,
                                strategy="greedy")
-    assert any(f"provider 'bad' failed to create a kernel for node 'add'" in w
+    assert any("provider 'bad' failed to create a kernel for node 'add'" in w
                and described in w for w in session.model.warnings)
     np.testing.assert_allclose(session.run(None, _feed(tensors))[0], _expected(tensors))
 

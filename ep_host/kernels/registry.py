@@ -84,7 +84,38 @@ class KernelSpec:
             kwargs.update(self.bind(node))
         if self.kernel_class is not None:
             return self.kernel_class(xp, node, context, **kwargs)
+        if self.prepare is None:  # nothing per node: nodes with equal attributes share one
+            key = _sharing_key(kwargs)
+            if key is not None:
+                # the entry holds ``xp`` itself, so its id names it while the entry lives
+                key = (self, id(xp), len(node.outputs), key)
+                try:
+                    held = _SHARED.get(key)
+                except TypeError:  # a spec that cannot be hashed: not shared
+                    return RegistryKernel(self, xp, kwargs, len(node.outputs))
+                if held is None:
+                    held = _SHARED[key] = (xp, RegistryKernel(self, xp, kwargs, len(node.outputs)))
+                return held[1]
         return RegistryKernel(self, xp, kwargs, len(node.outputs))
+
+
+_SHARED: dict[tuple[Any, ...], tuple[Any, RegistryKernel]] = {}
+_PLAIN = (int, float, str, bool, type(None))
+
+
+def _sharing_key(kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """``kwargs`` as a key that tells apart every pair of values a kernel could treat apart
+    (``-0.0`` and ``0.0``, ``1`` and ``True``: type and repr), or ``None`` when a value is not
+    plain (an array, a graph): its kernel is not shared."""
+    key = []
+    for name, value in kwargs.items():
+        if type(value) is tuple:
+            if not all(type(v) in _PLAIN for v in value):
+                return None
+        elif type(value) not in _PLAIN:
+            return None
+        key.append((name, type(value), repr(value)))
+    return tuple(key)
 
 
 class RegistryKernel(FunctionKernel):
