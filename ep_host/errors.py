@@ -44,6 +44,10 @@ class RunCancelledError(HostError):
     """A run was cancelled from another thread (``RunOptions.terminate``)."""
 
 
+class NotSupportedError(HostError, NotImplementedError):
+    """A feature of onnxruntime's API that ep-host does not offer (named in the message)."""
+
+
 def describe_exception(exc: BaseException) -> str:
     """``"TypeName: first line of the message"`` (just the type name when the message is empty).
 

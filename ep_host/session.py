@@ -11,8 +11,10 @@ import contextvars
 import os
 import sys
 import threading
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,7 @@ from ep_host.errors import (
     HostError,
     InputError,
     KernelError,
+    NotSupportedError,
     ResourceLimitError,
     RunCancelledError,
     describe_exception,
@@ -34,8 +37,19 @@ from ep_host.kernel import Kernel
 from ep_host.limits import MAX_TENSOR_BYTES
 from ep_host.loading import Model, load_model
 from ep_host.optimize import optimize
+from ep_host.ort_api import (
+    IOBinding,
+    ModelMetadata,
+    OrtValue,
+    ProviderNames,
+    SessionOptions,
+    alias_map,
+    element_type_name,
+    model_metadata,
+    type_string,
+)
 from ep_host.placement import Placement, choose
-from ep_host.plan import Plan, Step, build_plan
+from ep_host.plan import Plan, Step, build_plan, release_points
 from ep_host.provider import HOST, Device
 from ep_host.runloop import PlanRun, RunToken, StepChecks, read_only
 from ep_host.subgraph import PartitionView
@@ -52,6 +66,37 @@ def provider_names(providers: Iterable[Any] | None) -> list[str] | None:
     return [p[0] if isinstance(p, tuple) else p for p in providers]
 
 
+def _is_provider_list(value: Any) -> bool:
+    """Whether ``value`` reads as a ``providers`` list: names or ``(name, options)`` pairs."""
+    return isinstance(value, list | tuple) and all(
+        isinstance(p, str) or (isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
+                               and isinstance(p[1], Mapping)) for p in value)
+
+
+def _is_options_list(value: Any) -> bool:
+    return isinstance(value, Mapping) or (
+        isinstance(value, list | tuple) and all(isinstance(o, Mapping) for o in value))
+
+
+def session_arguments(sess_options: Any, providers: Any, provider_options: Any
+                      ) -> tuple[SessionOptions | None, Any, Any]:
+    """``(sess_options, providers, provider_options)`` from onnxruntime's positional order,
+    accepting ep-host's old order ``(model, providers, provider_options)`` with a
+    DeprecationWarning where it cannot be mistaken for the new one."""
+    if sess_options is None or isinstance(sess_options, SessionOptions):
+        return sess_options, providers, provider_options
+    if _is_provider_list(sess_options) and (providers is None or (
+            provider_options is None and _is_options_list(providers))):
+        warnings.warn(
+            "InferenceSession(model, providers) is deprecated: the second positional argument "
+            "is sess_options, as in onnxruntime; pass providers=[...]",
+            DeprecationWarning, stacklevel=3)
+        return None, sess_options, providers
+    raise InputError(
+        f"InferenceSession: sess_options must be an ep_host.SessionOptions, got "
+        f"{type(sess_options).__name__} {sess_options!r:.80}; pass providers=[...] by keyword")
+
+
 def discover_host(names: Sequence[str] | None) -> Host:
     """A host with the providers ``names`` asks for loaded; a name that is no entry point's may
     be another name a provider gives itself (``ProviderInfo.aliases``), so then all load."""
@@ -65,9 +110,32 @@ def resolve_aliases(host: Host, names: Sequence[str] | None) -> list[str] | None
     """``names`` with each alias (``CPUExecutionProvider``...) replaced by its provider's name."""
     if names is None:
         return None
-    aliases = {alias: r.name for r in host.records.values() if r.info is not None
-               for alias in r.info.aliases}
+    aliases = alias_map(host)
     return [n if n in host.records else aliases.get(n, n) for n in names]
+
+
+def gather_provider_options(host: Host, providers: Sequence[Any] | None,
+                            provider_options: ProviderOptions | None) -> dict[str, dict[str, Any]]:
+    """Each provider's options by its name: from ``(name, options)`` pairs in ``providers``,
+    then ``provider_options`` (a dict keyed by name or alias, or a list parallel to
+    ``providers``)."""
+    names = provider_names(providers) or []
+    resolved = resolve_aliases(host, names) or []
+    options: dict[str, dict[str, Any]] = {}
+    for entry, name in zip(providers or (), resolved, strict=False):
+        if isinstance(entry, tuple):
+            options.setdefault(name, {}).update(entry[1])
+    if isinstance(provider_options, Mapping):
+        keys = resolve_aliases(host, list(provider_options)) or []
+        for key, name in zip(provider_options, keys, strict=True):
+            options.setdefault(name, {}).update(provider_options[key])
+    elif provider_options is not None:
+        if len(provider_options) != len(resolved):
+            raise InputError(f"provider_options has {len(provider_options)} entries for "
+                             f"{len(resolved)} providers; give one dict per provider")
+        for name, entry in zip(resolved, provider_options, strict=True):
+            options.setdefault(name, {}).update(entry)
+    return options
 
 
 @dataclass(frozen=True)
@@ -80,11 +148,21 @@ class NodeArg:
     dtype: Any = None
 
 
-def _node_arg(view: ValueView) -> NodeArg:
-    elem = view.dtype.name if view.dtype is not None else "unknown"
-    kind = "tensor" if view.kind in ("tensor", "unknown") else view.kind
-    return NodeArg(view.name, f"{kind}({elem})", None if view.shape is None else list(view.shape),
-                   view.dtype)
+_KIND_PREFIX = {"sequence": "seq", "optional": "optional", "map": "map"}
+
+
+def _node_arg(view: ValueView, declared: Any = None) -> NodeArg:
+    """``view`` as onnxruntime lists it; ``declared``: its ``TypeProto`` in the model, whose
+    nested types (``seq(tensor(float))``) the view does not keep."""
+    kind = view.kind
+    text = type_string(declared) if declared is not None else None
+    if text is None:
+        elem = view.dtype.code if view.dtype is not None else 0
+        inner = f"tensor({element_type_name(elem)})" if elem else "tensor(unknown)"
+        text = inner if kind in ("tensor", "unknown") else f"{_KIND_PREFIX[kind]}({inner})"
+    shape = [] if kind in ("sequence", "map") else (
+        None if view.shape is None else list(view.shape))
+    return NodeArg(view.name, text, shape, view.dtype)
 
 
 def max_tensor_bytes_from_env() -> int | None:
@@ -122,13 +200,28 @@ class RunOptions:
     never returns keeps its thread and CPU until it does, and the abandoned run stops at its next
     step. A kernel that is not thread-safe holds its lock that long, so later runs wait for it
     (give them a timeout too).
+
+    Accepted, changing no result: ``log_severity_level``, ``log_verbosity_level``, ``logid``,
+    ``run_tag``, ``only_execute_path_to_fetches`` and run config entries.
     """
 
     def __init__(self) -> None:
         self.terminate = False
         self.run_tag = ""
+        self.logid = ""
         self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.only_execute_path_to_fetches = False
         self.timeout_s: float | None = None
+        self._config: dict[str, str] = {}
+
+    def add_run_config_entry(self, key: str, value: str) -> None:
+        self._config[str(key)] = str(value)
+
+    def get_run_config_entry(self, key: str) -> str:
+        if key not in self._config:
+            raise InputError(f"RunOptions has no configuration entry {key!r}")
+        return self._config[key]
 
 
 class CompiledGraph:
@@ -281,8 +374,13 @@ def select_providers(host: Host, requested: Sequence[str] | None) -> list[str]:
 class InferenceSession:
     """Place ``model`` on the providers and run it, with onnxruntime's ``InferenceSession`` API.
 
+    ``sess_options``: a :class:`SessionOptions` (the second positional argument, as in
+    onnxruntime; ep-host's old order ``InferenceSession(model, ["cpu"])`` still works, with a
+    DeprecationWarning). Its thread count and optimization level apply where the keyword
+    arguments below are not given.
     ``providers``: provider names in priority order (``"cpu"``; onnxruntime's
-    ``"CPUExecutionProvider"`` is accepted too); default: every installed provider.
+    ``"CPUExecutionProvider"`` is accepted too, and ``(name, options)`` pairs); default: every
+    installed provider.
     ``provider_options``: a dict per provider name, or a list parallel to ``providers``.
     ``strategy``: a name from ``ep_host.strategies`` (``ep-host place --help`` lists them;
     default ``"optimal"``); an unknown name is a ``PlacementError``.
@@ -299,6 +397,7 @@ class InferenceSession:
     def __init__(
         self,
         model: str | os.PathLike[str] | bytes | Any,
+        sess_options: SessionOptions | None = None,
         providers: Sequence[Any] | None = None,
         provider_options: ProviderOptions | None = None,
         *,
@@ -314,12 +413,23 @@ class InferenceSession:
         disable_optimizations: Iterable[str] = (),
         device_graphs: bool = False,
     ):
+        sess_options, providers, provider_options = session_arguments(
+            sess_options, providers, provider_options)
+        self._sess_options = sess_options.copy() if sess_options else SessionOptions()
+        self._sess_options.check()
         names = provider_names(providers)
+        if intra_op_num_threads is None:
+            intra_op_num_threads = self._sess_options.threads()
+        if optimizations is None:
+            optimizations = self._sess_options.passes()
         self._threads = BlasThreads(default_threads() if intra_op_num_threads is None
                                     else intra_op_num_threads)
+        self._sess_options.intra_op_num_threads = self._threads.threads
         if max_tensor_bytes is None:
             max_tensor_bytes = max_tensor_bytes_from_env()
         self._run_timeout = run_timeout_from_env()
+        if trace is None and self._sess_options.enable_profiling:
+            trace = self._sess_options.profile_path()
         if trace is None or isinstance(trace, Tracer):
             self.tracer, self._trace_path = trace, None
         else:
@@ -328,9 +438,8 @@ class InferenceSession:
         self._model = optimize(loaded, optimizations, disable_optimizations)
         self._host = host if host is not None else discover_host(names)
         chosen = [p for p in select_providers(self._host, names) if p not in set(exclude)]
-        if isinstance(provider_options, Sequence) and not isinstance(provider_options, Mapping):
-            provider_options = dict(zip(chosen, provider_options, strict=False))
-        self._options = {k: dict(v) for k, v in (provider_options or {}).items()}
+        self._options = gather_provider_options(self._host, providers, provider_options)
+        self._device_plans: dict[Any, PlanRun] = {}
         self._runtime = _Runtime(self._model, self._host, chosen, self._options, strategy,
                                  self.tracer, max_tensor_bytes, device_graphs,
                                  self._threads.threads)
@@ -351,8 +460,8 @@ class InferenceSession:
 
     def end_profiling(self) -> str | None:
         """Write the trace (Chrome trace-event JSON, opens in Perfetto) to the ``trace`` path
-        given at creation and return the path; ``None`` when the session is not tracing to a
-        file."""
+        given at creation (or the one ``SessionOptions.enable_profiling`` chose) and return the
+        path; ``None`` when the session is not tracing to a file."""
         if self.tracer is None or self._trace_path is None:
             return None
         self.tracer.write(self._trace_path)
@@ -360,17 +469,69 @@ class InferenceSession:
 
     # -- onnxruntime's API ------------------------------------------------------------------
 
+    def _declared_types(self, values: Any) -> dict[str, Any]:
+        return {v.name: v.type for v in values if v.type.WhichOneof("value")}
+
     def get_inputs(self) -> list[NodeArg]:
-        return [_node_arg(v) for v in self._model.graph.inputs]
+        declared = self._declared_types(self._model.proto.graph.input)
+        return [_node_arg(v, declared.get(v.name)) for v in self._model.graph.inputs]
 
     def get_outputs(self) -> list[NodeArg]:
-        return [_node_arg(v) for v in self._model.graph.outputs]
+        declared = self._declared_types(self._model.proto.graph.output)
+        return [_node_arg(v, declared.get(v.name)) for v in self._model.graph.outputs]
 
-    def get_providers(self) -> list[str]:
-        return list(self.placement.providers)
+    def get_providers(self) -> ProviderNames:
+        """The providers this session uses that are available (ep-host names; ``in`` also
+        accepts onnxruntime's, such as ``"CPUExecutionProvider"``)."""
+        records = self._host.records
+        return ProviderNames([p for p in self.placement.providers if records[p].available],
+                             alias_map(self._host))
 
-    def get_modelmeta(self) -> Any:
-        return self._model.proto.metadata_props
+    def get_provider_options(self) -> dict[str, dict[str, Any]]:
+        """Each provider in use -> the options it was given."""
+        return {p: dict(self._options.get(p, {})) for p in self.get_providers()}
+
+    def get_session_options(self) -> SessionOptions:
+        """The session's options: those given (a copy), with the threads it runs with."""
+        return self._sess_options.copy()
+
+    def get_modelmeta(self) -> ModelMetadata:
+        """The model's metadata, as onnxruntime's ``ModelMetadata``."""
+        return model_metadata(self._model.proto)
+
+    def devices(self) -> list[Device]:
+        """The devices of the providers this session uses, the host first."""
+        found = {HOST.name: HOST}
+        for provider in self.get_providers():
+            device = self._runtime.device(provider)
+            found.setdefault(device.name, device)
+        return list(found.values())
+
+    def io_binding(self) -> IOBinding:
+        return IOBinding(self)
+
+    def run_with_iobinding(self, binding: IOBinding, run_options: Any = None) -> None:
+        """Run with ``binding``'s inputs; its outputs are then ``binding.get_outputs()``."""
+        targets = binding.outputs
+        if not targets:
+            raise InputError(f"{self._model.label}: run_with_iobinding needs at least one output "
+                             "bound (bind_output)")
+        wanted = {name: t.device if isinstance(t, OrtValue) else t for name, t in targets.items()}
+        results = self._run_values(binding.inputs, wanted, run_options)
+        for name, target in targets.items():
+            if isinstance(target, OrtValue):
+                _write_into(self._model.label, name, target, results[name])
+                results[name] = target
+        binding.set_results([results[name] for name in targets])
+
+    def run_with_ort_values(self, output_names: Sequence[str] | None,
+                            input_dict_ort_values: Mapping[str, OrtValue],
+                            run_options: Any = None) -> list[OrtValue]:
+        """Run with :class:`OrtValue` inputs; each output is an :class:`OrtValue` left on the
+        device of the provider that computed it."""
+        names = list(output_names) if output_names else list(self._plan.output_names)
+        results = self._run_values(dict(input_dict_ort_values), dict.fromkeys(names), run_options)
+        return [results[name] for name in names]
 
     @property
     def model(self) -> Model:
@@ -383,6 +544,11 @@ class InferenceSession:
         run_options: Any = None,
     ) -> list[Any]:
         """Run the model; returns the requested outputs (all when ``output_names`` is falsy)."""
+        names = self._output_names(output_names)
+        feeds = self._check_inputs(input_feed)
+        return hand_out(self._execute(self._run, feeds, names, run_options))
+
+    def _output_names(self, output_names: Sequence[str] | None) -> list[str]:
         plan = self._plan
         names = list(output_names) if output_names else plan.output_names
         unknown = [n for n in names if n not in plan.output_slots]
@@ -391,32 +557,62 @@ class InferenceSession:
                 f"{self._model.label}: unknown output(s) {', '.join(map(repr, unknown))}; "
                 f"the model's outputs are {', '.join(map(repr, plan.output_names))}"
             )
-        feeds = self._check_inputs(input_feed)
+        return names
+
+    def _execute(self, runner: PlanRun, feeds: dict[str, Any], names: list[str],
+                 run_options: Any) -> list[Any]:
         cancel = run_options if getattr(run_options, "terminate", None) is not None else None
         timeout = getattr(run_options, "timeout_s", None) or self._run_timeout
         limit = self._runtime.max_tensor_bytes
         limited = MAX_TENSOR_BYTES.set(limit) if limit is not None else None
         try:
-            outputs = self._run_plan(feeds, names, cancel, timeout)
+            return self._run_plan(runner, feeds, names, cancel, timeout)
         finally:
             if limited is not None:
                 MAX_TENSOR_BYTES.reset(limited)
-        return hand_out(outputs)
 
-    def _run_plan(self, feeds: dict[str, Any], names: list[str], cancel: Any,
+    def _run_values(self, inputs: Mapping[str, Any], wanted: Mapping[str, Device | None],
+                    run_options: Any) -> dict[str, OrtValue]:
+        """Run with :class:`OrtValue` (or host array) inputs; each output in ``wanted`` comes
+        back on its device (``None``: the device of the provider that computed it)."""
+        names = self._output_names(list(wanted))
+        on_device = {n: v.device for n, v in inputs.items()
+                     if isinstance(v, OrtValue) and not v.device.is_host}
+        feeds = self._check_inputs(
+            {n: v.value if isinstance(v, OrtValue) else v for n, v in inputs.items()},
+            on_device)
+        key = (tuple(sorted((n, d.name) for n, d in on_device.items())),
+               tuple((n, None if wanted[n] is None else wanted[n].name) for n in names))
+        if key not in self._device_plans:
+            plan, where = device_plan(self._plan, on_device, {n: wanted[n] for n in names})
+            runner = self._run if plan is self._plan else PlanRun(
+                plan, self._runtime.checks, self._run.tracer)
+            self._device_plans[key] = (runner, where)
+        runner, where = self._device_plans[key]
+        values = self._execute(runner, feeds, names, run_options)
+        held = [*feeds.values(), *runner.plan.constants.values()]
+        results = {n: OrtValue(v.copy() if any(v is h for h in held) else v, where[n])
+                   for n, v in zip(names, values, strict=True) if not where[n].is_host}
+        host_names = [n for n in names if where[n].is_host]
+        host_values = [v for n, v in zip(names, values, strict=True) if where[n].is_host]
+        del values
+        results.update(zip(host_names, map(OrtValue, hand_out(host_values)), strict=True))
+        return results
+
+    def _run_plan(self, runner: PlanRun, feeds: dict[str, Any], names: list[str], cancel: Any,
                   timeout: float | None) -> list[Any]:
         with self._threads:
             if timeout:
-                outputs = self._run_with_timeout(feeds, names, cancel, timeout)
+                outputs = self._run_with_timeout(runner, feeds, names, cancel, timeout)
             elif self.tracer is None:
-                outputs = self._run.run(feeds, names=names, cancel=cancel)
+                outputs = runner.run(feeds, names=names, cancel=cancel)
             else:
                 with self.tracer.span("run", "session", model=self._model.label):
-                    outputs = self._run.run(feeds, names=names, cancel=cancel)
+                    outputs = runner.run(feeds, names=names, cancel=cancel)
         return outputs
 
-    def _run_with_timeout(self, feeds: dict[str, Any], names: list[str], cancel: Any,
-                          timeout: float) -> list[Any]:
+    def _run_with_timeout(self, runner: PlanRun, feeds: dict[str, Any], names: list[str],
+                          cancel: Any, timeout: float) -> list[Any]:
         """The run on a worker thread, waited for ``timeout`` seconds; then it is told to stop
         at its next step and abandoned (see :class:`RunOptions`)."""
         token = RunToken(cancel)
@@ -427,11 +623,11 @@ class InferenceSession:
         def work() -> None:
             try:
                 if self.tracer is None:
-                    result["outputs"] = context.run(self._run.run, feeds, names=names,
+                    result["outputs"] = context.run(runner.run, feeds, names=names,
                                                     cancel=token)
                 else:
                     with self.tracer.span("run", "session", model=self._model.label):
-                        result["outputs"] = context.run(self._run.run, feeds, names=names,
+                        result["outputs"] = context.run(runner.run, feeds, names=names,
                                                         cancel=token)
             except BaseException as exc:  # handed to the caller, whatever it is
                 result["error"] = exc
@@ -451,7 +647,11 @@ class InferenceSession:
             raise result.pop("error")
         return result.pop("outputs")
 
-    def _check_inputs(self, feed: Mapping[str, Any]) -> dict[str, Any]:
+    def _check_inputs(self, feed: Mapping[str, Any],
+                      on_device: Mapping[str, Device] | None = None) -> dict[str, Any]:
+        """The feeds checked against the model's inputs and made read-only host arrays; those
+        named in ``on_device`` are arrays on that device, checked and passed as they are."""
+        on_device = on_device or {}
         label = self._model.label
         declared = {v.name: v for v in self._model.graph.inputs}
         unknown = [n for n in feed if n not in declared]
@@ -475,12 +675,14 @@ class InferenceSession:
                 continue
             if array is None:
                 raise InputError(f"{label}: input {name!r} is None")
-            if not isinstance(array, np.ndarray):
-                array = np.asarray(array)
-            if not array.dtype.isnative:
-                array = array.astype(array.dtype.newbyteorder("="))
-            if not array.flags.c_contiguous:
-                array = np.ascontiguousarray(array)  # kernels may assume C order
+            device = on_device.get(name)
+            if device is None:
+                if not isinstance(array, np.ndarray):
+                    array = np.asarray(array)
+                if not array.dtype.isnative:
+                    array = array.astype(array.dtype.newbyteorder("="))
+                if not array.flags.c_contiguous:
+                    array = np.ascontiguousarray(array)  # kernels may assume C order
             limit = self._runtime.max_tensor_bytes
             if limit is not None and array.nbytes > limit:
                 raise ResourceLimitError(
@@ -511,8 +713,83 @@ class InferenceSession:
                                 f"{label}: dim {want!r} is {prev[0]} in input {prev[1]!r} "
                                 f"but {got} in input {name!r}"
                             )
-            out[name] = read_only(array)
+            out[name] = read_only(array) if device is None else array
         return out
+
+
+def device_plan(plan: Plan, inputs: Mapping[str, Device], outputs: Mapping[str, Device | None]
+                ) -> tuple[Plan, dict[str, Device]]:
+    """``plan`` changed so that each input in ``inputs`` arrives on its device and each output
+    in ``outputs`` is left on its device (``None``: where the provider that computed it left
+    it), with the device the outputs end on. An input's upload to its own device disappears
+    (and a copy to the host is added only when a host step reads it); an output's download
+    disappears when the output is wanted on the device that computed it."""
+    steps = list(plan.steps)
+    n_slots = plan.n_slots
+    input_slots = dict(plan.input_slots)
+    output_slots = dict(plan.output_slots)
+
+    def read(slot: int, besides: str = "") -> bool:
+        """Whether a step, or an output other than ``besides``, reads ``slot``."""
+        return any(s == slot for n, s in output_slots.items() if n != besides) or any(
+            slot in step.inputs or any(slot == s for _, s in step.scope) for step in steps)
+
+    head = []
+    for name, device in inputs.items():
+        host_slot = plan.input_slots[name]
+        upload = next((step for step in steps if step.copy is not None
+                       and step.inputs == (host_slot,) and step.copy[1].name == device.name),
+                      None)
+        if upload is not None:
+            steps.remove(upload)
+            device_slot = upload.outputs[0]
+        else:
+            device_slot, n_slots = n_slots, n_slots + 1
+        input_slots[name] = device_slot
+        if read(host_slot):
+            head.append(Step(f"copy {name}", "copy", "copy", (), None, None, (device_slot,),
+                             (host_slot,), copy=(device, HOST)))
+    steps[:0] = head
+    where: dict[str, Device] = {}
+    for name, want in outputs.items():
+        host_slot = plan.output_slots[name]
+        fetch = next((step for step in steps if step.copy is not None
+                      and step.outputs == (host_slot,) and step.copy[1].is_host), None)
+        source = HOST if fetch is None else fetch.copy[0]  # type: ignore[index]
+        target = source if want is None else want
+        where[name] = target
+        if target.is_host:
+            continue
+        if fetch is not None and source.name == target.name:
+            output_slots[name] = fetch.inputs[0]
+            if not read(host_slot, besides=name):  # else a host step still reads it
+                steps.remove(fetch)
+        else:
+            output_slots[name], n_slots = n_slots, n_slots + 1
+            steps.append(Step(f"copy {name}", "copy", "copy", (), None, None, (host_slot,),
+                              (output_slots[name],), copy=(HOST, target)))
+    if not head and input_slots == dict(plan.input_slots) and output_slots == dict(
+            plan.output_slots):
+        return plan, where
+    keep = frozenset({*plan.constants, *input_slots.values(), *output_slots.values(),
+                      *plan.outer_slots.values()})
+    return replace(plan, steps=tuple(steps), releases=release_points(steps, keep),
+                   n_slots=n_slots, input_slots=MappingProxyType(input_slots),
+                   output_slots=MappingProxyType(output_slots), keep=keep), where
+
+
+def _write_into(label: str, name: str, target: OrtValue, result: OrtValue) -> None:
+    """An output bound with ``bind_ortvalue_output``: the run's value copied into ``target``."""
+    value = result.value
+    if list(value.shape) != target.shape() or value.dtype != target.value.dtype:
+        raise InputError(f"{label}: output {name!r} is {value.dtype} {list(value.shape)}, but the "
+                         f"OrtValue bound to it is {target.value.dtype} {target.shape()}")
+    if target.device.is_host:
+        np.copyto(target.value, result.numpy())
+    elif result.device.name == target.device.name:
+        target.value[...] = value
+    else:
+        target.value[...] = target.device.upload(result.numpy())
 
 
 def hand_out(outputs: list[Any]) -> list[Any]:
