@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import enum
 import time
+import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,10 +18,12 @@ import numpy as np
 from ep_host.dtypes import dtype as to_dtype
 from ep_host.dtypes import from_numpy
 from ep_host.errors import InputError, NotSupportedError
+from ep_host.plan import Plan, Step, release_points
 from ep_host.provider import HOST, Device
 
 if TYPE_CHECKING:
     from ep_host.discovery import Host
+    from ep_host.graph import ValueView
     from ep_host.session import InferenceSession
 
 
@@ -226,6 +230,33 @@ def type_string(tp: Any) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output as ``get_inputs()`` lists it (onnxruntime's ``NodeArg``)."""
+
+    name: str
+    type: str
+    shape: list[int | str | None] | None
+    dtype: Any = None
+
+
+_KIND_PREFIX = {"sequence": "seq", "optional": "optional", "map": "map"}
+
+
+def node_arg(view: ValueView, declared: Any = None) -> NodeArg:
+    """``view`` as onnxruntime lists it; ``declared``: its ``TypeProto`` in the model, whose
+    nested types (``seq(tensor(float))``) the view does not keep."""
+    kind = view.kind
+    text = type_string(declared) if declared is not None else None
+    if text is None:
+        elem = view.dtype.code if view.dtype is not None else 0
+        inner = f"tensor({element_type_name(elem)})" if elem else "tensor(unknown)"
+        text = inner if kind in ("tensor", "unknown") else f"{_KIND_PREFIX[kind]}({inner})"
+    shape = [] if kind in ("sequence", "map") else (
+        None if view.shape is None else list(view.shape))
+    return NodeArg(view.name, text, shape, view.dtype)
+
+
 # ---------------------------------------------------------------------------------------------
 # Providers
 # ---------------------------------------------------------------------------------------------
@@ -282,6 +313,34 @@ def get_device() -> str:
     host = Host.discover()
     kinds = {r.info.device.kind for r in host.records.values() if r.available}
     return "GPU" if "cuda" in kinds else "CPU"
+
+
+def gather_provider_options(host: Host, providers: Any,
+                            provider_options: Any) -> dict[str, dict[str, Any]]:
+    """Each provider's options by its name: from ``(name, options)`` pairs in ``providers``,
+    then ``provider_options`` (a dict keyed by name or alias, or a list parallel to
+    ``providers``)."""
+    aliases = alias_map(host)
+
+    def resolve(names: Iterable[str]) -> list[str]:
+        return [n if n in host.records else aliases.get(n, n) for n in names]
+
+    resolved = resolve(p[0] if isinstance(p, tuple) else p for p in providers or ())
+    options: dict[str, dict[str, Any]] = {}
+    for entry, name in zip(providers or (), resolved, strict=False):
+        if isinstance(entry, tuple):
+            options.setdefault(name, {}).update(entry[1])
+    if isinstance(provider_options, Mapping):
+        keys = resolve(provider_options)
+        for key, name in zip(provider_options, keys, strict=True):
+            options.setdefault(name, {}).update(provider_options[key])
+    elif provider_options is not None:
+        if len(provider_options) != len(resolved):
+            raise InputError(f"provider_options has {len(provider_options)} entries for "
+                             f"{len(resolved)} providers; give one dict per provider")
+        for name, entry in zip(resolved, provider_options, strict=True):
+            options.setdefault(name, {}).update(entry)
+    return options
 
 
 def find_device(device_type: str, device_id: int, devices: Iterable[Device]) -> Device:
@@ -482,3 +541,114 @@ class IOBinding:
 
     def set_results(self, results: list[OrtValue]) -> None:
         self._results = results
+
+
+# ---------------------------------------------------------------------------------------------
+# The constructor's arguments, and plans for bound devices
+# ---------------------------------------------------------------------------------------------
+
+
+def _is_provider_list(value: Any) -> bool:
+    """Whether ``value`` reads as a ``providers`` list: names or ``(name, options)`` pairs."""
+    return isinstance(value, list | tuple) and all(
+        isinstance(p, str) or (isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
+                               and isinstance(p[1], Mapping)) for p in value)
+
+
+def _is_options_list(value: Any) -> bool:
+    return isinstance(value, Mapping) or (
+        isinstance(value, list | tuple) and all(isinstance(o, Mapping) for o in value))
+
+
+def session_arguments(sess_options: Any, providers: Any, provider_options: Any
+                      ) -> tuple[SessionOptions | None, Any, Any]:
+    """``(sess_options, providers, provider_options)`` from onnxruntime's positional order,
+    accepting ep-host's old order ``(model, providers, provider_options)`` with a
+    DeprecationWarning where it cannot be mistaken for the new one."""
+    if sess_options is None or isinstance(sess_options, SessionOptions):
+        return sess_options, providers, provider_options
+    if _is_provider_list(sess_options) and (providers is None or (
+            provider_options is None and _is_options_list(providers))):
+        warnings.warn(
+            "InferenceSession(model, providers) is deprecated: the second positional argument "
+            "is sess_options, as in onnxruntime; pass providers=[...]",
+            DeprecationWarning, stacklevel=3)
+        return None, sess_options, provider_options if providers is None else providers
+    raise InputError(
+        f"InferenceSession: sess_options must be an ep_host.SessionOptions, got "
+        f"{type(sess_options).__name__} {sess_options!r:.80}; pass providers=[...] by keyword")
+
+
+def device_plan(plan: Plan, inputs: Mapping[str, Device], outputs: Mapping[str, Device | None]
+                ) -> tuple[Plan, dict[str, Device]]:
+    """``plan`` changed so that each input in ``inputs`` arrives on its device and each output
+    in ``outputs`` is left on its device (``None``: where the provider that computed it left
+    it), with the device the outputs end on. An input's upload to its own device disappears
+    (and a copy to the host is added only when a host step reads it); an output's download
+    disappears when the output is wanted on the device that computed it."""
+    steps = list(plan.steps)
+    n_slots = plan.n_slots
+    input_slots = dict(plan.input_slots)
+    output_slots = dict(plan.output_slots)
+
+    def read(slot: int, besides: str = "") -> bool:
+        """Whether a step, or an output other than ``besides``, reads ``slot``."""
+        return any(s == slot for n, s in output_slots.items() if n != besides) or any(
+            slot in step.inputs or any(slot == s for _, s in step.scope) for step in steps)
+
+    head = []
+    for name, device in inputs.items():
+        host_slot = plan.input_slots[name]
+        upload = next((step for step in steps if step.copy is not None
+                       and step.inputs == (host_slot,) and step.copy[1].name == device.name),
+                      None)
+        if upload is not None:
+            steps.remove(upload)
+            device_slot = upload.outputs[0]
+        else:
+            device_slot, n_slots = n_slots, n_slots + 1
+        input_slots[name] = device_slot
+        if read(host_slot):
+            head.append(Step(f"copy {name}", "copy", "copy", (), None, None, (device_slot,),
+                             (host_slot,), copy=(device, HOST)))
+    steps[:0] = head
+    where: dict[str, Device] = {}
+    for name, want in outputs.items():
+        host_slot = plan.output_slots[name]
+        fetch = next((step for step in steps if step.copy is not None
+                      and step.outputs == (host_slot,) and step.copy[1].is_host), None)
+        source = HOST if fetch is None else fetch.copy[0]  # type: ignore[index]
+        target = source if want is None else want
+        where[name] = target
+        if target.is_host:
+            continue
+        if fetch is not None and source.name == target.name:
+            output_slots[name] = fetch.inputs[0]
+            if not read(host_slot, besides=name):  # else a host step still reads it
+                steps.remove(fetch)
+        else:
+            output_slots[name], n_slots = n_slots, n_slots + 1
+            steps.append(Step(f"copy {name}", "copy", "copy", (), None, None, (host_slot,),
+                              (output_slots[name],), copy=(HOST, target)))
+    if not head and input_slots == dict(plan.input_slots) and output_slots == dict(
+            plan.output_slots):
+        return plan, where
+    keep = frozenset({*plan.constants, *input_slots.values(), *output_slots.values(),
+                      *plan.outer_slots.values()})
+    return replace(plan, steps=tuple(steps), releases=release_points(steps, keep),
+                   n_slots=n_slots, input_slots=MappingProxyType(input_slots),
+                   output_slots=MappingProxyType(output_slots), keep=keep), where
+
+
+def write_into(label: str, name: str, target: OrtValue, result: OrtValue) -> None:
+    """An output bound with ``bind_ortvalue_output``: the run's value copied into ``target``."""
+    value = result.value
+    if list(value.shape) != target.shape() or value.dtype != target.value.dtype:
+        raise InputError(f"{label}: output {name!r} is {value.dtype} {list(value.shape)}, but the "
+                         f"OrtValue bound to it is {target.value.dtype} {target.shape()}")
+    if target.device.is_host:
+        np.copyto(target.value, result.numpy())
+    elif result.device.name == target.device.name:
+        target.value[...] = value
+    else:
+        target.value[...] = target.device.upload(result.numpy())

@@ -251,7 +251,8 @@ def test_io_binding_on_the_cpu(api):
     binding.bind_ortvalue_output("out", target)
     session.run_with_iobinding(binding)
     np.testing.assert_array_equal(target.numpy(), np.maximum(X + Y, 0))
-    (out,) = session.run_with_ort_values(["out"], {"x": x, "y": api.OrtValue.ortvalue_from_numpy(Y)})
+    y = api.OrtValue.ortvalue_from_numpy(Y)
+    (out,) = session.run_with_ort_values(["out"], {"x": x, "y": y})
     np.testing.assert_array_equal(out.numpy(), np.maximum(X + Y, 0))
 
 
