@@ -16,6 +16,7 @@ from ep_host.errors import (
     KernelError,
     ModelLoadError,
     ModelValidationError,
+    NotSupportedError,
     PlacementError,
     ProviderError,
     ResourceLimitError,
@@ -39,7 +40,18 @@ from ep_host.tracing import record_kernel_variant
 if TYPE_CHECKING:
     from ep_host.discovery import Host
     from ep_host.graph import GraphView, NodeView, ValueView
-    from ep_host.session import InferenceSession, RunOptions
+    from ep_host.ort_api import (
+        ExecutionMode,
+        GraphOptimizationLevel,
+        IOBinding,
+        ModelMetadata,
+        OrtValue,
+        SessionOptions,
+        get_all_providers,
+        get_available_providers,
+        get_device,
+    )
+    from ep_host.session import InferenceSession, NodeArg, RunOptions
     from ep_host.stored import AnswerStore
     from ep_host.subgraph import PartitionView, node_model
 
@@ -48,6 +60,17 @@ __version__ = "0.1.0"
 _LAZY = {
     "InferenceSession": "ep_host.session",
     "RunOptions": "ep_host.session",
+    "NodeArg": "ep_host.session",
+    # onnxruntime's API beside the session, so that `import ep_host as ort` runs its code
+    "SessionOptions": "ep_host.ort_api",
+    "GraphOptimizationLevel": "ep_host.ort_api",
+    "ExecutionMode": "ep_host.ort_api",
+    "ModelMetadata": "ep_host.ort_api",
+    "OrtValue": "ep_host.ort_api",
+    "IOBinding": "ep_host.ort_api",
+    "get_available_providers": "ep_host.ort_api",
+    "get_all_providers": "ep_host.ort_api",
+    "get_device": "ep_host.ort_api",
     "Host": "ep_host.discovery",
     "NodeView": "ep_host.graph",
     "ValueView": "ep_host.graph",
@@ -76,12 +99,14 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "AnswerStore", "CONTRACT_VERSION", "HOST", "CaptureSupport", "Cost", "DType", "Decline",
-    "Device", "Factors", "FunctionKernel", "GraphView", "Host", "HostError", "InferenceSession",
-    "InputError", "Kernel", "KernelError", "KernelMatch", "KernelVariantSelection",
-    "ModelLoadError", "ModelValidationError", "NodeView", "PartitionView", "PlacementError",
-    "ProviderContext", "ProviderError", "ProviderInfo", "ReasonCode", "ResourceLimitError",
-    "RunCancelledError", "RunOptions", "ValueView", "cache_dir", "deny", "dtype",
-    "check_allocation", "element_count", "family_factors", "hookimpl", "hookspec", "load_model",
-    "node_model",
+    "Device", "ExecutionMode", "Factors", "FunctionKernel", "GraphOptimizationLevel",
+    "GraphView", "Host", "HostError", "IOBinding", "InferenceSession", "InputError", "Kernel",
+    "KernelError", "KernelMatch", "KernelVariantSelection", "ModelLoadError", "ModelMetadata",
+    "ModelValidationError", "NodeArg", "NodeView", "NotSupportedError", "OrtValue",
+    "PartitionView", "PlacementError", "ProviderContext", "ProviderError", "ProviderInfo",
+    "ReasonCode", "ResourceLimitError", "RunCancelledError", "RunOptions", "SessionOptions",
+    "ValueView", "cache_dir", "deny", "dtype", "check_allocation", "element_count",
+    "family_factors", "get_all_providers", "get_available_providers", "get_device", "hookimpl",
+    "hookspec", "load_model", "node_model",
     "record_kernel_variant", "require", "structural_input_bytes",
 ]

@@ -65,7 +65,7 @@ class EpHostBackend(Backend):
             host = kwargs.setdefault("host", Host.discover())
             providers = device_providers(device, host)
         session = InferenceSession(model.SerializeToString() if isinstance(model, onnx.ModelProto)
-                                   else model, list(providers), **kwargs)
+                                   else model, providers=list(providers), **kwargs)
         return EpHostRep(session)
 
     @classmethod

@@ -115,7 +115,7 @@ def measure_case(case: Case, provider: str, repeats: int = 15, host: Any = None)
     model = case.build()
     tracer = Tracer()
     try:
-        session = InferenceSession(model.SerializeToString(), [provider], host=host,
+        session = InferenceSession(model.SerializeToString(), providers=[provider], host=host,
                                    trace=tracer)
     except HostError as exc:
         return str(exc).splitlines()[-1].strip()

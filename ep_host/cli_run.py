@@ -104,7 +104,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     tracer = (Tracer(Tracer.FULL if args.trace_bodies else 1)
               if (args.trace or args.per_op) else None)
     with status(f"placing {len(model.graph.nodes)} nodes and creating kernels"):
-        session = InferenceSession(model, args.providers, host=host, strategy=args.strategy,
+        session = InferenceSession(model, providers=args.providers, host=host,
+                                   strategy=args.strategy,
                                    pins=pins_from(args), exclude=args.exclude, trace=tracer,
                                    optimizations=(),  # _load optimized it already
                                    intra_op_num_threads=args.threads,

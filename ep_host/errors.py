@@ -105,6 +105,10 @@ def memory_stage(stage: str, model: str, nodes: int | None = None,
             "more memory or use a smaller model") from exc
 
 
+class NotSupportedError(HostError, NotImplementedError):
+    """A feature of onnxruntime's API that ep-host does not offer (named in the message)."""
+
+
 def describe_exception(exc: BaseException) -> str:
     """``"TypeName: first line of the message"`` (just the type name when the message is empty).
 

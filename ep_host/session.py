@@ -12,7 +12,7 @@ import os
 import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -30,11 +30,26 @@ from ep_host.errors import (
     describe_exception,
     memory_stage,
 )
-from ep_host.graph import GraphView, NodeView, ValueView
+from ep_host.graph import GraphView, NodeView
 from ep_host.kernel import Kernel
 from ep_host.limits import MAX_TENSOR_BYTES
 from ep_host.loading import Model, load_model
 from ep_host.optimize import optimize
+from ep_host.ort_api import (
+    IOBinding,
+    ModelMetadata,
+    OrtValue,
+    ProviderNames,
+    SessionOptions,
+    NodeArg,
+    alias_map,
+    device_plan,
+    gather_provider_options,
+    model_metadata,
+    node_arg,
+    session_arguments,
+    write_into,
+)
 from ep_host.placement import Placement, choose
 from ep_host.plan import Plan, Step, build_plan
 from ep_host.provider import HOST, Device
@@ -66,26 +81,8 @@ def resolve_aliases(host: Host, names: Sequence[str] | None) -> list[str] | None
     """``names`` with each alias (``CPUExecutionProvider``...) replaced by its provider's name."""
     if names is None:
         return None
-    aliases = {alias: r.name for r in host.records.values() if r.info is not None
-               for alias in r.info.aliases}
+    aliases = alias_map(host)
     return [n if n in host.records else aliases.get(n, n) for n in names]
-
-
-@dataclass(frozen=True)
-class NodeArg:
-    """An input or output as ``get_inputs()`` lists it (onnxruntime's ``NodeArg``)."""
-
-    name: str
-    type: str
-    shape: list[int | str | None] | None
-    dtype: Any = None
-
-
-def _node_arg(view: ValueView) -> NodeArg:
-    elem = view.dtype.name if view.dtype is not None else "unknown"
-    kind = "tensor" if view.kind in ("tensor", "unknown") else view.kind
-    return NodeArg(view.name, f"{kind}({elem})", None if view.shape is None else list(view.shape),
-                   view.dtype)
 
 
 def max_tensor_bytes_from_env() -> int | None:
@@ -123,13 +120,28 @@ class RunOptions:
     never returns keeps its thread and CPU until it does, and the abandoned run stops at its next
     step. A kernel that is not thread-safe holds its lock that long, so later runs wait for it
     (give them a timeout too).
+
+    Accepted, changing no result: ``log_severity_level``, ``log_verbosity_level``, ``logid``,
+    ``run_tag``, ``only_execute_path_to_fetches`` and run config entries.
     """
 
     def __init__(self) -> None:
         self.terminate = False
         self.run_tag = ""
+        self.logid = ""
         self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.only_execute_path_to_fetches = False
         self.timeout_s: float | None = None
+        self._config: dict[str, str] = {}
+
+    def add_run_config_entry(self, key: str, value: str) -> None:
+        self._config[str(key)] = str(value)
+
+    def get_run_config_entry(self, key: str) -> str:
+        if key not in self._config:
+            raise InputError(f"RunOptions has no configuration entry {key!r}")
+        return self._config[key]
 
 
 class CompiledGraph:
@@ -285,8 +297,13 @@ def select_providers(host: Host, requested: Sequence[str] | None) -> list[str]:
 class InferenceSession:
     """Place ``model`` on the providers and run it, with onnxruntime's ``InferenceSession`` API.
 
+    ``sess_options``: a :class:`SessionOptions` (the second positional argument, as in
+    onnxruntime; ep-host's old order ``InferenceSession(model, ["cpu"])`` still works, with a
+    DeprecationWarning). Its thread count and optimization level apply where the keyword
+    arguments below are not given.
     ``providers``: provider names in priority order (``"cpu"``; onnxruntime's
-    ``"CPUExecutionProvider"`` is accepted too); default: every installed provider.
+    ``"CPUExecutionProvider"`` is accepted too, and ``(name, options)`` pairs); default: every
+    installed provider.
     ``provider_options``: a dict per provider name, or a list parallel to ``providers``.
     ``strategy``: a name from ``ep_host.strategies`` (``ep-host place --help`` lists them;
     default ``"optimal"``); an unknown name is a ``PlacementError``.
@@ -303,6 +320,7 @@ class InferenceSession:
     def __init__(
         self,
         model: str | os.PathLike[str] | bytes | Any,
+        sess_options: SessionOptions | None = None,
         providers: Sequence[Any] | None = None,
         provider_options: ProviderOptions | None = None,
         *,
@@ -318,12 +336,23 @@ class InferenceSession:
         disable_optimizations: Iterable[str] = (),
         device_graphs: bool = False,
     ):
+        sess_options, providers, provider_options = session_arguments(
+            sess_options, providers, provider_options)
+        self._sess_options = sess_options.copy() if sess_options else SessionOptions()
+        self._sess_options.check()
         names = provider_names(providers)
+        if intra_op_num_threads is None:
+            intra_op_num_threads = self._sess_options.threads()
+        if optimizations is None:
+            optimizations = self._sess_options.passes()
         self._threads = BlasThreads(default_threads() if intra_op_num_threads is None
                                     else intra_op_num_threads)
+        self._sess_options.intra_op_num_threads = self._threads.threads
         if max_tensor_bytes is None:
             max_tensor_bytes = max_tensor_bytes_from_env()
         self._run_timeout = run_timeout_from_env()
+        if trace is None and self._sess_options.enable_profiling:
+            trace = self._sess_options.profile_path()
         if trace is None or isinstance(trace, Tracer):
             self.tracer, self._trace_path = trace, None
         else:
@@ -333,9 +362,8 @@ class InferenceSession:
             self._model = optimize(loaded, optimizations, disable_optimizations)
         self._host = host if host is not None else discover_host(names)
         chosen = [p for p in select_providers(self._host, names) if p not in set(exclude)]
-        if isinstance(provider_options, Sequence) and not isinstance(provider_options, Mapping):
-            provider_options = dict(zip(chosen, provider_options, strict=False))
-        self._options = {k: dict(v) for k, v in (provider_options or {}).items()}
+        self._options = gather_provider_options(self._host, providers, provider_options)
+        self._device_plans: dict[Any, PlanRun] = {}
         self._runtime = _Runtime(self._model, self._host, chosen, self._options, strategy,
                                  self.tracer, max_tensor_bytes, device_graphs,
                                  self._threads.threads)
@@ -356,8 +384,8 @@ class InferenceSession:
 
     def end_profiling(self) -> str | None:
         """Write the trace (Chrome trace-event JSON, opens in Perfetto) to the ``trace`` path
-        given at creation and return the path; ``None`` when the session is not tracing to a
-        file."""
+        given at creation (or the one ``SessionOptions.enable_profiling`` chose) and return the
+        path; ``None`` when the session is not tracing to a file."""
         if self.tracer is None or self._trace_path is None:
             return None
         self.tracer.write(self._trace_path)
@@ -365,17 +393,69 @@ class InferenceSession:
 
     # -- onnxruntime's API ------------------------------------------------------------------
 
+    def _declared_types(self, values: Any) -> dict[str, Any]:
+        return {v.name: v.type for v in values if v.type.WhichOneof("value")}
+
     def get_inputs(self) -> list[NodeArg]:
-        return [_node_arg(v) for v in self._model.graph.inputs]
+        declared = self._declared_types(self._model.proto.graph.input)
+        return [node_arg(v, declared.get(v.name)) for v in self._model.graph.inputs]
 
     def get_outputs(self) -> list[NodeArg]:
-        return [_node_arg(v) for v in self._model.graph.outputs]
+        declared = self._declared_types(self._model.proto.graph.output)
+        return [node_arg(v, declared.get(v.name)) for v in self._model.graph.outputs]
 
-    def get_providers(self) -> list[str]:
-        return list(self.placement.providers)
+    def get_providers(self) -> ProviderNames:
+        """The providers this session uses that are available (ep-host names; ``in`` also
+        accepts onnxruntime's, such as ``"CPUExecutionProvider"``)."""
+        records = self._host.records
+        return ProviderNames([p for p in self.placement.providers if records[p].available],
+                             alias_map(self._host))
 
-    def get_modelmeta(self) -> Any:
-        return self._model.proto.metadata_props
+    def get_provider_options(self) -> dict[str, dict[str, Any]]:
+        """Each provider in use -> the options it was given."""
+        return {p: dict(self._options.get(p, {})) for p in self.get_providers()}
+
+    def get_session_options(self) -> SessionOptions:
+        """The session's options: those given (a copy), with the threads it runs with."""
+        return self._sess_options.copy()
+
+    def get_modelmeta(self) -> ModelMetadata:
+        """The model's metadata, as onnxruntime's ``ModelMetadata``."""
+        return model_metadata(self._model.proto)
+
+    def devices(self) -> list[Device]:
+        """The devices of the providers this session uses, the host first."""
+        found = {HOST.name: HOST}
+        for provider in self.get_providers():
+            device = self._runtime.device(provider)
+            found.setdefault(device.name, device)
+        return list(found.values())
+
+    def io_binding(self) -> IOBinding:
+        return IOBinding(self)
+
+    def run_with_iobinding(self, binding: IOBinding, run_options: Any = None) -> None:
+        """Run with ``binding``'s inputs; its outputs are then ``binding.get_outputs()``."""
+        targets = binding.outputs
+        if not targets:
+            raise InputError(f"{self._model.label}: run_with_iobinding needs at least one output "
+                             "bound (bind_output)")
+        wanted = {name: t.device if isinstance(t, OrtValue) else t for name, t in targets.items()}
+        results = self._run_values(binding.inputs, wanted, run_options)
+        for name, target in targets.items():
+            if isinstance(target, OrtValue):
+                write_into(self._model.label, name, target, results[name])
+                results[name] = target
+        binding.set_results([results[name] for name in targets])
+
+    def run_with_ort_values(self, output_names: Sequence[str] | None,
+                            input_dict_ort_values: Mapping[str, OrtValue],
+                            run_options: Any = None) -> list[OrtValue]:
+        """Run with :class:`OrtValue` inputs; each output is an :class:`OrtValue` left on the
+        device of the provider that computed it."""
+        names = list(output_names) if output_names else list(self._plan.output_names)
+        results = self._run_values(dict(input_dict_ort_values), dict.fromkeys(names), run_options)
+        return [results[name] for name in names]
 
     @property
     def model(self) -> Model:
@@ -388,6 +468,11 @@ class InferenceSession:
         run_options: Any = None,
     ) -> list[Any]:
         """Run the model; returns the requested outputs (all when ``output_names`` is falsy)."""
+        names = self._output_names(output_names)
+        feeds = self._check_inputs(input_feed)
+        return hand_out(self._execute(self._run, feeds, names, run_options))
+
+    def _output_names(self, output_names: Sequence[str] | None) -> list[str]:
         plan = self._plan
         names = list(output_names) if output_names else plan.output_names
         unknown = [n for n in names if n not in plan.output_slots]
@@ -396,33 +481,63 @@ class InferenceSession:
                 f"{self._model.label}: unknown output(s) {', '.join(map(repr, unknown))}; "
                 f"the model's outputs are {', '.join(map(repr, plan.output_names))}"
             )
-        feeds = self._check_inputs(input_feed)
+        return names
+
+    def _execute(self, runner: PlanRun, feeds: dict[str, Any], names: list[str],
+                 run_options: Any) -> list[Any]:
         cancel = run_options if getattr(run_options, "terminate", None) is not None else None
         timeout = getattr(run_options, "timeout_s", None) or self._run_timeout
         limit = self._runtime.max_tensor_bytes
         limited = MAX_TENSOR_BYTES.set(limit) if limit is not None else None
         try:
-            outputs = self._run_plan(feeds, names, cancel, timeout)
+            return self._run_plan(runner, feeds, names, cancel, timeout)
         finally:
             if limited is not None:
                 MAX_TENSOR_BYTES.reset(limited)
-        return hand_out(outputs)
 
-    def _run_plan(self, feeds: dict[str, Any], names: list[str], cancel: Any,
+    def _run_values(self, inputs: Mapping[str, Any], wanted: Mapping[str, Device | None],
+                    run_options: Any) -> dict[str, OrtValue]:
+        """Run with :class:`OrtValue` (or host array) inputs; each output in ``wanted`` comes
+        back on its device (``None``: the device of the provider that computed it)."""
+        names = self._output_names(list(wanted))
+        on_device = {n: v.device for n, v in inputs.items()
+                     if isinstance(v, OrtValue) and not v.device.is_host}
+        feeds = self._check_inputs(
+            {n: v.value if isinstance(v, OrtValue) else v for n, v in inputs.items()},
+            on_device)
+        key = (tuple(sorted((n, d.name) for n, d in on_device.items())),
+               tuple((n, None if wanted[n] is None else wanted[n].name) for n in names))
+        if key not in self._device_plans:
+            plan, where = device_plan(self._plan, on_device, {n: wanted[n] for n in names})
+            runner = self._run if plan is self._plan else PlanRun(
+                plan, self._runtime.checks, self._run.tracer)
+            self._device_plans[key] = (runner, where)
+        runner, where = self._device_plans[key]
+        values = self._execute(runner, feeds, names, run_options)
+        held = [*feeds.values(), *runner.plan.constants.values()]
+        results = {n: OrtValue(v.copy() if any(v is h for h in held) else v, where[n])
+                   for n, v in zip(names, values, strict=True) if not where[n].is_host}
+        host_names = [n for n in names if where[n].is_host]
+        host_values = [v for n, v in zip(names, values, strict=True) if where[n].is_host]
+        del values
+        results.update(zip(host_names, map(OrtValue, hand_out(host_values)), strict=True))
+        return results
+
+    def _run_plan(self, runner: PlanRun, feeds: dict[str, Any], names: list[str], cancel: Any,
                   timeout: float | None) -> list[Any]:
         model = self._model
         with self._threads, memory_stage("a run", model.label, len(model.graph.nodes)):
             if timeout:
-                outputs = self._run_with_timeout(feeds, names, cancel, timeout)
+                outputs = self._run_with_timeout(runner, feeds, names, cancel, timeout)
             elif self.tracer is None:
-                outputs = self._run.run(feeds, names=names, cancel=cancel)
+                outputs = runner.run(feeds, names=names, cancel=cancel)
             else:
                 with self.tracer.span("run", "session", model=self._model.label):
-                    outputs = self._run.run(feeds, names=names, cancel=cancel)
+                    outputs = runner.run(feeds, names=names, cancel=cancel)
         return outputs
 
-    def _run_with_timeout(self, feeds: dict[str, Any], names: list[str], cancel: Any,
-                          timeout: float) -> list[Any]:
+    def _run_with_timeout(self, runner: PlanRun, feeds: dict[str, Any], names: list[str],
+                          cancel: Any, timeout: float) -> list[Any]:
         """The run on a worker thread, waited for ``timeout`` seconds; then it is told to stop
         at its next step and abandoned (see :class:`RunOptions`)."""
         token = RunToken(cancel)
@@ -433,11 +548,11 @@ class InferenceSession:
         def work() -> None:
             try:
                 if self.tracer is None:
-                    result["outputs"] = context.run(self._run.run, feeds, names=names,
+                    result["outputs"] = context.run(runner.run, feeds, names=names,
                                                     cancel=token)
                 else:
                     with self.tracer.span("run", "session", model=self._model.label):
-                        result["outputs"] = context.run(self._run.run, feeds, names=names,
+                        result["outputs"] = context.run(runner.run, feeds, names=names,
                                                         cancel=token)
             except BaseException as exc:  # handed to the caller, whatever it is
                 result["error"] = exc
@@ -457,7 +572,11 @@ class InferenceSession:
             raise result.pop("error")
         return result.pop("outputs")
 
-    def _check_inputs(self, feed: Mapping[str, Any]) -> dict[str, Any]:
+    def _check_inputs(self, feed: Mapping[str, Any],
+                      on_device: Mapping[str, Device] | None = None) -> dict[str, Any]:
+        """The feeds checked against the model's inputs and made read-only host arrays; those
+        named in ``on_device`` are arrays on that device, checked and passed as they are."""
+        on_device = on_device or {}
         label = self._model.label
         declared = {v.name: v for v in self._model.graph.inputs}
         unknown = [n for n in feed if n not in declared]
@@ -481,12 +600,14 @@ class InferenceSession:
                 continue
             if array is None:
                 raise InputError(f"{label}: input {name!r} is None")
-            if not isinstance(array, np.ndarray):
-                array = np.asarray(array)
-            if not array.dtype.isnative:
-                array = array.astype(array.dtype.newbyteorder("="))
-            if not array.flags.c_contiguous:
-                array = np.ascontiguousarray(array)  # kernels may assume C order
+            device = on_device.get(name)
+            if device is None:
+                if not isinstance(array, np.ndarray):
+                    array = np.asarray(array)
+                if not array.dtype.isnative:
+                    array = array.astype(array.dtype.newbyteorder("="))
+                if not array.flags.c_contiguous:
+                    array = np.ascontiguousarray(array)  # kernels may assume C order
             limit = self._runtime.max_tensor_bytes
             if limit is not None and array.nbytes > limit:
                 raise ResourceLimitError(
@@ -517,7 +638,7 @@ class InferenceSession:
                                 f"{label}: dim {want!r} is {prev[0]} in input {prev[1]!r} "
                                 f"but {got} in input {name!r}"
                             )
-            out[name] = read_only(array)
+            out[name] = read_only(array) if device is None else array
         return out
 
 
