@@ -24,6 +24,7 @@ from ep_host.kernels import (  # noqa: F401 (each module registers its kernels)
     sequence,
     shape,
     signal,
+    svm,
     text,
     training,
     trees,
