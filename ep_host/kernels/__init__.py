@@ -15,6 +15,7 @@ from ep_host.kernels import (  # noqa: F401 (each module registers its kernels)
     loss,
     math,
     ml,
+    ml_maps,
     normalization,
     pool,
     quantization,

@@ -9,6 +9,8 @@ import pytest
 from cpukit import assert_declines, run_ep_host, run_onnxruntime
 from onnx import TensorProto, helper
 
+from ep_host.errors import KernelError
+
 ML = "ai.onnx.ml"
 F = 5
 TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
@@ -258,3 +260,87 @@ def test_svr_other_input_types_read_as_float32(dtype):
 
 def test_svr_declines_post_transform_onnxruntime_ignores(rng):
     assert_declines(svr(rng, transform="LOGISTIC"), "attribute", "post_transform")
+
+
+# -- ZipMap, DictVectorizer, CastMap: maps on the host ------------------------------------------
+
+
+def zip_map_output(key_type):
+    return helper.make_value_info("zipped", helper.make_sequence_type_proto(
+        helper.make_map_type_proto(key_type, helper.make_tensor_type_proto(TensorProto.FLOAT,
+                                                                           []))))
+
+
+@pytest.mark.parametrize("strings", [False, True])
+def test_logistic_regression_with_zip_map_end_to_end(rng, strings):
+    """skl2onnx's whole LogisticRegression graph: label, then probabilities as dicts."""
+    m = logistic_regression(rng, 3, strings)
+    key = ({"classlabels_strings": ["c0", "c1", "c2"]} if strings
+           else {"classlabels_int64s": [10, 17, 24]})
+    m.graph.node.append(helper.make_node("ZipMap", ["probabilities"], ["zipped"], domain=ML,
+                                         **key))
+    m.graph.output.append(zip_map_output(TensorProto.STRING if strings else TensorProto.INT64))
+    label, probabilities, zipped = assert_same(m, rows(rng, 20))
+    assert len(zipped) == 20 and list(zipped[0].values()) == pytest.approx(probabilities[0])
+
+
+def test_zip_map_refuses_scores_that_do_not_fit_the_labels(rng):
+    node = helper.make_node("ZipMap", ["x"], ["zipped"], domain=ML, classlabels_int64s=[1, 2])
+    m = model([node], [], features=3)
+    m.graph.output.append(zip_map_output(TensorProto.INT64))
+    with pytest.raises(KernelError, match=r"ZipMap: takes \[N, 2\] scores"):
+        run_ep_host(m, {"x": rows(rng, 4)[:, :3]})
+
+
+def map_model(node, key_type, value_type, out_type):
+    graph = helper.make_graph(
+        [node], "maps", [helper.make_value_info("x", helper.make_map_type_proto(
+            key_type, helper.make_tensor_type_proto(value_type, [])))],
+        [helper.make_tensor_value_info("y", out_type, None)])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid(ML, 1)])
+    m.ir_version = 10
+    return m
+
+
+def assert_same_map(m, feed):
+    ours, theirs = run_ep_host(m, {"x": feed})[0], run_onnxruntime(m, {"x": feed})[0]
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype, (ours, theirs)
+    assert ours.tolist() == theirs.tolist()
+    return ours
+
+
+@pytest.mark.parametrize("vocabulary,key_type,feed", [
+    ({"string_vocabulary": ["a", "b", "c", "d"]}, TensorProto.STRING,
+     {"a": 1.5, "d": -2.25, "zz": 3.0}),
+    ({"int64_vocabulary": [5, 1, 9]}, TensorProto.INT64, {1: 2.5, 9: 0.5, 4: 1.0}),
+])
+def test_dict_vectorizer(vocabulary, key_type, feed):
+    node = helper.make_node("DictVectorizer", ["x"], ["y"], domain=ML, **vocabulary)
+    out = assert_same_map(map_model(node, key_type, TensorProto.FLOAT, TensorProto.FLOAT), feed)
+    assert out.shape == (1, len(next(iter(vocabulary.values()))))
+
+
+def test_dict_vectorizer_empty_map_is_all_zeros():
+    """onnxruntime refuses an empty map; the spec's answer is a row of zeros."""
+    node = helper.make_node("DictVectorizer", ["x"], ["y"], domain=ML, int64_vocabulary=[5, 1])
+    m = map_model(node, TensorProto.INT64, TensorProto.DOUBLE, TensorProto.DOUBLE)
+    out = run_ep_host(m, {"x": {}})[0]
+    assert out.dtype == np.float64 and out.tolist() == [[0.0, 0.0]]
+
+
+@pytest.mark.parametrize("cast,out_type", [("TO_FLOAT", TensorProto.FLOAT),
+                                           ("TO_INT64", TensorProto.INT64),
+                                           ("TO_STRING", TensorProto.STRING)])
+@pytest.mark.parametrize("form", ["DENSE", "SPARSE"])
+def test_cast_map(cast, out_type, form):
+    if cast == "TO_STRING" and form == "SPARSE":
+        node = helper.make_node("CastMap", ["x"], ["y"], domain=ML, cast_to=cast,
+                                map_form=form, max_map=6)
+        assert_declines(map_model(node, TensorProto.INT64, TensorProto.FLOAT, out_type),
+                        "attribute", "SPARSE")
+        return
+    node = helper.make_node("CastMap", ["x"], ["y"], domain=ML, cast_to=cast, map_form=form,
+                            max_map=6)
+    m = map_model(node, TensorProto.INT64, TensorProto.FLOAT, out_type)
+    assert_same_map(m, {3: 1.5, 0: -2.0, 1: 7.9, 5: -0.6})
