@@ -450,7 +450,8 @@ def _check_normalizer(node, provider):
 @kernel("Normalizer", 1, domain=ML, dtypes=NUMBERS, check=_check_normalizer)
 def normalizer(xp, x, *, norm):
     """Each row divided by its largest value (MAX, signed), the sum of its magnitudes (L1) or
-    its Euclidean length (L2); a row whose divisor is 0 stays as it is."""
+    its Euclidean length (L2); a row whose divisor is 0 stays as it is. A NaN makes its whole
+    row NaN (onnxruntime's MAX skips a NaN unless it comes first)."""
     if x.ndim not in (1, 2):
         raise ValueError(f"takes [N, C] or [C] input, got shape {x.shape}")
     rows = (x.reshape(1, -1) if x.ndim == 1 else x).astype(xp.float32).astype(xp.float64)
@@ -461,4 +462,5 @@ def normalizer(xp, x, *, norm):
     else:
         divisor = xp.sqrt((rows * rows).sum(axis=1, keepdims=True))
     divisor = xp.where(divisor == 0, 1.0, divisor)
-    return (rows / divisor).astype(xp.float32).reshape(x.shape)
+    with np.errstate(invalid="ignore"):
+        return (rows / divisor).astype(xp.float32).reshape(x.shape)

@@ -344,3 +344,10 @@ def test_cast_map(cast, out_type, form):
                             max_map=6)
     m = map_model(node, TensorProto.INT64, TensorProto.FLOAT, out_type)
     assert_same_map(m, {3: 1.5, 0: -2.0, 1: 7.9, 5: -0.6})
+
+
+def test_normalizer_nan_makes_its_row_nan():
+    node = helper.make_node("Normalizer", ["x"], ["y"], domain=ML, norm="MAX")
+    x = np.array([[np.nan, 1, 2, 3, 4], [1, 2, 3, 4, 5]], np.float32)
+    out = run_ep_host(model([node], [("y", TensorProto.FLOAT, [None, F])]), {"x": x})[0]
+    assert np.isnan(out[0]).all() and out[1].tolist() == pytest.approx(x[1] / 5)
