@@ -369,3 +369,98 @@ def linear_regressor(xp, x, *, post_transform, targets, coefficients=(), interce
         y = y + xp.asarray(intercepts, dtype=xp.float32)
     kind = TRANSFORM_NAMES[post_transform]
     return transform_scores(xp, y.astype(xp.float64), kind).astype(xp.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# LinearClassifier, Normalizer
+# ---------------------------------------------------------------------------------------------
+
+
+def _linear_labels(attrs):
+    strings, ints = attrs.get("classlabels_strings"), attrs.get("classlabels_ints")
+    return list(strings) if strings else list(ints or ())
+
+
+def _check_linear_classifier(node, provider):
+    attrs = node.attributes
+    op = "LinearClassifier"
+    strings, ints = attrs.get("classlabels_strings"), attrs.get("classlabels_ints")
+    require(bool(strings) != bool(ints), "{}: exactly one of classlabels_strings and "
+            "classlabels_ints must be set", op, code="attribute")
+    transform = attrs.get("post_transform", "NONE")
+    require(transform in TRANSFORM_NAMES, "{}: post_transform must be one of {}, got {!r}", op,
+            "/".join(TRANSFORM_NAMES), transform, code="attribute")
+    coefficients, intercepts = attrs.get("coefficients") or (), attrs.get("intercepts") or ()
+    require(intercepts, "{}: needs intercepts, one per score column (they give the number of "
+            "columns)", op, code="attribute")
+    targets, labels = len(intercepts), len(_linear_labels(attrs))
+    require(coefficients and len(coefficients) % targets == 0, "{}: {} coefficients do not "
+            "split into {} rows", op, len(coefficients), targets, code="attribute")
+    if targets == 1:
+        require(labels == 2, "{}: one score column needs exactly two class labels, got {}", op,
+                labels, code="attribute")
+        require(transform in ("NONE", "LOGISTIC"), "{}: one score column s gives [1 - s, s], "
+                "which takes post_transform NONE or LOGISTIC, got {}", op, transform,
+                code="attribute")
+    else:
+        require(labels == targets, "{}: {} class labels for {} score columns", op, labels,
+                targets, code="attribute")
+
+
+@kernel("LinearClassifier", 1, domain=ML, dtypes=NUMBERS, check=_check_linear_classifier)
+def linear_classifier(xp, x, *, multi_class, post_transform, classlabels_ints=None,
+                      classlabels_strings=None, coefficients=None, intercepts=None):
+    """The label is the class of the highest raw score (the first on ties); with one score
+    column s, the second class where s > 0, and scores [1 - p, p] for p = s or its logistic.
+    multi_class does not change the scores."""
+    if x.ndim not in (1, 2):
+        raise ValueError(f"takes [N, features] or [features] input, got shape {x.shape}")
+    rows = (x.reshape(1, -1) if x.ndim == 1 else x).astype(xp.float32)
+    labels = _linear_labels({"classlabels_strings": classlabels_strings,
+                             "classlabels_ints": classlabels_ints})
+    coef = xp.asarray(coefficients, dtype=xp.float32).reshape(len(intercepts), -1)
+    if coef.shape[1] != rows.shape[1]:
+        raise ValueError(f"{coef.shape[1]} coefficients per class for {rows.shape[1]} features")
+    scores = (rows.astype(xp.float64) @ coef.T.astype(xp.float64)
+              + xp.asarray(intercepts, dtype=xp.float32)).astype(xp.float32).astype(xp.float64)
+    if len(intercepts) == 1:
+        s = scores[:, 0]
+        winner = (s > 0).astype(xp.intp)
+        p = transform_scores(xp, scores, TRANSFORM_NAMES[post_transform])[:, 0]
+        out = xp.stack([1 - p, p], axis=1)
+    else:
+        winner = scores.argmax(axis=1)
+        out = transform_scores(xp, scores, TRANSFORM_NAMES[post_transform])
+    if isinstance(labels[0], str):
+        label = object_array(xp, [labels[i] for i in winner.tolist()], winner.shape)
+    else:
+        label = xp.asarray(labels, dtype=xp.int64)[winner]
+    return label, out.astype(xp.float32)
+
+
+NORMS = ("MAX", "L1", "L2")
+
+
+def _check_normalizer(node, provider):
+    norm = node.attributes.get("norm", "MAX")
+    require(norm in NORMS, "Normalizer: norm must be one of {}, got {!r}", "/".join(NORMS), norm,
+            code="attribute")
+
+
+@kernel("Normalizer", 1, domain=ML, dtypes=NUMBERS, check=_check_normalizer)
+def normalizer(xp, x, *, norm):
+    """Each row divided by its largest value (MAX, signed), the sum of its magnitudes (L1) or
+    its Euclidean length (L2); a row whose divisor is 0 stays as it is. A NaN makes its whole
+    row NaN (onnxruntime's MAX skips a NaN unless it comes first)."""
+    if x.ndim not in (1, 2):
+        raise ValueError(f"takes [N, C] or [C] input, got shape {x.shape}")
+    rows = (x.reshape(1, -1) if x.ndim == 1 else x).astype(xp.float32).astype(xp.float64)
+    if norm == "MAX":
+        divisor = rows.max(axis=1, keepdims=True) if rows.shape[1] else rows[:, :1]
+    elif norm == "L1":
+        divisor = xp.abs(rows).sum(axis=1, keepdims=True)
+    else:
+        divisor = xp.sqrt((rows * rows).sum(axis=1, keepdims=True))
+    divisor = xp.where(divisor == 0, 1.0, divisor)
+    with np.errstate(invalid="ignore"):
+        return (rows / divisor).astype(xp.float32).reshape(x.shape)

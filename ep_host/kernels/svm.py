@@ -1,0 +1,280 @@
+"""Support vector machines of the ``ai.onnx.ml`` domain: SVMClassifier (one-vs-one votes, Platt
+scaling and pairwise coupling as onnxruntime computes them) and SVMRegressor. Every row is
+scored at once: one kernel matrix against the support vectors, one product for all pairs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ep_host import deny, require
+from ep_host.kernels.helpers import object_array
+from ep_host.kernels.ml import ML, NUMBERS, TRANSFORM_NAMES, transform_scores
+from ep_host.kernels.registry import kernel
+
+KERNELS = ("LINEAR", "POLY", "RBF", "SIGMOID")
+
+
+def _rows(x):
+    if x.ndim not in (1, 2):
+        raise ValueError(f"takes [N, features] or [features] input, got shape {x.shape}")
+    return x.reshape(1, -1) if x.ndim == 1 else x
+
+
+def kernel_matrix(xp, x, vectors, kernel_type, kernel_params):
+    """K[n, v] = kernel(x[n], vectors[v]) in float64; kernel_params are gamma, coef0, degree
+    (zeros when absent)."""
+    gamma, coef0, degree = (list(kernel_params) or [0.0, 0.0, 0.0])[:3]
+    if kernel_type == "RBF":
+        squared = ((x * x).sum(axis=1)[:, None] + (vectors * vectors).sum(axis=1)[None, :]
+                   - 2 * (x @ vectors.T))
+        return xp.exp(-gamma * xp.maximum(squared, 0.0))
+    dot = x @ vectors.T
+    if kernel_type == "POLY":
+        return (gamma * dot + coef0) ** degree
+    if kernel_type == "SIGMOID":
+        return xp.tanh(gamma * dot + coef0)
+    return dot
+
+
+def _features(x, n_features, op):
+    rows = _rows(x)
+    if rows.shape[1] != n_features:
+        raise ValueError(f"{op}: the model has {n_features} features per row, the input "
+                         f"{rows.shape[1]}")
+    # onnxruntime reads every input type as float32 first
+    return rows.astype(np.float32).astype(np.float64)
+
+
+def _check_common(node, op):
+    attrs = node.attributes
+    kernel_type = attrs.get("kernel_type", "LINEAR")
+    require(kernel_type in KERNELS, "{}: kernel_type must be one of {}, got {!r}", op,
+            "/".join(KERNELS), kernel_type, code="attribute")
+    params = attrs.get("kernel_params") or ()
+    require(len(params) in (0, 3), "{}: kernel_params holds gamma, coef0 and degree, got {} "
+            "values", op, len(params), code="attribute")
+    require(attrs.get("coefficients"), "{}: coefficients are required", op, code="attribute")
+    require(attrs.get("rho"), "{}: rho is required", op, code="attribute")
+    transform = attrs.get("post_transform", "NONE")
+    require(transform in TRANSFORM_NAMES, "{}: post_transform must be one of {}, got {!r}", op,
+            "/".join(TRANSFORM_NAMES), transform, code="attribute")
+    return transform
+
+
+# ---------------------------------------------------------------------------------------------
+# SVMClassifier
+# ---------------------------------------------------------------------------------------------
+
+
+def _labels(attrs):
+    strings, ints = attrs.get("classlabels_strings"), attrs.get("classlabels_ints")
+    return list(strings) if strings else list(ints or ())
+
+
+def _check_classifier(node, provider):
+    attrs = node.attributes
+    op = "SVMClassifier"
+    transform = _check_common(node, op)
+    strings, ints = attrs.get("classlabels_strings"), attrs.get("classlabels_ints")
+    require(bool(strings) != bool(ints), "{}: exactly one of classlabels_strings and "
+            "classlabels_ints must be set", op, code="attribute")
+    k = len(_labels(attrs))
+    require(k >= 2, "{}: needs at least two class labels, got {}", op, k, code="attribute")
+    per_class = list(attrs.get("vectors_per_class") or ())
+    coefficients, rho = attrs["coefficients"], attrs["rho"]
+    prob_a, prob_b = attrs.get("prob_a") or (), attrs.get("prob_b") or ()
+    require(len(prob_a) == len(prob_b), "{}: prob_a has {} values, prob_b {}", op, len(prob_a),
+            len(prob_b), code="attribute")
+    vectors = sum(per_class)
+    if vectors == 0:  # liblinear: one row of coefficients per class, all sharing rho[0]
+        require(k > 2, "{}: two classes with linear coefficients and no support vectors: the "
+                "spec does not say how the label is chosen", op, code="attribute")
+        require(len(coefficients) % k == 0, "{}: {} coefficients do not split into {} classes",
+                op, len(coefficients), k, code="attribute")
+        require(not prob_a, "{}: prob_a/prob_b need support vectors", op, code="attribute")
+        return
+    pairs = k * (k - 1) // 2
+    require(len(per_class) == k, "{}: vectors_per_class has {} entries for {} classes", op,
+            len(per_class), k, code="attribute")
+    require(len(coefficients) == (k - 1) * vectors, "{}: {} coefficients, expected (classes - 1)"
+            " x support vectors = {}", op, len(coefficients), (k - 1) * vectors,
+            code="attribute")
+    support = attrs.get("support_vectors") or ()
+    require(support and len(support) % vectors == 0, "{}: {} support_vectors values do not "
+            "split into {} vectors", op, len(support), vectors, code="attribute")
+    require(len(rho) == pairs, "{}: rho has {} values for {} class pairs", op, len(rho), pairs,
+            code="attribute")
+    require(not prob_a or len(prob_a) == pairs, "{}: prob_a has {} values for {} class pairs",
+            op, len(prob_a), pairs, code="attribute")
+    if k == 2 and not prob_a:
+        require(transform in ("NONE", "LOGISTIC"), "{}: two classes without probabilities give "
+                "one decision value, which takes post_transform NONE or LOGISTIC, got {}", op,
+                transform, code="attribute")
+
+
+def _pair_weights(coefficients, per_class):
+    """W [vectors, pairs] such that (K @ W)[:, p] is the decision value of pair p = (i, j) before
+    rho: class i's vectors weighted by coefficient row j - 1, class j's by row i (libsvm's
+    layout of the dual coefficients)."""
+    k, vectors = len(per_class), sum(per_class)
+    coef = np.asarray(coefficients, dtype=np.float32).astype(np.float64).reshape(k - 1, vectors)
+    start = np.concatenate([[0], np.cumsum(per_class)]).astype(int)
+    pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
+    weights = np.zeros((vectors, len(pairs)))
+    for p, (i, j) in enumerate(pairs):
+        weights[start[i]:start[i + 1], p] = coef[j - 1, start[i]:start[i + 1]]
+        weights[start[j]:start[j + 1], p] = coef[i, start[j]:start[j + 1]]
+    return weights, pairs
+
+
+def _bind_classifier(node):
+    attrs = node.attributes
+    per_class = list(attrs.get("vectors_per_class") or ())
+    if sum(per_class) == 0:
+        return {"pair_weights": None, "pairs": None}
+    weights, pairs = _pair_weights(attrs["coefficients"], per_class)
+    return {"pair_weights": weights, "pairs": pairs}
+
+
+def pairwise_coupling(r):
+    """Class probabilities [rows, k] from pairwise ones r [rows, k, k] (r[i, j]: P(i | i or j)),
+    by the iterative method of Wu, Lin and Weng (2004) with onnxruntime's stopping rule (at
+    most 100 sweeps, until every |Qp_t - pQp| < 0.005 / k), in float32 as onnxruntime runs it.
+    A row stops on its own; the others go on."""
+    rows, k = r.shape[0], r.shape[1]
+    f = np.float32
+    q = -r.transpose(0, 2, 1) * r  # q[i, j] = -r[j, i] r[i, j]
+    diagonal = (r * r).sum(axis=1) - np.einsum("nii->ni", r * r)
+    q[:, np.arange(k), np.arange(k)] = diagonal
+    q = q.astype(f)
+    p = np.full((rows, k), f(1) / f(k), dtype=f)
+    eps = f(0.005) / f(k)
+    active = np.ones(rows, dtype=bool)
+    for _ in range(100):
+        qp = np.einsum("nij,nj->ni", q, p).astype(f)
+        pqp = (p * qp).sum(axis=1).astype(f)
+        active &= np.abs(qp - pqp[:, None]).max(axis=1) >= eps
+        if not active.any():
+            break
+        for t in range(k):
+            diff = (pqp - qp[:, t]) / q[:, t, t]
+            diff = np.where(active, diff, f(0)).astype(f)
+            scale = f(1) + diff
+            p[:, t] += diff
+            pqp = ((pqp + diff * (diff * q[:, t, t] + f(2) * qp[:, t])) / scale / scale).astype(f)
+            qp = ((qp + diff[:, None] * q[:, t, :]) / scale[:, None]).astype(f)
+            p = (p / scale[:, None]).astype(f)
+    return p
+
+
+def _probabilities(scores, prob_a, prob_b, pairs, k):
+    a = np.asarray(prob_a, dtype=np.float32)
+    b = np.asarray(prob_b, dtype=np.float32)
+    fapb = scores.astype(np.float32) * a + b
+    pairwise = (1 - transform_scores(np, fapb.astype(np.float64), 2)).astype(np.float32)
+    pairwise = np.clip(pairwise, np.float32(1e-7), np.float32(1 - 1e-7))
+    r = np.zeros((scores.shape[0], k, k), dtype=np.float32)
+    for p, (i, j) in enumerate(pairs):
+        r[:, i, j] = pairwise[:, p]
+        r[:, j, i] = 1 - pairwise[:, p]
+    return pairwise_coupling(r)
+
+
+def _label_array(xp, labels, winner):
+    if isinstance(labels[0], str):
+        return object_array(xp, [labels[i] for i in winner.tolist()], winner.shape)
+    return xp.asarray(labels, dtype=xp.int64)[winner]
+
+
+@kernel("SVMClassifier", 1, domain=ML, dtypes=NUMBERS, check=_check_classifier,
+        bind=_bind_classifier)
+def svm_classifier(xp, x, *, kernel_type, post_transform, classlabels_ints=None,
+                   classlabels_strings=None, coefficients=None, kernel_params=None, prob_a=None,
+                   prob_b=None, rho=None, support_vectors=None, vectors_per_class=None,
+                   pair_weights=None, pairs=None):
+    """The label is the class with the most one-vs-one votes (the first on ties; a pair's
+    decision value above 0 votes for its first class), also when probabilities are asked for.
+    Scores: with prob_a/prob_b, the coupled class probabilities; without, the pairs' decision
+    values (two classes: [-d, d], or their logistic); then the post transform."""
+    labels = _labels({"classlabels_strings": classlabels_strings,
+                      "classlabels_ints": classlabels_ints})
+    k = len(labels)
+    if pair_weights is None:  # liblinear: one linear score per class
+        coef = np.asarray(coefficients, dtype=np.float32).astype(np.float64).reshape(k, -1)
+        rows = _features(x, coef.shape[1], "SVMClassifier")
+        scores = rows @ coef.T + np.float64(np.float32(rho[0]))
+        winner = scores.argmax(axis=1)
+        out = transform_scores(xp, scores, TRANSFORM_NAMES[post_transform])
+        return _label_array(xp, labels, winner), out.astype(xp.float32)
+    vectors = np.asarray(support_vectors, dtype=np.float32).astype(np.float64)
+    vectors = vectors.reshape(pair_weights.shape[0], -1)
+    rows = _features(x, vectors.shape[1], "SVMClassifier")
+    kernels = kernel_matrix(xp, rows, vectors, kernel_type, kernel_params).astype(np.float32)
+    scores = kernels.astype(np.float64) @ pair_weights
+    scores = (scores + np.asarray(rho, dtype=np.float32).astype(np.float64)).astype(np.float32)
+    first = np.zeros((len(pairs), k))
+    second = np.zeros((len(pairs), k))
+    for p, (i, j) in enumerate(pairs):
+        first[p, i] = 1
+        second[p, j] = 1
+    wins = scores > 0
+    votes = wins @ first + (~wins) @ second
+    winner = votes.argmax(axis=1)
+    if prob_a:
+        out = _probabilities(scores, prob_a, prob_b, pairs, k).astype(np.float64)
+        out = transform_scores(xp, out, TRANSFORM_NAMES[post_transform])
+    elif k == 2:
+        d = scores[:, 0].astype(np.float64)
+        if post_transform == "LOGISTIC":
+            out = xp.stack([transform_scores(xp, -d[:, None], 2)[:, 0],
+                            transform_scores(xp, d[:, None], 2)[:, 0]], axis=1)
+        else:
+            out = xp.stack([-d, d], axis=1)
+    else:
+        out = transform_scores(xp, scores.astype(np.float64), TRANSFORM_NAMES[post_transform])
+    return _label_array(xp, labels, winner), out.astype(xp.float32)
+
+
+# ---------------------------------------------------------------------------------------------
+# SVMRegressor
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_regressor(node, provider):
+    attrs = node.attributes
+    op = "SVMRegressor"
+    transform = _check_common(node, op)
+    require(transform == "NONE", "{}: post_transform {} is not applied by onnxruntime and its "
+            "meaning for one regression value is not specified; only NONE is run", op,
+            transform, code="attribute")
+    n_supports = attrs.get("n_supports", 0)
+    coefficients = attrs["coefficients"]
+    if n_supports > 0:
+        support = attrs.get("support_vectors") or ()
+        require(len(coefficients) == n_supports, "{}: {} coefficients for {} support vectors",
+                op, len(coefficients), n_supports, code="attribute")
+        require(support and len(support) % n_supports == 0, "{}: {} support_vectors values do "
+                "not split into {} vectors", op, len(support), n_supports, code="attribute")
+    elif n_supports < 0:
+        deny("{}: n_supports must not be negative, got {}", op, n_supports, code="attribute")
+
+
+@kernel("SVMRegressor", 1, domain=ML, dtypes=NUMBERS, check=_check_regressor)
+def svm_regressor(xp, x, *, kernel_type, n_supports, one_class, post_transform,
+                  coefficients=None, kernel_params=None, rho=None, support_vectors=None):
+    """Output [N, 1]; with one_class, 1 where the decision value is above 0 and -1 elsewhere."""
+    coef = np.asarray(coefficients, dtype=np.float32).astype(np.float64)
+    bias = np.float64(np.float32(rho[0]))
+    if n_supports > 0:
+        vectors = np.asarray(support_vectors, dtype=np.float32).astype(np.float64)
+        vectors = vectors.reshape(n_supports, -1)
+        rows = _features(x, vectors.shape[1], "SVMRegressor")
+        kernels = kernel_matrix(xp, rows, vectors, kernel_type, kernel_params)
+        y = kernels.astype(np.float32).astype(np.float64) @ coef + bias
+    else:
+        rows = _features(x, coef.shape[0], "SVMRegressor")
+        y = rows @ coef + bias
+    if one_class:
+        y = xp.where(y > 0, 1.0, -1.0)
+    return y.astype(xp.float32).reshape(-1, 1)
