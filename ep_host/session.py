@@ -38,10 +38,10 @@ from ep_host.optimize import optimize
 from ep_host.ort_api import (
     IOBinding,
     ModelMetadata,
+    NodeArg,
     OrtValue,
     ProviderNames,
     SessionOptions,
-    NodeArg,
     alias_map,
     device_plan,
     gather_provider_options,
