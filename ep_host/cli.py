@@ -107,6 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", help="only this node")
     p.add_argument("--op", help="only nodes of this op type (e.g. Conv, com.example::Foo)")
     p.add_argument("--provider", help="only this provider's answers")
+    p.add_argument("--all", action="store_true", dest="every",
+                   help="every provider's answer for every node, one row each (by default a "
+                   "provider that declines every node is one line above the table, a repeated "
+                   "decline is shown once with a count, and function bodies nobody claims are "
+                   "not listed)")
     p.add_argument("--json", action="store_true",
                    help="print the placement JSON (schema ep-host/placement/v1)")
     p.set_defaults(func=cmd_explain)
@@ -425,7 +430,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         filtered = args.node or args.op or args.provider
         render_explain(Output(), table, prepared.placement,
-                       None if filtered else prepared.model.optimizations,
+                       None if filtered else prepared.model.optimizations, every=args.every,
                        node=args.node, op=args.op, provider=args.provider)
     return _exit_status(prepared)
 

@@ -165,6 +165,12 @@ class Placement:
 
 
 def unplaceable_message(table: CapabilityTable, names: Sequence[str], model: str) -> str:
+    if not table.providers:  # one line, naming the nodes as written, not each function body's
+        body = {b for inner in table.expanded.values() for b in inner}
+        written = [n.name for n in table.all_nodes or table.nodes if n.name not in body]
+        shown = ", ".join(written[:10]) + (", ..." if len(written) > 10 else "")
+        return (f"{model}: no provider is loaded (see `ep-host providers`), so none of its "
+                f"{len(written)} node(s) can be placed: {shown}")
     lines = [f"{model}: {len(names)} node(s) cannot be placed on any provider:"]
     by_name = {n.name: n for n in table.nodes}
     for name in names:
@@ -173,8 +179,6 @@ def unplaceable_message(table: CapabilityTable, names: Sequence[str], model: str
         for p in table.providers:
             a = table.answers[name][p]
             lines.append(f"    {p}: {a.reason if not a.is_supported else 'claims it'}")
-        if not table.providers:
-            lines.append("    no provider is loaded (see `ep-host providers`)")
     return "\n".join(lines)
 
 
