@@ -391,12 +391,9 @@ def status(message: str) -> Any:
 
 def _resolve_node(prepared: _Prepared, name: str) -> str:
     """A node name of the model as written, as the optimized model calls it (said on stderr)."""
-    from ep_host.errors import HostError
-    from ep_host.optimize import resolve_node
+    from ep_host.placement import find_node
 
-    target, note = resolve_node(prepared.model, name)
-    if target is None:
-        raise HostError(f"{prepared.model.label}: {note}")
+    target, note = find_node(prepared.table, name, prepared.model.label)
     if note:
         say(note)
     return target
@@ -411,12 +408,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     prepared = _prepare(args)
     table = prepared.table
-    if args.node and args.node not in table.answers:
+    if args.node:
         args.node = _resolve_node(prepared, args.node)
-    if args.node and args.node not in table.answers:
-        from ep_host.errors import HostError
-
-        raise HostError(f"{prepared.model.label}: no node named {args.node!r}")
     if args.provider and args.provider not in table.providers:
         from ep_host.errors import HostError
 
@@ -464,8 +457,7 @@ def cmd_why(args: argparse.Namespace) -> int:
     prepared = _prepare(args)
     if prepared.error is not None:
         raise prepared.error
-    if args.node not in prepared.table.answers:
-        args.node = _resolve_node(prepared, args.node)
+    args.node = _resolve_node(prepared, args.node)
     verdicts = why(prepared.placement, args.node, args.provider)
     if args.json:
         print(json.dumps(why_dict(prepared.placement, args.node, verdicts), indent=2))

@@ -11,7 +11,7 @@ from typing import IO, Any
 
 from ep_host.capability import CapabilityTable
 from ep_host.match import KernelMatch
-from ep_host.placement import SCHEMA, Placement
+from ep_host.placement import SCHEMA, Placement, source_nodes
 from ep_host.text import REASON_LIMIT, capped, printable, shown
 
 # Characters of one table cell: a reason of REASON_LIMIT plus its code and the cap's note.
@@ -343,6 +343,7 @@ def explain_dict(table: CapabilityTable, placement: Placement | None, model: str
                 "pinned": False,
                 "answers": {p: capped_answer(table.answers[n.name][p].to_dict())
                             for p in table.providers},
+                "source_nodes": source_nodes(table, n.name),
             }
             for n in table.nodes
         ],
