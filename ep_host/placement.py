@@ -304,7 +304,7 @@ def _resolved_pins(table: CapabilityTable, pins: Mapping[str, str],
         try:
             target, _ = find_node(table, name, model)
         except UnknownNodeError as exc:
-            raise UnknownNodeError(f"--pin {name}={provider}: {exc}") from None
+            raise PlacementError(f"--pin {name}={provider}: {exc}") from None
         if resolved.get(target, provider) != provider:
             raise PlacementError(
                 f"{model}: --pin {named[target]}={resolved[target]} and --pin {name}={provider} "
