@@ -109,6 +109,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--node", help="only this node")
     p.add_argument("--op", help="only nodes of this op type (e.g. Conv, com.example::Foo)")
     p.add_argument("--provider", help="only this provider's answers")
+    p.add_argument("--all", action="store_true", dest="every",
+                   help="every provider's answer for every node, one row each (by default a "
+                   "provider that declines every node is one line above the table, a repeated "
+                   "decline is shown once with a count, and function bodies nobody claims are "
+                   "not listed)")
     p.add_argument("--json", action="store_true",
                    help="print the placement JSON (schema ep-host/placement/v1)")
     p.set_defaults(func=cmd_explain)
@@ -404,12 +409,9 @@ def status(message: str) -> Any:
 
 def _resolve_node(prepared: _Prepared, name: str) -> str:
     """A node name of the model as written, as the optimized model calls it (said on stderr)."""
-    from ep_host.errors import HostError
-    from ep_host.optimize import resolve_node
+    from ep_host.placement import find_node
 
-    target, note = resolve_node(prepared.model, name)
-    if target is None:
-        raise HostError(f"{prepared.model.label}: {note}")
+    target, note = find_node(prepared.table, name, prepared.model.label)
     if note:
         say(note)
     return target
@@ -424,12 +426,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     prepared = _prepare(args)
     table = prepared.table
-    if args.node and args.node not in table.answers:
+    if args.node:
         args.node = _resolve_node(prepared, args.node)
-    if args.node and args.node not in table.answers:
-        from ep_host.errors import HostError
-
-        raise HostError(f"{prepared.model.label}: no node named {args.node!r}")
     if args.provider and args.provider not in table.providers:
         from ep_host.errors import HostError
 
@@ -443,7 +441,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     else:
         filtered = args.node or args.op or args.provider
         render_explain(Output(), table, prepared.placement,
-                       None if filtered else prepared.model.optimizations,
+                       None if filtered else prepared.model.optimizations, every=args.every,
                        node=args.node, op=args.op, provider=args.provider)
     return _exit_status(prepared)
 
@@ -477,8 +475,7 @@ def cmd_why(args: argparse.Namespace) -> int:
     prepared = _prepare(args)
     if prepared.error is not None:
         raise prepared.error
-    if args.node not in prepared.table.answers:
-        args.node = _resolve_node(prepared, args.node)
+    args.node = _resolve_node(prepared, args.node)
     verdicts = why(prepared.placement, args.node, args.provider)
     if args.json:
         print(json.dumps(why_dict(prepared.placement, args.node, verdicts), indent=2))

@@ -27,6 +27,15 @@ class ProviderError(HostError):
     """A provider plugin misbehaved (raised with ``EP_HOST_STRICT=1`` or when nothing else can)."""
 
 
+class UnknownNodeError(HostError, KeyError):
+    """A node name that names no node of the model, as written or after graph optimizations;
+    the message lists close matches. A ``KeyError`` too, as ``Placement.by_node[name]`` raises
+    it."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class PlacementError(HostError):
     """Some nodes cannot be placed on any available provider."""
 

@@ -161,6 +161,7 @@ class Model:
         self.optimizations: dict[str, int] = {}
         self.unfused: dict[str, list[NodeProto]] = {}
         self.merged: dict[str, str | None] = {}  # a node rewritten away -> who does its work
+        self.sources: dict[str, list[str]] = {}  # a rewritten node -> the names it stands for
         self.opset_imports = _opset_imports(proto, self.label)
         newest = onnx.defs.onnx_opset_version()
         opset = self.opset_imports.get(DEFAULT_DOMAIN, 0)

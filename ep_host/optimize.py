@@ -137,7 +137,29 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int]) -> Model:
     out.optimizations = applied
     out.unfused = rw.unfused
     out.merged = {**model.merged, **rw.merged}
+    out.sources = _sources(model, rw, out)
     return out
+
+
+def _sources(model: Model, rw: Rewriter, out: Model) -> dict[str, list[str]]:
+    """Each node of ``out`` that is not simply itself of the model as written: the names, as
+    written, of the nodes whose work it does (a fused node: every node it fused)."""
+    covers: dict[str, list[str]] = {}
+    for n in rw.live():
+        if n.name:
+            covers[n.name] = [n.name] if n.name in rw.written else []
+    for name in rw.merged:
+        target, _ = resolve_node(out, name)
+        if target in covers and name not in covers[target]:
+            covers[target].append(name)
+    order = {n.name: i for i, n in enumerate(model.graph.nodes)}
+    sources = {}
+    for target, names in covers.items():
+        names.sort(key=lambda name: order.get(name, len(order)))
+        written = [w for name in names for w in model.sources.get(name, [name])]
+        if written != [target]:
+            sources[target] = list(dict.fromkeys(written))
+    return sources
 
 
 def resolve_node(model: Model, name: str) -> tuple[str | None, str]:
@@ -160,4 +182,10 @@ def resolve_node(model: Model, name: str) -> tuple[str | None, str]:
                     "(--no-optimize shows the model as written)")
 
 
-__all__ = ["DEFAULT_PASSES", "PASSES", "optimize", "resolve_node", "resolve_passes"]
+def source_nodes(model: Model, name: str) -> list[str]:
+    """The names, in the model as written, of the nodes whose work node ``name`` does."""
+    return list(model.sources.get(name, [name]))
+
+
+__all__ = ["DEFAULT_PASSES", "PASSES", "optimize", "resolve_node", "resolve_passes",
+           "source_nodes"]

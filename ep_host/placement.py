@@ -5,14 +5,16 @@ table with a strategy. Pins override the strategy; a node nobody claims is a Pla
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ep_host import strategies
 from ep_host.capability import CapabilityTable
-from ep_host.errors import PlacementError
+from ep_host.errors import PlacementError, UnknownNodeError
 from ep_host.graph import GraphView, paused_gc
+from ep_host.match import KernelMatch
 from ep_host.partitions import compiling_groups, launch_cost_us
 from ep_host.provider import Device
 from ep_host.transfers import Transfer, implied_transfers
@@ -28,6 +30,71 @@ class NodePlacement:
     provider: str
     cost_us: float
     pinned: bool = False
+
+
+def find_node(table: CapabilityTable, name: str, model: str = "") -> tuple[str, str]:
+    """The node of ``table`` that does the work of node ``name`` (a name of the model as
+    written, or of the optimized model), and a note saying what became of it (``""`` when it is
+    there as written). A name that matches nothing, or a node folded into a constant, raises
+    :class:`UnknownNodeError`; the message lists close matches."""
+    if name in table.answers:
+        return name, ""
+    loaded = getattr(table.graph, "model", None)
+    label = model or (loaded.label if loaded is not None else "the model")
+    if loaded is not None:
+        from ep_host.optimize import resolve_node
+
+        target, note = resolve_node(loaded, name)
+        if target is None:
+            raise UnknownNodeError(f"{label}: {note}")
+        if target in table.answers:
+            return target, note
+    candidates = list(table.answers) + list(getattr(loaded, "merged", {}))
+    close = [c for c in candidates if c.startswith(name)][:5]
+    close += difflib.get_close_matches(name, candidates, n=5, cutoff=0.6)
+    close = list(dict.fromkeys(close))[:6]
+    hint = (f"; close matches: {', '.join(repr(c) for c in close)}" if close
+            else f"; its nodes include {', '.join(repr(c) for c in candidates[:5])}"
+            if candidates else "")
+    raise UnknownNodeError(f"{label}: no node named {name!r}{hint}")
+
+
+def source_nodes(table: CapabilityTable, name: str) -> list[str]:
+    """The names, in the model as written, of the nodes whose work node ``name`` of ``table``
+    does (a fused node: every node it fused; any other: itself)."""
+    loaded = getattr(table.graph, "model", None)
+    return list(loaded.sources.get(name, [name])) if loaded is not None else [name]
+
+
+class NodesByName(dict):
+    """Placed nodes by name (``Placement.by_node``); a name of the model as written finds the
+    node doing its work after graph optimizations (``by_node["conv1/Conv"]`` is the node
+    ``conv1/Conv::FusedConv``). An unknown name raises :class:`UnknownNodeError` (a
+    ``KeyError``) listing close matches."""
+
+    def __init__(self, nodes: Sequence[NodePlacement], table: CapabilityTable, model: str):
+        super().__init__((n.name, n) for n in nodes)
+        self.table, self.model = table, model
+
+    def __missing__(self, name: str) -> NodePlacement:
+        target, _ = find_node(self.table, name, self.model)
+        if target not in self:
+            body = self.table.expanded.get(target)
+            what = (f"it runs as the {len(body)} nodes of its function body or the nodes it "
+                    f"fused: {', '.join(body[:3])}{', ...' if len(body) > 3 else ''}"
+                    if body else "it is not placed")
+            raise UnknownNodeError(f"{self.model or 'the model'}: node {name!r} is not placed "
+                                   f"itself: {what}")
+        return dict.__getitem__(self, target)
+
+    def get(self, name: Any, default: Any = None) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def __contains__(self, name: object) -> bool:
+        return self.get(name) is not None
 
 
 @dataclass
@@ -67,8 +134,20 @@ class Placement:
     comparison: dict[str, float] | None = None  # each strategy's estimated total_us
 
     @property
-    def by_node(self) -> dict[str, NodePlacement]:
-        return {n.name: n for n in self.nodes}
+    def by_node(self) -> NodesByName:
+        """Placed nodes by name; names of the model as written resolve (see
+        :class:`NodesByName`)."""
+        return NodesByName(self.nodes, self.table, self.model)
+
+    def answers_for(self, name: str) -> dict[str, KernelMatch]:
+        """Every provider's answer for node ``name`` (a name of the model as written resolves as
+        in ``by_node``)."""
+        target, _ = find_node(self.table, name, self.model)
+        return dict(self.table.answers[target])
+
+    def source_nodes(self, name: str) -> list[str]:
+        """The names, in the model as written, of the nodes whose work node ``name`` does."""
+        return source_nodes(self.table, name)
 
     @property
     def node_cost_us(self) -> float:
@@ -143,6 +222,7 @@ class Placement:
                     "cost_us": n.cost_us,
                     "pinned": n.pinned,
                     "answers": {p: answers[n.name][p].to_dict() for p in self.providers},
+                    "source_nodes": self.source_nodes(n.name),
                 }
                 for n in self.nodes
             ],
@@ -165,6 +245,12 @@ class Placement:
 
 
 def unplaceable_message(table: CapabilityTable, names: Sequence[str], model: str) -> str:
+    if not table.providers:  # one line, naming the nodes as written, not each function body's
+        body = {b for inner in table.expanded.values() for b in inner}
+        written = [n.name for n in table.all_nodes or table.nodes if n.name not in body]
+        shown = ", ".join(written[:10]) + (", ..." if len(written) > 10 else "")
+        return (f"{model}: no provider is loaded (see `ep-host providers`), so none of its "
+                f"{len(written)} node(s) can be placed: {shown}")
     lines = [f"{model}: {len(names)} node(s) cannot be placed on any provider:"]
     by_name = {n.name: n for n in table.nodes}
     for name in names:
@@ -173,8 +259,6 @@ def unplaceable_message(table: CapabilityTable, names: Sequence[str], model: str
         for p in table.providers:
             a = table.answers[name][p]
             lines.append(f"    {p}: {a.reason if not a.is_supported else 'claims it'}")
-        if not table.providers:
-            lines.append("    no provider is loaded (see `ep-host providers`)")
     return "\n".join(lines)
 
 
@@ -194,7 +278,7 @@ def choose(
     With a strategy that compares (``optimal``), ``Placement.comparison`` holds the estimated
     totals of every registered strategy (with the same pins)."""
     chosen = strategies.get(strategy)
-    pins = dict(pins or {})
+    pins = _resolved_pins(table, pins or {}, model)
     _check_pins(table, pins, model)
     with paused_gc():
         claims = _claims(table, pins, model)
@@ -208,6 +292,26 @@ def choose(
                               comparison=request.comparison() if chosen.compares else None)
         placement.transfers = implied_transfers(placement)
     return placement
+
+
+def _resolved_pins(table: CapabilityTable, pins: Mapping[str, str],
+                   model: str) -> dict[str, str]:
+    """``pins`` by the names of the nodes to place: a name of the model as written becomes the
+    node doing its work; two pins of one node to different providers are an error."""
+    resolved: dict[str, str] = {}
+    named: dict[str, str] = {}
+    for name, provider in pins.items():
+        try:
+            target, _ = find_node(table, name, model)
+        except UnknownNodeError as exc:
+            raise PlacementError(f"--pin {name}={provider}: {exc}") from None
+        if resolved.get(target, provider) != provider:
+            raise PlacementError(
+                f"{model}: --pin {named[target]}={resolved[target]} and --pin {name}={provider} "
+                f"name one node, {target!r}, after the graph optimizations "
+                "(--no-optimize keeps them apart)")
+        resolved[target], named[target] = provider, name
+    return resolved
 
 
 def _check_pins(table: CapabilityTable, pins: Mapping[str, str], model: str) -> None:

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import IO, Any
 
 from ep_host.capability import CapabilityTable
 from ep_host.match import KernelMatch
-from ep_host.placement import SCHEMA, Placement
+from ep_host.placement import SCHEMA, Placement, source_nodes
 from ep_host.text import REASON_LIMIT, capped, printable, shown
 
 # Characters of one table cell: a reason of REASON_LIMIT plus its code and the cap's note.
@@ -100,6 +101,123 @@ class Output:
 # ---------------------------------------------------------------------------------------------
 
 
+@dataclass
+class ExplainView:
+    """What ``explain`` prints: the rows of the table, and the providers taken out of it
+    because they decline every listed node for one reason (an unavailable provider)."""
+
+    rows: list[tuple[Any, ...]]
+    uniform: dict[str, KernelMatch]  # provider -> the one decline it gives every listed node
+    listed: int  # how many nodes the view covers
+
+
+def _unclaimed_bodies(table: CapabilityTable) -> set[str]:
+    """The nodes of function bodies (and fused nodes kept as written) that no provider claims
+    one of: nobody expanded them for a reason worth a row each."""
+    hidden: set[str] = set()
+    for body in table.expanded.values():
+        if not any(table.claimants(name) for name in body if name in table.answers):
+            hidden.update(body)
+    return hidden
+
+
+def _listed_nodes(table: CapabilityTable, node: str | None, op: str | None,
+                  every: bool) -> list[Any]:
+    hidden = set() if every or node else _unclaimed_bodies(table)
+    listed = []
+    for n in table.all_nodes or table.nodes:
+        if node and n.name != node:
+            continue
+        if n.name in hidden:
+            continue
+        if op and op not in (n.op_type, n.qualified_op) and not any(
+                op in (o.op_type, f"{o.domain}::{o.op_type}")
+                for o in n.graph.model.unfused.get(n.name, ())):  # a fused node made from op
+            continue
+        listed.append(n)
+    return listed
+
+
+def _uniform_declines(table: CapabilityTable, listed: Sequence[Any],
+                      providers: Sequence[str]) -> dict[str, KernelMatch]:
+    """The providers that decline every one of ``listed`` (two or more) with one code and one
+    reason, and that decline."""
+    if len(listed) < 2:
+        return {}
+    uniform = {}
+    for p in providers:
+        first = table.answers[listed[0].name][p]
+        if first.is_supported:
+            continue
+        key = (first.code, first.reason)
+        if all(not (a := table.answers[n.name][p]).is_supported and (a.code, a.reason) == key
+               for n in listed[1:]):
+            uniform[p] = first
+    return uniform
+
+
+def explain_view(
+    table: CapabilityTable,
+    placement: Placement | None,
+    *,
+    node: str | None = None,
+    op: str | None = None,
+    provider: str | None = None,
+    every: bool = False,
+) -> ExplainView:
+    """The rows ``explain`` prints. Unless ``every``: a provider that declines every listed node
+    for one reason is left out of the rows (``uniform``), a decline repeated word for word is
+    shown once with a count, and the nodes of a function body nobody claims are not listed."""
+    chosen = {} if placement is None else {n.name: n.provider for n in placement.nodes}
+    providers = [provider] if provider else list(table.providers)
+    listed = _listed_nodes(table, node, op, every)
+    uniform = {} if every else _uniform_declines(table, listed, providers)
+    shown_providers = [p for p in providers if p not in uniform]
+    repeats: dict[tuple[str, str, str], int] = {}
+    if not every:
+        for n in listed:
+            for p in shown_providers:
+                answer = table.answers[n.name][p]
+                if not answer.is_supported:
+                    key = (p, str(answer.code), answer.reason)
+                    repeats[key] = repeats.get(key, 0) + 1
+    done: set[tuple[str, str, str]] = set()
+    rows: list[tuple[Any, ...]] = []
+    for n in listed:
+        cells = []
+        for p in shown_providers:
+            answer = table.answers[n.name][p]
+            mark = "*" if chosen.get(n.name) == p else ""
+            text = verdict(answer)
+            if not every and not answer.is_supported:
+                key = (p, str(answer.code), answer.reason)
+                if key in done:
+                    continue
+                done.add(key)
+                more = repeats[key] - 1
+                if more:
+                    text += f" (the same for {more} more node{'s' if more != 1 else ''})"
+            cells.append((f"{mark}{p}", text))
+        if n.name in table.expanded:
+            body = table.expanded[n.name]
+            what = ("kept as the nodes it fused" if n.name in n.graph.model.unfused
+                    else "expanded into its function body")
+            if not every and not node and not any(
+                    table.claimants(b) for b in body if b in table.answers):
+                cells.append(("->", f"no provider claims it: {what}: "
+                              f"{len(body)} nodes, none claimed"))
+            else:
+                names = ", ".join(body[:3]) + (", ..." if len(body) > 3 else "")
+                cells.append(("->", f"no provider claims it: {what} "
+                              f"({len(body)} nodes: {names})"))
+        if not cells:
+            cells.append(("", "every answer is a decline shown above" if providers
+                          else "no provider is loaded"))
+        for i, (who, text) in enumerate(cells):
+            rows.append((n.name if i == 0 else "", n.qualified_op if i == 0 else "", who, text))
+    return ExplainView(rows, uniform, len(listed))
+
+
 def explain_rows(
     table: CapabilityTable,
     placement: Placement | None,
@@ -108,43 +226,83 @@ def explain_rows(
     op: str | None = None,
     provider: str | None = None,
 ) -> list[tuple[Any, ...]]:
-    chosen = {} if placement is None else {n.name: n.provider for n in placement.nodes}
-    providers = [provider] if provider else table.providers
-    rows = []
-    for n in table.all_nodes or table.nodes:
-        if node and n.name != node:
-            continue
-        if op and op not in (n.op_type, n.qualified_op) and not any(
-                op in (o.op_type, f"{o.domain}::{o.op_type}")
-                for o in n.graph.model.unfused.get(n.name, ())):  # a fused node made from op
-            continue
-        for i, p in enumerate(providers):
+    """Every provider's answer for every node, one row each (``explain --all``)."""
+    return explain_view(table, placement, node=node, op=op, provider=provider, every=True).rows
+
+
+def explain_summary(table: CapabilityTable, placement: Placement | None) -> dict[str, Any]:
+    """Per provider, over the nodes to place: how many it claims of the total, how many it was
+    chosen for, its declines counted by reason code, and its compiled partitions."""
+    total = len(table.nodes)
+    chosen: dict[str, int] = {}
+    if placement is not None:
+        for n in placement.nodes:
+            chosen[n.provider] = chosen.get(n.provider, 0) + 1
+    compiled: dict[str, list[int]] = {}
+    if placement is not None:
+        for part in placement.compiled_partitions():
+            count = compiled.setdefault(part.provider, [0, 0])
+            count[0] += 1
+            count[1] += len(part.nodes)
+    out = {}
+    for p in table.providers:
+        claimed = 0
+        declined: dict[str, int] = {}
+        for n in table.nodes:
             answer = table.answers[n.name][p]
-            mark = "*" if chosen.get(n.name) == p else ""
-            rows.append((n.name if i == 0 else "", n.qualified_op if i == 0 else "",
-                         f"{mark}{p}", verdict(answer)))
-        if n.name in table.expanded:
-            body = table.expanded[n.name]
-            shown = ", ".join(body[:3]) + (", ..." if len(body) > 3 else "")
-            what = ("kept as the nodes it fused" if n.name in n.graph.model.unfused
-                    else "expanded into its function body")
-            rows.append(("", "", "->", f"no provider claims it: {what} "
-                         f"({len(body)} nodes: {shown})"))
-    return rows
+            if answer.is_supported:
+                claimed += 1
+            else:
+                declined[str(answer.code)] = declined.get(str(answer.code), 0) + 1
+        parts, members = compiled.get(p, (0, 0))
+        out[p] = {"nodes": total, "claimed": claimed,
+                  "chosen": chosen.get(p, 0) if placement is not None else None,
+                  "declined": dict(sorted(declined.items(), key=lambda kv: -kv[1])),
+                  "compiled_partitions": parts, "compiled_nodes": members}
+    return {"nodes": total, "providers": out}
+
+
+def _share(part: int, whole: int, what: str = "") -> str:
+    """``3/6 nodes (50.0%)``"""
+    what = f" {what}" if what else ""
+    return f"{part}/{whole}{what} ({100.0 * part / whole:.1f}%)" if whole else f"{part}/0{what}"
+
+
+def render_summary(out: Output, summary: Mapping[str, Any]) -> None:
+    """``explain``'s closing table: one row per provider."""
+    rows = []
+    for p, s in summary["providers"].items():
+        declines = ", ".join(f"{code} {count}" for code, count in s["declined"].items())
+        parts = (f"{s['compiled_partitions']} partition(s) with a total of "
+                 f"{_share(s['compiled_nodes'], s['nodes'], 'nodes')}"
+                 if s["compiled_partitions"] else "-")
+        rows.append((p, _share(s["claimed"], s["nodes"]),
+                     "-" if s["chosen"] is None else s["chosen"], declines or "-", parts))
+    if rows:
+        out.table(f"Summary per provider ({summary['nodes']} nodes to place)",
+                  ["provider", "claims", "chosen", "declines by code", "compiled"], rows)
 
 
 def render_explain(out: Output, table: CapabilityTable, placement: Placement | None,
-                   optimizations: Mapping[str, int] | None = None, **filters: Any) -> None:
-    rows = explain_rows(table, placement, **filters)
+                   optimizations: Mapping[str, int] | None = None, *, every: bool = False,
+                   **filters: Any) -> None:
+    view = explain_view(table, placement, every=every, **filters)
+    if not table.providers:
+        out.line("no provider is loaded (see `ep-host providers`)")
+    for p, answer in view.uniform.items():
+        out.line(f"{p}: every listed node ({view.listed}) {verdict(answer)}")
+    hint = "" if every else "; --all shows every answer"
     out.table(
-        "Every provider's answer for every node (* = chosen)",
+        f"Every provider's answer for every node (* = chosen{hint})",
         ["node", "op", "provider", "cost or reason"],
-        rows,
+        view.rows,
     )
-    if not rows:
+    if not view.rows:
         out.line("no node matches the filters")
     if placement is not None:
         render_compiled_partitions(out, placement)
+    if not filters.get("node"):
+        render_summary(out, explain_summary(table, placement))
     if optimizations:
         out.line(optimizations_line(optimizations))
 
@@ -166,6 +324,7 @@ def explain_dict(table: CapabilityTable, placement: Placement | None, model: str
         data = placement.to_dict()
         data["unplaceable"] = []
         data["expanded"] = _expanded(table)
+        data["summary"] = explain_summary(table, placement)
         for n in data["nodes"]:
             n["answers"] = {p: capped_answer(a) for p, a in n["answers"].items()}
         return data
@@ -184,6 +343,7 @@ def explain_dict(table: CapabilityTable, placement: Placement | None, model: str
                 "pinned": False,
                 "answers": {p: capped_answer(table.answers[n.name][p].to_dict())
                             for p in table.providers},
+                "source_nodes": source_nodes(table, n.name),
             }
             for n in table.nodes
         ],
@@ -193,6 +353,7 @@ def explain_dict(table: CapabilityTable, placement: Placement | None, model: str
         "compiled_partitions": [],
         "unplaceable": list(unplaceable),
         "expanded": _expanded(table),
+        "summary": explain_summary(table, None),
     }
 
 

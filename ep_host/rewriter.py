@@ -32,6 +32,7 @@ class Rewriter:
         self.merged: dict[str, str | None] = {}  # a removed node -> the node that does its work
         self.outputs = {v.name for v in model.graph.outputs}
         self.names = {n.name for n in self.nodes if n is not None}
+        self.written = frozenset(self.names)  # the node names this rewrite started from
         self.index()
 
     def index(self) -> None:

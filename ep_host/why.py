@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ep_host.errors import HostError
-from ep_host.placement import Placement
+from ep_host.placement import Placement, find_node
 from ep_host.text import capped
 from ep_host.transfers import Transfer, implied_transfers
 
@@ -52,10 +52,10 @@ class Verdict:
 
 
 def why(placement: Placement, node: str, provider: str | None = None) -> list[Verdict]:
-    """Each provider's verdict for ``node`` (or only ``provider``'s)."""
+    """Each provider's verdict for ``node`` (or only ``provider``'s); a name of the model as
+    written means the node doing its work after graph optimizations."""
     table = placement.table
-    if node not in table.answers:
-        raise HostError(f"{placement.model}: no node named {node!r}")
+    node, _ = find_node(table, node, placement.model)
     providers = placement.providers
     if provider is not None:
         if provider not in providers:

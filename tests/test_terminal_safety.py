@@ -233,7 +233,7 @@ def test_error_messages_escape_names(tmp_path):
 
 
 def test_a_ten_megabyte_reason_is_capped_in_the_table_and_the_json(site, chain_model):
-    result = ep_host("explain", chain_model, site=site)
+    result = ep_host("explain", chain_model, "--all", site=site)
     assert result.returncode == 0, result.stderr
     assert len(result.stdout) < 200_000
     cells = re.findall(r"declined \[device\]: (.*)cannot run: (x+)\.\.\. \((\d+) more "
@@ -321,7 +321,8 @@ def test_piping_into_head_prints_the_first_line_and_no_traceback(tmp_path):
              for i in range(1500)]
     onnx.save(make_model(nodes, [("t0", TensorProto.FLOAT, [4])],
                          [("t1500", TensorProto.FLOAT, [4])]), tmp_path / "long.onnx")
-    command = f"{sys.executable} -m ep_host explain long.onnx 2>err.txt | head -1; cat err.txt"
+    command = (f"{sys.executable} -m ep_host explain long.onnx --all 2>err.txt | head -1; "
+               "cat err.txt")
     result = subprocess.run(["bash", "-c", command], capture_output=True, text=True, env=_env(),
                             timeout=300, cwd=tmp_path)
     assert result.stdout.splitlines()[0].startswith("Every provider's answer")
