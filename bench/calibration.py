@@ -49,7 +49,7 @@ def node_errors(name: str, repeat: int) -> list[dict]:
 
     model, feeds = load(name)
     tracer = Tracer()
-    session = InferenceSession(model.SerializeToString(), ["cpu"], trace=tracer)
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"], trace=tracer)
     session.run(None, feeds)
     start = len(tracer.events)
     for _ in range(repeat):

@@ -434,7 +434,7 @@ def check_one(name: str, out: Path) -> dict:
         result["ort"] = f"error: {first_line(exc)}"
         return result
     try:
-        got = InferenceSession(model, ["cpu"]).run(None, feeds)
+        got = InferenceSession(model, providers=["cpu"]).run(None, feeds)
     except Exception as exc:
         lines = str(exc).strip().splitlines()  # a PlacementError names the nodes on line 2
         result["ep_host"] = f"{type(exc).__name__}: " + " ".join(

@@ -71,7 +71,7 @@ def main() -> None:
     rows = []
     for name, (model, feeds) in model_set(args.models.split(",") if args.models else None).items():
         data = model.SerializeToString()
-        ours = InferenceSession(data, ["cpu"])
+        ours = InferenceSession(data, providers=["cpu"])
         theirs = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])
         ours.run(None, feeds)
         theirs.run(None, feeds)

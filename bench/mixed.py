@@ -88,7 +88,8 @@ def ep_host_sessions(data: bytes, installed: list[str],
                      host: Host) -> dict[str, Callable[[], InferenceSession]]:
     """Makers of ep-host sessions: every installed EP (strategy optimal), then each EP alone."""
     def maker(providers: list[str]) -> Callable[[], InferenceSession]:
-        return lambda: InferenceSession(data, providers, host=host, intra_op_num_threads=1)
+        return lambda: InferenceSession(data,
+                                        providers=providers, host=host, intra_op_num_threads=1)
 
     makers = {"ep-host (all EPs)": maker(installed)}
     for ep in installed:

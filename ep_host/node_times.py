@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cache
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -205,6 +206,7 @@ def apply(host: Any, table: Any, nodes: Iterable[NodeView]) -> int:
         if row is None:
             continue
         signature = None
+        measured = {}
         for provider, key in keys.items():
             answer = row.get(provider)
             if answer is None or not answer.is_supported:
@@ -215,6 +217,8 @@ def apply(host: Any, table: Any, nodes: Iterable[NodeView]) -> int:
                     break
             found = kept.get((key, signature))
             if found is not None and isinstance(found.get("us"), int | float):
-                row[provider] = measured_answer(answer, float(found["us"]))
-                replaced += 1
+                measured[provider] = measured_answer(answer, float(found["us"]))
+        if measured:  # rows may be shared by nodes of equal answers: this node gets its own
+            table.answers[node.name] = MappingProxyType({**row, **measured})
+            replaced += len(measured)
     return replaced

@@ -30,7 +30,7 @@ def bert_base():
 
 def test_bert_base_encoder_matches_onnxruntime(bert_base):
     data, feeds = bert_base
-    session = InferenceSession(data, ["cpu"])
+    session = InferenceSession(data, providers=["cpu"])
     assert {n.provider for n in session.placement.nodes} == {"cpu"}
     (ours,) = session.run(None, feeds)
     (theirs,) = _onnxruntime(data, feeds)
@@ -41,7 +41,7 @@ def test_bert_base_encoder_matches_onnxruntime(bert_base):
 def test_the_examples_transformer_block_matches_onnxruntime():
     path = os.path.join(ROOT, "examples", "transformer_block.onnx")
     model = onnx.load(path)
-    session = InferenceSession(path, ["cpu"])
+    session = InferenceSession(path, providers=["cpu"])
     rng = np.random.default_rng(0)
     for batch, seq in ((1, 8), (3, 5)):  # symbolic dims, bound differently per run
         feeds = {}
@@ -60,6 +60,6 @@ def test_gpt2_like_decoder_matches_onnxruntime():
 
     model = gpt2_decoder()
     data, feeds = model.SerializeToString(), gpt2_inputs(model)
-    (ours,) = InferenceSession(data, ["cpu"]).run(None, feeds)
+    (ours,) = InferenceSession(data, providers=["cpu"]).run(None, feeds)
     (theirs,) = _onnxruntime(data, feeds)
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)

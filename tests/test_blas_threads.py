@@ -30,7 +30,7 @@ def probing_session(host, threads):
             return FunctionKernel(self.FUNCS[node.op_type])
 
     host.register(Provider("cpu"), name="cpu")
-    session = InferenceSession(add_relu_model().SerializeToString(), ["cpu"], host=host,
+    session = InferenceSession(add_relu_model().SerializeToString(), providers=["cpu"], host=host,
                                intra_op_num_threads=threads)
     return session, seen
 

@@ -57,7 +57,8 @@ def _loop_feeds(n):
     ([], "x_in"),  # a body with no step of its own: the check at each body run stops it
 ], ids=["body-with-a-node", "body-without-nodes"])
 def test_terminate_stops_a_loop_with_a_huge_trip_count(body_nodes, x_out):
-    session = InferenceSession(_loop_model(body_nodes, x_out).SerializeToString(), ["cpu"])
+    session = InferenceSession(_loop_model(body_nodes, x_out).SerializeToString(),
+                               providers=["cpu"])
     np.testing.assert_array_equal(session.run(None, _loop_feeds(3))[0], [0.0])
     options = RunOptions()
     worker, outcome = _run_in_thread(session, _loop_feeds(10**15), options)
@@ -80,7 +81,7 @@ def test_terminate_stops_a_scan_over_a_long_sequence():
                             num_scan_inputs=1)
     model = make_model([scan], [("s", TensorProto.FLOAT, [1]), ("xs", TensorProto.FLOAT, ["t", 1])],
                        [("total", TensorProto.FLOAT, [1])])
-    session = InferenceSession(model.SerializeToString(), ["cpu"])
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"])
     feeds = {"s": np.zeros(1, np.float32), "xs": np.ones((3, 1), np.float32)}
     np.testing.assert_array_equal(session.run(None, feeds)[0], [3.0])
     options = RunOptions()
@@ -146,7 +147,7 @@ def test_the_run_timeout_comes_from_the_environment(monkeypatch, host, tensors):
 def test_a_bad_run_timeout_in_the_environment_is_refused(monkeypatch, raw):
     monkeypatch.setenv("EP_HOST_RUN_TIMEOUT", raw)
     with pytest.raises(InputError, match="EP_HOST_RUN_TIMEOUT"):
-        InferenceSession(add_relu_model().SerializeToString(), ["cpu"])
+        InferenceSession(add_relu_model().SerializeToString(), providers=["cpu"])
 
 
 def test_under_a_timeout_results_and_errors_are_those_of_a_plain_run(host, tensors):
@@ -162,7 +163,7 @@ def test_under_a_timeout_results_and_errors_are_those_of_a_plain_run(host, tenso
     options = RunOptions()
     options.timeout_s = float(HANG_GUARD_S)
     feeds = {"x": tensors.x, "y": tensors.y}
-    good = InferenceSession(add_relu_model().SerializeToString(), ["cpu"])
+    good = InferenceSession(add_relu_model().SerializeToString(), providers=["cpu"])
     np.testing.assert_allclose(good.run(None, feeds, run_options=options)[0],
                                np.maximum(tensors.x + tensors.y, 0))
     host.register(Fails("cpu"), "cpu")

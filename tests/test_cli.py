@@ -97,7 +97,7 @@ def test_run_with_random_inputs_matches_onnxruntime():
 def test_run_reads_npy_inputs_and_saves_outputs(tmp_path):
     from ep_host import InferenceSession
 
-    session = InferenceSession(CNN, ["cpu"])
+    session = InferenceSession(CNN, providers=["cpu"])
     arg = session.get_inputs()[0]
     x = np.random.default_rng(3).standard_normal(arg.shape).astype(np.float32)
     np.save(tmp_path / "x.npy", x)

@@ -59,7 +59,7 @@ def model(dim=4):
 
 def session(host, recorder, options, refuse=(), dim=4):
     host.register(DeviceProvider("dev", refuse=refuse, device=recorder.device()), name="dev")
-    return InferenceSession(model(dim).SerializeToString(), ["dev"], host=host,
+    return InferenceSession(model(dim).SerializeToString(), providers=["dev"], host=host,
                             provider_options={"dev": options})
 
 
@@ -139,7 +139,7 @@ def test_a_traced_run_shows_a_recorded_partition_as_one_span(host):
     recorder = Recorder()
     host.register(DeviceProvider("dev", device=recorder.device()), name="dev")
     tracer = Tracer()
-    s = InferenceSession(model().SerializeToString(), ["dev"], host=host,
+    s = InferenceSession(model().SerializeToString(), providers=["dev"], host=host,
                          provider_options={"dev": {"enable_device_graph": True}}, trace=tracer)
     x = np.array([-1.0, 2.0, -3.0, 4.0], np.float32)
     for _ in range(2):
@@ -157,7 +157,7 @@ def test_a_provider_may_name_the_option_as_its_runtime_does(host):
     recorder = Recorder()
     host.register(DeviceProvider("dev", device=recorder.device(),
                                  device_graph_option="enable_sim_graph"), name="dev")
-    s = InferenceSession(model().SerializeToString(), ["dev"], host=host,
+    s = InferenceSession(model().SerializeToString(), providers=["dev"], host=host,
                          provider_options={"dev": {"enable_sim_graph": True}})
     (report,) = s.device_graphs
     assert report.captured
@@ -169,7 +169,7 @@ def test_the_session_option_records_every_capturing_device_and_never_the_host(ho
     recorder = Recorder()
     host.register(DeviceProvider("dev", ops=("Add",), device=recorder.device()), name="dev")
     host.register(DeviceProvider("cpu", ops=("Relu",)), name="cpu")
-    s = InferenceSession(model().SerializeToString(), ["dev", "cpu"], host=host,
+    s = InferenceSession(model().SerializeToString(), providers=["dev", "cpu"], host=host,
                          device_graphs=True)
     assert [(r.provider, r.nodes, r.captured) for r in s.device_graphs] == [
         ("dev", ["add"], True)]
@@ -188,7 +188,7 @@ def test_a_recorded_partition_checks_what_its_kernels_return(host):
                  "Relu": lambda a: np.maximum(a, 0).astype(np.float32)}
 
     host.register(WrongDtype("dev", device=recorder.device()), name="dev")
-    s = InferenceSession(model().SerializeToString(), ["dev"], host=host,
+    s = InferenceSession(model().SerializeToString(), providers=["dev"], host=host,
                          provider_options={"dev": {"enable_device_graph": True}})
     with pytest.raises(KernelError, match="node 'add' .*returned output 0 with dtype float64"):
         s.run(None, {"x": np.ones(4, np.float32)})

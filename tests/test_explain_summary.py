@@ -33,7 +33,8 @@ def placement(host):
     host.register(InlineProvider("gpu", available=False, reason=MISSING), name="gpu")
     host.register(Compiler("relus", ops=("Relu",)), name="relus")
     host.register(InlineProvider("cpu", ops=("Neg", "Relu"), cost_us=5.0), name="cpu")
-    session = InferenceSession(model.SerializeToString(), ["gpu", "relus", "cpu"], host=host,
+    session = InferenceSession(model.SerializeToString(),
+                               providers=["gpu", "relus", "cpu"], host=host,
                                strategy="greedy", optimizations=())
     return session.placement
 

@@ -35,7 +35,7 @@ def _local_function_model():
 
 def test_a_model_local_function_is_expanded_placed_and_run():
     model = _local_function_model()
-    session = InferenceSession(model.SerializeToString(), ["cpu"])
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"])
     table = session.placement.table
     assert table.expanded["swish"][0].startswith("swish::")
     assert not table.answers["swish"]["cpu"].is_supported  # the op itself is declined

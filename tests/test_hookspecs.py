@@ -62,7 +62,7 @@ def test_ep_host_supports_op(host):
 def test_ep_host_create_kernel(host, tensors):
     provider = InlineProvider("mine")
     host.register(provider, name="mine")
-    session = InferenceSession(add_relu_model().SerializeToString(), ["mine"], host=host)
+    session = InferenceSession(add_relu_model().SerializeToString(), providers=["mine"], host=host)
     assert provider.created == ["add", "relu"]
     assert all(isinstance(s.kernel, Kernel) for s in session._steps)
     (out,) = session.run(None, {"x": tensors.x, "y": tensors.y})
@@ -86,7 +86,7 @@ def test_ep_host_compile_partition(host, tensors):
 
     provider = Compiling("mine")
     host.register(provider, name="mine")
-    session = InferenceSession(add_relu_model().SerializeToString(), ["mine"], host=host)
+    session = InferenceSession(add_relu_model().SerializeToString(), providers=["mine"], host=host)
     (partition,) = provider.partitions
     assert isinstance(partition, PartitionView) and partition.provider == "mine"
     assert [n.name for n in partition.nodes] == ["add", "relu"]

@@ -313,7 +313,7 @@ SIZE_CASES = {
 def test_a_4_tib_output_from_shape_data_is_refused_before_allocating(monkeypatch, op):
     monkeypatch.setenv("EP_HOST_MAX_TENSOR_BYTES", str(2**20))
     model, feeds = SIZE_CASES[op]
-    session = InferenceSession(model.SerializeToString(), ["cpu"])
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"])
     with pytest.raises(ResourceLimitError, match=f"node 'big' \\({op}\\) on provider 'cpu': "
                                                  "its output would take 4398046511104 bytes.*"
                                                  "over the limit of 1048576"):
@@ -323,7 +323,7 @@ def test_a_4_tib_output_from_shape_data_is_refused_before_allocating(monkeypatch
 def test_without_a_limit_running_out_of_memory_is_a_resource_limit_error(monkeypatch):
     monkeypatch.delenv("EP_HOST_MAX_TENSOR_BYTES", raising=False)
     model, _ = SIZE_CASES["Expand"]
-    session = InferenceSession(model.SerializeToString(), ["cpu"])
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"])
     shape = [2**24, 2**26]  # 4 PiB of float32: more than any address space maps
     with pytest.raises(ResourceLimitError, match=r"node 'big' \(Expand\) on provider 'cpu' "
                                                  r"ran out of memory \(requested 4503599627370496 "
@@ -345,7 +345,7 @@ def test_a_kernel_out_of_memory_is_named_with_its_node(host, tensors):
 def test_under_the_limit_the_same_ops_still_compute(monkeypatch):
     monkeypatch.setenv("EP_HOST_MAX_TENSOR_BYTES", str(2**20))
     model, _ = SIZE_CASES["Expand"]
-    session = InferenceSession(model.SerializeToString(), ["cpu"])
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"])
     (y,) = session.run(None, {"x": np.full(1, 3.0, np.float32),
                               "shape": np.array([4, 5], np.int64)})
     np.testing.assert_array_equal(y, np.full((4, 5), 3.0, np.float32))

@@ -18,10 +18,10 @@ from ep_host.testing.models import (
 @pytest.mark.parametrize("name", LIGHT_MODELS)
 def test_every_node_is_placed_and_the_shipped_output_is_reproduced(name):
     path = light_model_path(name)
-    written = InferenceSession(path, ["cpu"], optimizations=())
+    written = InferenceSession(path, providers=["cpu"], optimizations=())
     model = onnx.load(path)
     assert len(written.placement.nodes) == len(model.graph.node)
-    optimized = InferenceSession(path, ["cpu"])
+    optimized = InferenceSession(path, providers=["cpu"])
     for session in (written, optimized):
         assert {n.provider for n in session.placement.nodes} == {"cpu"}
         (out,) = session.run(None, dummy_inputs(model))
@@ -34,7 +34,7 @@ def test_random_weight_copies_match_onnxruntime(name):
 
     model = with_random_weights(onnx.load(light_model_path(name)))
     feeds = random_inputs(model)
-    ours = InferenceSession(model.SerializeToString(), ["cpu"]).run(None, feeds)
+    ours = InferenceSession(model.SerializeToString(), providers=["cpu"]).run(None, feeds)
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = 1
     options.log_severity_level = 3

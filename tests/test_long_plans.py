@@ -39,7 +39,7 @@ def expected(x, length=LENGTH):
 
 def test_a_plan_longer_than_one_function_computes_every_value_across_links(host):
     host.register(InlineProvider("cpu", ops=("Add", "Relu", "Sub")), name="cpu")
-    session = InferenceSession(long_chain().SerializeToString(), ["cpu"], host=host)
+    session = InferenceSession(long_chain().SerializeToString(), providers=["cpu"], host=host)
     x = np.array([1.5, -2.0], np.float32)
     y, a3 = session.run(None, {"x": x})
     want_y, want_a3 = expected(x)
@@ -83,7 +83,7 @@ def test_a_value_dead_in_a_later_link_is_freed_there(host):
     provider = Watched("cpu", ops=("Add", "Relu", "Sub"), watch=f"n{k}",
                        check=f"n{STEPS_PER_FUNCTION + 10}")
     host.register(provider, name="cpu")
-    session = InferenceSession(long_chain().SerializeToString(), ["cpu"], host=host)
+    session = InferenceSession(long_chain().SerializeToString(), providers=["cpu"], host=host)
     session.run(None, {"x": np.ones(2, np.float32)})
     assert provider.alive_at_check is False
 
@@ -113,7 +113,7 @@ class FailsAt(InlineProvider):
 @pytest.mark.parametrize("index", [5, STEPS_PER_FUNCTION + 3, LENGTH - 1])
 def test_a_kernel_failing_in_any_link_is_named(host, index):
     host.register(FailsAt("cpu", ops=("Add", "Relu", "Sub"), fail=f"n{index}"), name="cpu")
-    session = InferenceSession(long_chain().SerializeToString(), ["cpu"], host=host)
+    session = InferenceSession(long_chain().SerializeToString(), providers=["cpu"], host=host)
     with pytest.raises(KernelError, match=rf"node 'n{index}' .*provider 'cpu'.*the kernel broke"):
         session.run(None, {"x": np.ones(2, np.float32)})
 
@@ -125,6 +125,6 @@ def test_a_cancellation_in_a_later_link_names_the_next_step(host):
     index = 2 * STEPS_PER_FUNCTION + 7
     host.register(FailsAt("cpu", ops=("Add", "Relu", "Sub"), cancel=f"n{index}",
                           options=options), name="cpu")
-    session = InferenceSession(long_chain().SerializeToString(), ["cpu"], host=host)
+    session = InferenceSession(long_chain().SerializeToString(), providers=["cpu"], host=host)
     with pytest.raises(RunCancelledError, match=rf"before node 'n{index + 1}'"):
         session.run(None, {"x": np.ones(2, np.float32)}, options)

@@ -44,7 +44,7 @@ def test_measured_times_replace_the_estimates_of_those_nodes(cache, tmp_path):
         # what the estimate said about the work is kept for reports
         assert used.answer(t.node, "cpu").cost.bytes_moved == \
             raw.answer(t.node, "cpu").cost.bytes_moved
-    session = InferenceSession(str(path), ["cpu"], host=host)
+    session = InferenceSession(str(path), providers=["cpu"], host=host)
     assert session.placement.total_us == pytest.approx(sum(t.measured_us for t in times))
 
 

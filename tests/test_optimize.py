@@ -66,8 +66,8 @@ def gelu_model(order):
 
 def run_both(model, feeds, **kwargs):
     data = model.SerializeToString()
-    optimized = InferenceSession(data, ["cpu"], **kwargs)
-    written = InferenceSession(data, ["cpu"], optimizations=())
+    optimized = InferenceSession(data, providers=["cpu"], **kwargs)
+    written = InferenceSession(data, providers=["cpu"], optimizations=())
     return optimized, optimized.run(None, feeds), written.run(None, feeds)
 
 
@@ -145,7 +145,7 @@ def test_a_fused_node_nobody_claims_runs_as_the_nodes_it_replaced(host):
 
     host.register(Elementwise("plain", ops=("Div", "Mul", "Add", "Erf")), name="plain")
     x = RNG.standard_normal((2, 16)).astype(np.float32)
-    session = InferenceSession(gelu_model("half_first").SerializeToString(), ["plain"],
+    session = InferenceSession(gelu_model("half_first").SerializeToString(), providers=["plain"],
                                host=host)
     table = session.placement.table
     (fused,) = table.expanded

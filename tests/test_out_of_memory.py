@@ -50,12 +50,12 @@ def test_a_provider_running_out_of_memory_names_the_stage(host, where, stage):
     with pytest.raises(ResourceLimitError,
                        match=rf"<model bytes>: ran out of memory during {stage} of the model "
                              r"\(2 nodes\)"):
-        InferenceSession(add_relu_model().SerializeToString(), ["cpu"], host=host)
+        InferenceSession(add_relu_model().SerializeToString(), providers=["cpu"], host=host)
 
 
 def test_a_kernel_running_out_of_memory_names_the_run_and_the_node(host, tensors):
     host.register(OutOfMemory("cpu", where="run"), name="cpu")
-    session = InferenceSession(add_relu_model().SerializeToString(), ["cpu"], host=host)
+    session = InferenceSession(add_relu_model().SerializeToString(), providers=["cpu"], host=host)
     with pytest.raises(ResourceLimitError,
                        match=r"ran out of memory during a run of the model, in node 'relu' "
                              r"\(Relu\) on provider 'cpu'"):
@@ -80,13 +80,14 @@ UNDER_A_LIMIT = textwrap.dedent("""
     from ep_host.discovery import Host
     host = Host.discover(["cpu"])
     # a first session loads every library lazily (dlopen cannot fail cleanly under a limit)
-    InferenceSession(sys.argv[3], ["cpu"], host=host).run(None, {"v0": np.zeros(1, np.float32)})
+    InferenceSession(sys.argv[3],
+                     providers=["cpu"], host=host).run(None, {"v0": np.zeros(1, np.float32)})
     with open("/proc/self/status") as f:
         size = next(int(line.split()[1]) for line in f if line.startswith("VmSize:")) * 1024
     limit = size + int(sys.argv[2]) * 2**20
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
-        session = InferenceSession(sys.argv[1], ["cpu"], host=host)
+        session = InferenceSession(sys.argv[1], providers=["cpu"], host=host)
         session.run(None, {"v0": np.zeros(1, np.float32)})
     except ResourceLimitError as exc:
         print("ResourceLimitError:", exc)

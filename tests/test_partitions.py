@@ -49,7 +49,7 @@ def session(host, model, compiler, **kwargs):
     host.register(compiler, name=compiler.name)
     host.register(InlineProvider("cpu", ops=("Add", "Mul", "Relu", "Neg", "Sub"), cost_us=5.0),
                   name="cpu")
-    return InferenceSession(model.SerializeToString(), [compiler.name, "cpu"], host=host,
+    return InferenceSession(model.SerializeToString(), providers=[compiler.name, "cpu"], host=host,
                             strategy="greedy", optimizations=(), **kwargs)
 
 

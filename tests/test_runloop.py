@@ -54,7 +54,7 @@ def chain(shape, extra_reader=False):
 
 def session_on(host, model, seen):
     host.register(Provider("cpu", ops=("Add", "Neg", "Relu"), seen=seen), name="cpu")
-    return InferenceSession(model.SerializeToString(), ["cpu"], host=host)
+    return InferenceSession(model.SerializeToString(), providers=["cpu"], host=host)
 
 
 def test_a_dead_intermediate_is_written_in_place_and_the_result_is_right(host):
@@ -102,7 +102,7 @@ def test_a_failing_kernel_is_named(host):
     model = make_model([helper.make_node("Add", ["x", "x"], ["a"], name="add"),
                         helper.make_node("Relu", ["a"], ["y"], name="the_relu")],
                        [("x", F, [2])], [("y", F, [2])])
-    session = InferenceSession(model.SerializeToString(), ["cpu"], host=host)
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"], host=host)
     with pytest.raises(KernelError, match="node 'the_relu' .*failed on provider 'cpu'"):
         session.run(None, {"x": np.ones(2, np.float32)})
 
@@ -125,7 +125,7 @@ def test_call_results_are_normalised(host, returned):
     host.register(P("cpu", ops=("ReduceSum",)), name="cpu")
     model = make_model([helper.make_node("ReduceSum", ["x"], ["y"], name="sum", keepdims=0)],
                        [("x", F, [3])], [("y", F, [])])
-    session = InferenceSession(model.SerializeToString(), ["cpu"], host=host)
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"], host=host)
     (y,) = session.run(None, {"x": np.arange(3, dtype=np.float32)})
     assert isinstance(y, np.ndarray) and y.shape == () and float(y) == 3.0
 
@@ -149,7 +149,7 @@ def test_the_step_loop_also_hands_out_a_numpy_scalar_as_a_0d_array(host):
     model = make_model([helper.make_node("Neg", ["x"], ["a"], name="first"),
                         helper.make_node("Neg", ["a"], ["y"], name="second")],
                        [("x", F, [])], [("y", F, [])])
-    session = InferenceSession(model.SerializeToString(), ["cpu"], host=host)
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"], host=host)
     x = np.array(2.0, np.float32)
     assert isinstance(np.negative(x), np.generic)
     for options in (None, RunOptions()):

@@ -205,7 +205,8 @@ def test_outputs_on_a_device_come_back_to_the_host(host, tensors):
 
 
 def test_onnxruntime_provider_names_are_accepted(tensors):
-    session = InferenceSession(add_relu_model().SerializeToString(), ["CPUExecutionProvider"])
+    session = InferenceSession(add_relu_model().SerializeToString(),
+                               providers=["CPUExecutionProvider"])
     assert session.get_providers() == ["cpu"]
     (out,) = session.run(None, {"x": tensors.x, "y": tensors.y})
     np.testing.assert_allclose(out, np.maximum(tensors.x + tensors.y, 0))
@@ -213,7 +214,7 @@ def test_onnxruntime_provider_names_are_accepted(tensors):
 
 def test_unknown_provider_names_are_an_error():
     with pytest.raises(KernelError, match="unknown provider.*nosuch"):
-        InferenceSession(add_relu_model().SerializeToString(), ["nosuch"])
+        InferenceSession(add_relu_model().SerializeToString(), providers=["nosuch"])
 
 
 def test_constant_nodes_feed_their_consumers(host):
@@ -264,7 +265,7 @@ def test_a_third_party_provider_gets_aliases_and_the_default_order_from_its_info
     host.register(InlineProvider("zeta", device=SIM), name="zeta")
     assert select_providers(host, None) == ["zeta", "alpha"]
     session = InferenceSession(add_relu_model().SerializeToString(),
-                               ["AlphaExecutionProvider"], host=host)
+                               providers=["AlphaExecutionProvider"], host=host)
     assert session.get_providers() == ["alpha"]
     (out,) = session.run(None, {"x": tensors.x, "y": tensors.y})
     np.testing.assert_array_equal(out, np.maximum(tensors.x + tensors.y, 0))

@@ -29,7 +29,7 @@ def _check_trace_events(data):
 
 def test_a_traced_run_has_a_span_per_node_with_its_provider(tmp_path, tensors):
     path = tmp_path / "trace.json"
-    session = InferenceSession(add_relu_model().SerializeToString(), ["cpu"], trace=path)
+    session = InferenceSession(add_relu_model().SerializeToString(), providers=["cpu"], trace=path)
     session.run(None, {"x": tensors.x, "y": tensors.y})
     assert session.end_profiling() == os.fspath(path)
     data = json.loads(path.read_text())
@@ -43,7 +43,7 @@ def test_a_traced_run_has_a_span_per_node_with_its_provider(tmp_path, tensors):
 
 def test_node_spans_cover_the_run(tensors):
     tracer = Tracer()
-    session = InferenceSession(CNN, ["cpu"], trace=tracer)
+    session = InferenceSession(CNN, providers=["cpu"], trace=tracer)
     x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
     for _ in range(5):
         session.run(None, {"image": x})
@@ -65,7 +65,8 @@ def test_copies_are_spans_too(host, tensors):
               InlineProvider("cpu", cost_us=10.0)):
         host.register(p, name=p.name)
     tracer = Tracer()
-    session = InferenceSession(add_relu_model().SerializeToString(), ["sim", "cpu"], host=host,
+    session = InferenceSession(add_relu_model().SerializeToString(),
+                               providers=["sim", "cpu"], host=host,
                                trace=tracer)
     session.run(None, {"x": tensors.x, "y": tensors.y})
     copies = [e for e in tracer.events if e["cat"] == "copy"]
@@ -74,7 +75,7 @@ def test_copies_are_spans_too(host, tensors):
 
 
 def test_an_untraced_session_records_nothing(tensors):
-    session = InferenceSession(add_relu_model().SerializeToString(), ["cpu"])
+    session = InferenceSession(add_relu_model().SerializeToString(), providers=["cpu"])
     assert session.tracer is None and session.end_profiling() is None
     session.run(None, {"x": tensors.x, "y": tensors.y})
 
@@ -94,7 +95,8 @@ def test_cli_run_repeat_prints_latency_and_writes_a_trace(tmp_path):
 
 def test_tracer_timestamps_are_monotonic_within_a_run(tensors):
     tracer = Tracer()
-    session = InferenceSession(add_relu_model().SerializeToString(), ["cpu"], trace=tracer)
+    session = InferenceSession(add_relu_model().SerializeToString(),
+                               providers=["cpu"], trace=tracer)
     session.run(None, {"x": tensors.x, "y": tensors.y})
     time.sleep(0.001)
     nodes = [e for e in tracer.events if e["cat"] == "node"]
@@ -108,7 +110,7 @@ def test_a_traced_bert_base_run_is_valid_trace_json_and_its_spans_cover_the_wall
     model = models.bert_encoder()  # 12 layers, hidden 768, seq 128
     feeds = models.bert_inputs(model)
     path = tmp_path / "bert.json"
-    session = InferenceSession(model.SerializeToString(), ["cpu"], trace=path)
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"], trace=path)
     session.run(None, feeds)  # warm-up
     start = time.perf_counter()
     session.run(None, feeds)
@@ -147,7 +149,7 @@ def test_body_nodes_are_traced_only_at_full_verbosity():
     names = {}
     for verbosity in (1, Tracer.FULL):
         tracer = Tracer(verbosity)
-        session = InferenceSession(_if_model().SerializeToString(), ["cpu"], trace=tracer)
+        session = InferenceSession(_if_model().SerializeToString(), providers=["cpu"], trace=tracer)
         (y,) = session.run(None, feeds)
         np.testing.assert_array_equal(y, [-1.0, 2.0])
         names[verbosity] = [e["name"] for e in tracer.events if e["cat"] == "node"]

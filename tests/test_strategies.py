@@ -109,7 +109,7 @@ def test_a_session_with_an_unknown_strategy_is_an_error(host):
     provider = InlineProvider("a")
     host.register(provider, name="a")
     with pytest.raises(PlacementError, match="unknown placement strategy 'random'"):
-        InferenceSession(add_relu_model().SerializeToString(), ["a"], host=host,
+        InferenceSession(add_relu_model().SerializeToString(), providers=["a"], host=host,
                          strategy="random")
 
 

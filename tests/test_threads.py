@@ -13,7 +13,7 @@ CNN = os.path.join(ROOT, "examples", "cnn.onnx")
 
 
 def test_eight_threads_times_300_runs_match_single_threaded_results():
-    session = InferenceSession(CNN, ["cpu"])
+    session = InferenceSession(CNN, providers=["cpu"])
     rng = np.random.default_rng(0)
     inputs = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32) for _ in range(16)]
     expected = [session.run(None, {"image": x})[0] for x in inputs]
@@ -59,7 +59,7 @@ def test_kernels_that_are_not_thread_safe_are_serialised(host, tensors):
             return FunctionKernel(self.FUNCS[node.op_type])
 
     host.register(Provider("cpu"), name="cpu")
-    session = InferenceSession(add_relu_model().SerializeToString(), ["cpu"], host=host)
+    session = InferenceSession(add_relu_model().SerializeToString(), providers=["cpu"], host=host)
 
     def worker():
         for _ in range(100):
@@ -87,9 +87,9 @@ def test_concurrent_first_runs_build_lazy_kernel_state_safely():
     (name, example), = random_inputs(model).items()
     shape = example.shape
     inputs = [rng.standard_normal(shape).astype(np.float32) for _ in range(8)]
-    reference = InferenceSession(data, ["cpu"])
+    reference = InferenceSession(data, providers=["cpu"])
     expected = [reference.run(None, {name: x})[0] for x in inputs]
-    session = InferenceSession(data, ["cpu"])
+    session = InferenceSession(data, providers=["cpu"])
     start = threading.Barrier(8)
     failures = []
 
@@ -112,7 +112,7 @@ def test_concurrent_first_runs_build_lazy_kernel_state_safely():
     assert failures == []
     from ep_host.tracing import Tracer
 
-    traced = InferenceSession(data, ["cpu"], trace=Tracer())
+    traced = InferenceSession(data, providers=["cpu"], trace=Tracer())
     traced.run(None, {name: inputs[0]})
     variants = {e["args"].get("kernel_variant") for e in traced.tracer.events
                 if e["cat"] == "node"}

@@ -177,8 +177,8 @@ def bench_model(name, build, host, repeat, deadline, dry_run):
     t0 = time.perf_counter()
     model, feeds = build()
     data = model.SerializeToString()
-    cpu = InferenceSession(data, ["cpu"], host=host)
-    cuda = InferenceSession(data, ["cuda", "cpu"], host=host)
+    cpu = InferenceSession(data, providers=["cpu"], host=host)
+    cuda = InferenceSession(data, providers=["cuda", "cpu"], host=host)
     expected = cpu.run(None, feeds)
     got = cuda.run(None, feeds)  # warm-up: kernels compile, the pool fills
     cuda.run(None, feeds)
@@ -211,9 +211,9 @@ def bench_model(name, build, host, repeat, deadline, dry_run):
 
 def cuda_graph_check(host, model, feeds) -> None:
     data = model.SerializeToString()
-    plain = InferenceSession(data, ["cuda", "cpu"], host=host).run(None, feeds)
+    plain = InferenceSession(data, providers=["cuda", "cpu"], host=host).run(None, feeds)
     try:
-        session = InferenceSession(data, ["cuda", "cpu"], host=host,
+        session = InferenceSession(data, providers=["cuda", "cpu"], host=host,
                                    provider_options={"cuda": {"enable_cuda_graph": True}})
         first = session.run(None, feeds)
         second = session.run(None, feeds)  # a replay, where the session captured

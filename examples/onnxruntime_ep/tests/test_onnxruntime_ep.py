@@ -242,14 +242,15 @@ def test_small_models_match_onnxruntime(host):
              {"q": rng.standard_normal((5, 5)).astype(np.float32),
               "k": rng.standard_normal((5, 5)).astype(np.float32)}]
     for model, feed in zip([conv, attention], feeds, strict=True):
-        session = ep_host.InferenceSession(model.SerializeToString(), ["onnxruntime"], host=host)
+        session = ep_host.InferenceSession(model.SerializeToString(),
+                                           providers=["onnxruntime"], host=host)
         assert {p.provider for p in session.placement.by_node.values()} == {"onnxruntime"}
         for ours, theirs in zip(session.run(None, feed), ort_run(model, feed), strict=True):
             assert_close_to_scale(ours, theirs)
 
 
 def test_cnn_matches_onnxruntime(host):
-    session = ep_host.InferenceSession(str(CNN_MODEL), ["onnxruntime"], host=host)
+    session = ep_host.InferenceSession(str(CNN_MODEL), providers=["onnxruntime"], host=host)
     assert {p.provider for p in session.placement.by_node.values()} == {"onnxruntime"}
     feed = {"image": np.random.default_rng(1).standard_normal((1, 3, 32, 32)).astype(np.float32)}
     for ours, theirs in zip(session.run(None, feed), ort_run(str(CNN_MODEL), feed), strict=True):
@@ -257,7 +258,7 @@ def test_cnn_matches_onnxruntime(host):
 
 
 def test_custom_op_on_example_and_the_rest_on_onnxruntime(host):
-    session = ep_host.InferenceSession(str(CUSTOM_OP_MODEL), ["onnxruntime", "example"],
+    session = ep_host.InferenceSession(str(CUSTOM_OP_MODEL), providers=["onnxruntime", "example"],
                                        host=host)
     where = {name: p.provider for name, p in session.placement.by_node.items()}
     assert where == {"dense/MatMul": "onnxruntime", "act/FastSwish": "example",

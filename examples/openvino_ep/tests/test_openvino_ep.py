@@ -190,7 +190,7 @@ def conv_block():
 
 def test_small_model_per_node_matches_onnxruntime(host):
     model = conv_block()
-    session = ep_host.InferenceSession(model.SerializeToString(), ["openvino"], host=host)
+    session = ep_host.InferenceSession(model.SerializeToString(), providers=["openvino"], host=host)
     assert {p.provider for p in session.placement.by_node.values()} == {"openvino"}
     feed = {"x": np.random.default_rng(1).standard_normal((1, 3, 6, 6)).astype(np.float32)}
     (ours,) = session.run(None, feed)
@@ -200,7 +200,7 @@ def test_small_model_per_node_matches_onnxruntime(host):
 
 def test_cnn_example_matches_onnxruntime(host):
     path = EXAMPLES / "cnn.onnx"
-    session = ep_host.InferenceSession(str(path), ["openvino"], host=host)
+    session = ep_host.InferenceSession(str(path), providers=["openvino"], host=host)
     reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (spec,) = reference.get_inputs()
     shape = [d if isinstance(d, int) else 2 for d in spec.shape]
@@ -211,7 +211,7 @@ def test_cnn_example_matches_onnxruntime(host):
 
 def test_mixed_model_puts_the_custom_op_on_example_and_the_rest_on_openvino(host):
     path = EXAMPLES / "custom_op.onnx"
-    session = ep_host.InferenceSession(str(path), ["openvino", "example"], host=host)
+    session = ep_host.InferenceSession(str(path), providers=["openvino", "example"], host=host)
     where = {name: p.provider for name, p in session.placement.by_node.items()}
     assert where["act/FastSwish"] == "example"
     assert where["dense/MatMul"] == "openvino"
@@ -277,7 +277,7 @@ def test_partition_that_openvino_cannot_compile_raises_its_message():
 
 def test_onnx_light_squeezenet_is_claimed_whole_and_matches_onnxruntime(host):
     path = Path(onnx.__file__).parent / "backend/test/data/light/light_squeezenet.onnx"
-    session = ep_host.InferenceSession(str(path), ["openvino"], host=host)
+    session = ep_host.InferenceSession(str(path), providers=["openvino"], host=host)
     table = session.placement.table
     assert all(table.answer(name, "openvino").is_supported for name in session.placement.by_node)
     reference = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])

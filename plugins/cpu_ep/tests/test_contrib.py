@@ -482,4 +482,4 @@ def test_an_unknown_activation_is_declined_with_its_name():
 
     model = fused_model("Softplus", [])
     with pytest.raises(ep_host.PlacementError, match="FusedConv: CPU EP applies activation"):
-        ep_host.InferenceSession(model.SerializeToString(), ["cpu"])
+        ep_host.InferenceSession(model.SerializeToString(), providers=["cpu"])

@@ -25,7 +25,7 @@ def test_a_chain_of_one_op_shares_one_kernel_per_attribute_set():
         prev = f"h{i}"
     nodes.append(helper.make_node("Relu", [prev], ["y"], name="relu"))
     model = make_model(nodes, [("x", F, [4])], [("y", F, [4])])
-    session = ep_host.InferenceSession(model.SerializeToString(), ["cpu"],
+    session = ep_host.InferenceSession(model.SerializeToString(), providers=["cpu"],
                                        optimizations=())
     made = kernels(session)
     assert len({id(k) for k in made}) == 3  # alpha 0.25, alpha 0.5, Relu
@@ -43,7 +43,8 @@ def test_attributes_that_differ_only_in_sign_of_zero_or_type_are_not_shared():
              helper.make_node("LeakyRelu", ["a"], ["b"], alpha=-0.0, name="minus"),
              helper.make_node("Relu", ["b"], ["y"], name="relu")]
     model = make_model(nodes, [("x", F, [3])], [("y", F, [3])])
-    session = ep_host.InferenceSession(model.SerializeToString(), ["cpu"], optimizations=())
+    session = ep_host.InferenceSession(model.SerializeToString(),
+                                       providers=["cpu"], optimizations=())
     made = kernels(session)
     assert made[0] is not made[1]
 
@@ -54,7 +55,8 @@ def test_kernels_that_prepare_constants_are_not_shared():
     nodes = [helper.make_node("MatMul", ["x", "w"], ["a"], name="m1"),
              helper.make_node("MatMul", ["a", "v"], ["y"], name="m2")]
     model = make_model(nodes, [("x", F, [1, 3])], [("y", F, [1, 3])], initializers=[w, v])
-    session = ep_host.InferenceSession(model.SerializeToString(), ["cpu"], optimizations=())
+    session = ep_host.InferenceSession(model.SerializeToString(),
+                                       providers=["cpu"], optimizations=())
     made = kernels(session)
     assert made[0] is not made[1]
     x = np.array([[1.0, 2.0, 3.0]], np.float32)

@@ -55,7 +55,8 @@ def first_node(model: onnx.ModelProto):
 
 
 def run_on(model, feeds, providers, host=None, **kwargs):
-    session = InferenceSession(model.SerializeToString(), providers, host=host or sim_host(),
+    session = InferenceSession(model.SerializeToString(),
+                               providers=providers, host=host or sim_host(),
                                **kwargs)
     return session.run(None, feeds), session
 

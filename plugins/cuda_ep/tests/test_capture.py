@@ -12,7 +12,8 @@ MS = "com.microsoft"
 
 
 def kernels(model, feeds=None):
-    session = InferenceSession(model.SerializeToString(), ["cuda", "cpu"], host=sim_host(),
+    session = InferenceSession(model.SerializeToString(),
+                               providers=["cuda", "cpu"], host=sim_host(),
                                pins={n.name: "cuda" for n in model.graph.node})
     if feeds is not None:
         session.run(None, feeds)

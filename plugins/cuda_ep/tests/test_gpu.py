@@ -26,7 +26,7 @@ def cupy():
 def _run(model, feeds, providers, host, **kwargs):
     from ep_host import InferenceSession
 
-    session = InferenceSession(model.SerializeToString(), providers, host=host, **kwargs)
+    session = InferenceSession(model.SerializeToString(), providers=providers, host=host, **kwargs)
     return session.run(None, feeds), session
 
 

@@ -20,8 +20,8 @@ CNN = os.path.join(ROOT, "examples", "cnn.onnx")
 
 def both(model_bytes, feeds, figures=FIGURES, **kwargs):
     host = sim_host(figures)
-    expected = InferenceSession(model_bytes, ["cpu"], host=host).run(None, feeds)
-    session = InferenceSession(model_bytes, ["cuda", "cpu"], host=host, **kwargs)
+    expected = InferenceSession(model_bytes, providers=["cpu"], host=host).run(None, feeds)
+    session = InferenceSession(model_bytes, providers=["cuda", "cpu"], host=host, **kwargs)
     return expected, session.run(None, feeds), session
 
 
