@@ -171,7 +171,8 @@ class StepChecks:
         if isinstance(exc, ResourceLimitError):
             return ResourceLimitError(f"{where}: {exc}")
         if isinstance(exc, MemoryError):
-            return ResourceLimitError(f"{where} ran out of memory{_requested(exc)}: "
+            return ResourceLimitError(f"{where} ran out of memory during a run of the model"
+                                      f"{_requested(exc)}: "
                                       f"{describe_exception(exc)}")
         return KernelError(f"{self.label}: {step.subject} ({step.op}) failed on provider "
                            f"{step.provider!r}: {describe_exception(exc)}")

@@ -57,8 +57,8 @@ def test_a_kernel_running_out_of_memory_names_the_run_and_the_node(host, tensors
     host.register(OutOfMemory("cpu", where="run"), name="cpu")
     session = InferenceSession(add_relu_model().SerializeToString(), providers=["cpu"], host=host)
     with pytest.raises(ResourceLimitError,
-                       match=r"ran out of memory during a run of the model, in node 'relu' "
-                             r"\(Relu\) on provider 'cpu'"):
+                       match=r"node 'relu' \(Relu\) on provider 'cpu' ran out of memory "
+                             r"during a run of the model"):
         session.run(None, {"x": tensors.x, "y": tensors.y})
 
 
