@@ -326,7 +326,8 @@ def test_without_a_limit_running_out_of_memory_is_a_resource_limit_error(monkeyp
     session = InferenceSession(model.SerializeToString(), providers=["cpu"])
     shape = [2**24, 2**26]  # 4 PiB of float32: more than any address space maps
     with pytest.raises(ResourceLimitError, match=r"node 'big' \(Expand\) on provider 'cpu' "
-                                                 r"ran out of memory \(requested 4503599627370496 "
+                                                 r"ran out of memory during a run of the model "
+                                                 r"\(requested 4503599627370496 "
                                                  r"bytes for shape \[16777216, 67108864\]"):
         session.run(None, {"x": np.ones(1, np.float32), "shape": np.array(shape, np.int64)})
 
@@ -338,7 +339,8 @@ def test_a_kernel_out_of_memory_is_named_with_its_node(host, tensors):
     host.register(Lies(FunctionKernel(greedy)), "cpu")
     session = InferenceSession(add_relu_model(), providers=["cpu"], host=host)
     with pytest.raises(ResourceLimitError, match="node 'add' \\(Add\\) on provider 'cpu' ran out "
-                                                 "of memory: MemoryError: no memory left"):
+                                                 "of memory during a run of the model: "
+                                                 "MemoryError: no memory left"):
         session.run(None, {"x": tensors.x, "y": tensors.y})
 
 
