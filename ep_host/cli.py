@@ -354,19 +354,23 @@ class _Prepared:
 
 def load_model_and_host(args: argparse.Namespace) -> tuple[Any, Any]:
     """The model (its warnings printed) and a host with the requested providers loaded."""
+    from ep_host.declared_types import declare_output_types
     from ep_host.discovery import Host
     from ep_host.loading import load_model
     from ep_host.optimize import optimize
-    from ep_host.session import provider_names
+    from ep_host.session import provider_names, select_providers
 
     with status(f"loading {args.model}"):
         model = load_model(args.model)
+    requested = provider_names(args.providers)
+    host = Host.discover(requested)
+    model = declare_output_types(host, model, select_providers(host, requested))
     if not getattr(args, "no_optimize", False):
         with status("optimizing the graph"):
             model = optimize(model, disable=getattr(args, "disable_optimization", ()))
     for warning in model.warnings:
         say(f"warning: {warning}")
-    return model, Host.discover(provider_names(args.providers))
+    return model, host
 
 
 def _prepare(args: argparse.Namespace) -> _Prepared:

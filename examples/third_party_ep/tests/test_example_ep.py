@@ -161,4 +161,29 @@ def test_discovered_through_its_entry_point():
     assert record.plugin is provider
     assert set(record.hooks) == {
         "ep_host_provider_info", "ep_host_supports_op", "ep_host_create_kernel",
+        "ep_host_infer_types",
     }
+
+
+# -- declared types ------------------------------------------------------------------------------
+
+
+def test_fast_swish_declares_its_output_so_a_later_relu_is_typed(ep_session):
+    """Without the declaration, the Relu after FastSwish has an input of unknown type, which the
+    example EP declines ("the type of its input is unknown"); declared, the example EP claims
+    it and the output has FastSwish's input's type and shape."""
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("FastSwish", ["x"], ["s"], name="swish", domain="com.example"),
+         helper.make_node("Relu", ["s"], ["y"], name="relu")],
+        "swish_relu", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", 4])],
+        [onnx.ValueInfoProto(name="y")]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    model.ir_version = 8
+    session = ep_session(model)
+    relu = session.placement.table.answer("relu", "example")
+    assert relu.is_supported, relu.reason
+    [y] = session.get_outputs()
+    assert (y.type, y.shape) == ("tensor(float)", ["n", 4])
+    x = np.linspace(-3, 3, 8, dtype=np.float32).reshape(2, 4)
+    (out,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(out, np.maximum(swish64(x), 0), rtol=1e-6)
