@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             code = supervisor.supervise()
             if code is not None:  # the parent: the child has finished
                 os._exit(code)
-    from ep_host.errors import HostError
+    from ep_host.errors import HostError, ProviderError, plugin_traceback
     from ep_host.plugin_calls import record_sigint
 
     record_sigint()
@@ -244,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except HostError as exc:
         say(f"error: {exc}")
+        if isinstance(exc, ProviderError) and exc.__cause__ is not None:  # EP_HOST_STRICT=1
+            from ep_host.text import message
+
+            print(message(plugin_traceback(exc.__cause__).rstrip("\n")), file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # the user's ^C (a plugin's is that provider's fault)
         print("ep-host: interrupted", file=sys.stderr)
