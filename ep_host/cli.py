@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             code = supervisor.supervise()
             if code is not None:  # the parent: the child has finished
                 os._exit(code)
-    from ep_host.errors import HostError
+    from ep_host.errors import HostError, ProviderError, plugin_traceback
     from ep_host.plugin_calls import record_sigint
 
     record_sigint()
@@ -244,6 +244,10 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except HostError as exc:
         say(f"error: {exc}")
+        if isinstance(exc, ProviderError) and exc.__cause__ is not None:  # EP_HOST_STRICT=1
+            from ep_host.text import message
+
+            print(message(plugin_traceback(exc.__cause__).rstrip("\n")), file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # the user's ^C (a plugin's is that provider's fault)
         print("ep-host: interrupted", file=sys.stderr)
@@ -354,19 +358,23 @@ class _Prepared:
 
 def load_model_and_host(args: argparse.Namespace) -> tuple[Any, Any]:
     """The model (its warnings printed) and a host with the requested providers loaded."""
+    from ep_host.declared_types import declare_output_types
     from ep_host.discovery import Host
     from ep_host.loading import load_model
     from ep_host.optimize import optimize
-    from ep_host.session import provider_names
+    from ep_host.session import provider_names, select_providers
 
     with status(f"loading {args.model}"):
         model = load_model(args.model)
+    requested = provider_names(args.providers)
+    host = Host.discover(requested)
+    model = declare_output_types(host, model, select_providers(host, requested))
     if not getattr(args, "no_optimize", False):
         with status("optimizing the graph"):
             model = optimize(model, disable=getattr(args, "disable_optimization", ()))
     for warning in model.warnings:
         say(f"warning: {warning}")
-    return model, Host.discover(provider_names(args.providers))
+    return model, host
 
 
 def _prepare(args: argparse.Namespace) -> _Prepared:

@@ -25,7 +25,7 @@ from ep_host.provider import CONTRACT_VERSION, ProviderInfo, checked_info, contr
 
 ENTRY_POINT_GROUP = "ep_host.providers"
 HOOK_NAMES = ("ep_host_provider_info", "ep_host_supports_op", "ep_host_create_kernel",
-              "ep_host_compile_partition")
+              "ep_host_compile_partition", "ep_host_infer_types")
 DEFAULT_IMPORT_TIMEOUT = 30.0  # seconds importing one entry point may take
 
 

@@ -128,3 +128,23 @@ def describe_exception(exc: BaseException) -> str:
         exc = exc.original
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text and text[0] else type(exc).__name__
+
+
+def plugin_traceback(exc: BaseException) -> str:
+    """The fault behind a strict-mode ``ProviderError``, for the terminal: a traceback of the
+    plugin's own frames (ep-host's and pluggy's left out) and ``TypeName: message``."""
+    import os
+    import traceback
+
+    import pluggy
+
+    if isinstance(exc, PluginBaseException):
+        exc = exc.original
+    skipped = tuple(os.path.dirname(os.path.abspath(path)) + os.sep
+                    for path in (__file__, pluggy.__file__))
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not os.path.abspath(f.filename).startswith(skipped)]
+    lines = ["Traceback (the provider's frames, most recent call last):\n",
+             *traceback.format_list(frames)] if frames else []
+    lines.extend(traceback.format_exception_only(type(exc), exc))
+    return "".join(lines)

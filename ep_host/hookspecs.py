@@ -91,6 +91,41 @@ def ep_host_supports_op(node: NodeView, context: ProviderContext) -> KernelMatch
     """
 
 
+@hookspec
+def ep_host_infer_types(node: NodeView, context: ProviderContext) -> list[tuple] | None:
+    """Declare the types and shapes of a custom op's outputs (optional).
+
+    onnx's shape inference knows only the ops it has schemas for: a custom-domain node's outputs,
+    and every value computed from them, are left without a type, so no provider can check the
+    dtypes downstream. When loading leaves a main-graph node of a domain other than onnx's with an
+    output of unknown type, the host asks each provider in use that implements this hook, in the
+    user's order, before the capability walk; the first answer that is not ``None`` is declared
+    in the model (as ``value_info``) and shape inference runs again from it, so the nodes that
+    read those outputs see their types. Declared types never replace types the model states.
+
+    :param node: the node's read-only view, as ``ep_host_supports_op`` gets it; its inputs'
+        types are known where the model or an earlier declaration gives them.
+    :param context: the :class:`ep_host.ProviderContext` of the provider.
+    :return: one ``(dtype, shape)`` per node output, in order: ``dtype`` an
+        :class:`ep_host.DType`, an element type name (``"float32"``) or a numpy dtype; ``shape``
+        a tuple of ints (static dims), strings (symbolic dims) and ``None`` (unknown dims), or
+        ``None`` for an unknown rank. Return ``None`` for nodes this provider does not know.
+
+    Raising, or returning anything else (the wrong number of pairs, an unknown dtype), is this
+    provider's fault: the host adds a warning to the model that names the provider and the node
+    and asks the next provider; ``EP_HOST_STRICT=1`` raises a ``ProviderError`` instead.
+
+    Example::
+
+        @hookimpl
+        def ep_host_infer_types(node, context):
+            if (node.domain, node.op_type) != ("com.mine", "Swish"):
+                return None
+            x = node.inputs[0]
+            return [(x.dtype, x.shape)]
+    """
+
+
 # ---------------------------------------------------------------------------------------------
 # Running it
 # ---------------------------------------------------------------------------------------------

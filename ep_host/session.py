@@ -33,6 +33,7 @@ from ep_host.errors import (
 from ep_host.graph import GraphView, NodeView
 from ep_host.kernel import Kernel
 from ep_host.limits import MAX_TENSOR_BYTES
+from ep_host.declared_types import declare_output_types
 from ep_host.loading import Model, load_model
 from ep_host.optimize import optimize
 from ep_host.ort_api import (
@@ -358,10 +359,11 @@ class InferenceSession:
         else:
             self.tracer, self._trace_path = Tracer(), os.fspath(trace)
         loaded = model if isinstance(model, Model) else load_model(model, base_dir=base_dir)
-        with memory_stage("optimization", loaded.label, len(loaded.graph.nodes)):
-            self._model = optimize(loaded, optimizations, disable_optimizations)
         self._host = host if host is not None else discover_host(names)
         chosen = [p for p in select_providers(self._host, names) if p not in set(exclude)]
+        loaded = declare_output_types(self._host, loaded, chosen)
+        with memory_stage("optimization", loaded.label, len(loaded.graph.nodes)):
+            self._model = optimize(loaded, optimizations, disable_optimizations)
         self._options = gather_provider_options(self._host, providers, provider_options)
         self._device_plans: dict[Any, PlanRun] = {}
         self._runtime = _Runtime(self._model, self._host, chosen, self._options, strategy,

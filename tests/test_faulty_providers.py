@@ -100,3 +100,39 @@ def test_providers_lists_the_broken_ones_with_their_faults(broken_site):
     assert by_name["importfails"]["distribution"] == "ep-import-fails"
     assert by_name["cpu"]["status"] == "available"
     assert by_name["raises"]["status"] == "available"  # it loads; it breaks per node
+
+
+DEEP = """
+from ep_host import ProviderInfo, hookimpl
+
+@hookimpl
+def ep_host_provider_info():
+    return ProviderInfo(name="deep")
+
+def lookup(op_type):
+    return {"Relu": 1}[op_type]
+
+@hookimpl
+def ep_host_supports_op(node, context):
+    return lookup(node.op_type)
+"""
+
+
+def test_strict_mode_prints_the_exception_type_and_the_plugins_frames(tmp_path):
+    write_distribution(tmp_path, "ep-deep", {"deep": "deep_mod"}, {"deep_mod": DEEP})
+    env = dict(os.environ, EP_HOST_STRICT="1",
+               PYTHONPATH=os.pathsep.join([str(tmp_path), *sys.path]))
+    env.pop("EP_HOST_PROVIDERS", None)
+    result = subprocess.run([sys.executable, "-m", "ep_host", "explain", MODEL,
+                             "--providers", "deep"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert result.returncode == 1
+    err = result.stderr
+    assert "ep-host: error: provider 'deep' raised in supports_op for node " in err, err
+    assert "Traceback (the provider's frames, most recent call last):" in err, err
+    mod = os.path.join(str(tmp_path), "deep_mod.py")
+    assert f'File "{mod}", line 13, in ep_host_supports_op' in err, err
+    assert f'File "{mod}", line 9, in lookup' in err, err
+    assert err.rstrip().endswith("KeyError: 'FusedConv'"), err
+    # the host's and pluggy's own frames are left out
+    assert "ep_host/capability.py" not in err and "pluggy" not in err, err

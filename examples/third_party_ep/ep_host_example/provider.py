@@ -116,6 +116,17 @@ def ep_host_supports_op(node: NodeView, context: ProviderContext) -> KernelMatch
 
 
 @hookimpl
+def ep_host_infer_types(node: NodeView, context: ProviderContext) -> list[tuple] | None:
+    """FastSwish keeps its input's type and shape; onnx's inference cannot know that."""
+    if (node.domain, node.op_type) != (CUSTOM_DOMAIN, "FastSwish") or len(node.inputs) != 1:
+        return None
+    x = node.inputs[0]
+    if x is None or x.dtype is None:
+        return None
+    return [(x.dtype, x.shape)]
+
+
+@hookimpl
 def ep_host_create_kernel(node: NodeView, context: ProviderContext) -> Kernel:
     return OPS[(node.domain, node.op_type)].make_kernel()
 

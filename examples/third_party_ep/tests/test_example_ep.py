@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 import ep_host
 
@@ -19,15 +19,12 @@ provider = pytest.importorskip(
 CUSTOM_OP_MODEL = Path(__file__).resolve().parents[2] / "custom_op.onnx"
 
 
-def one_node_model(op_type, dtype=TensorProto.FLOAT, domain="", opsets=(("", 17),), **attrs):
-    node = helper.make_node(op_type, ["x"], ["y"], name="node", domain=domain, **attrs)
-    graph = helper.make_graph(
-        [node], "one_node",
-        [helper.make_tensor_value_info("x", dtype, [2, 3])],
-        [helper.make_tensor_value_info("y", dtype, [2, 3])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets])
-    model.ir_version = 8
+def one_node(op_type, dtype=np.float32, domain="", version=1, **attrs):
+    """One node ``x -> y`` on a float 2x3 input (model bytes); a custom op's output undeclared."""
+    from ep_host.testing.kit import one_node_model
+
+    model = one_node_model(op_type, {"x": (dtype, [2, 3])}, domain=domain,
+                           domain_version=version, **attrs)
     return model.SerializeToString()
 
 
@@ -44,25 +41,33 @@ def example_answer(model_bytes):
 # -- computing -----------------------------------------------------------------------------------
 
 
-def test_fast_swish_matches_formula():
-    x = np.array([[-100.0, -5.0, -0.5], [0.0, 0.5, 100.0]], np.float32)
-    model = one_node_model("FastSwish", domain="com.example",
-                           opsets=(("", 17), ("com.example", 1)))
-    session = ep_host.InferenceSession(model, providers=["example"])
-    (y,) = session.run(None, {"x": x})
+def swish64(x):
     x64 = x.astype(np.float64)
-    expected = x64 / (1 + np.exp(-x64))
+    return (x64 / (1 + np.exp(-x64))).astype(np.float32)
+
+
+def test_fast_swish_matches_formula(custom_op_model, assert_matches_reference, ep_session):
+    x = np.array([[-100.0, -5.0, -0.5], [0.0, 0.5, 100.0]], np.float32)
+    model = custom_op_model("com.example", "FastSwish", {"x": x})
+    (y,) = assert_matches_reference(model, {"x": x}, reference=swish64, rtol=1e-6)
     assert y.dtype == np.float32
-    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-7)
-    assert session.placement.by_node["node"].provider == "example"
+    assert ep_session(model).placement.by_node["node"].provider == "example"
+
+
+@pytest.mark.parametrize("op_type", ["Relu", "Sigmoid"])
+def test_standard_ops_match_onnx_reference(op_type, one_node_model, assert_matches_reference,
+                                           ep_session):
+    model = one_node_model(op_type, {"x": (np.float32, [4, 5])})
+    assert_matches_reference(model)
+    assert ep_session(model).placement.by_node["node"].provider == "example"
 
 
 # -- placement -----------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def custom_op_session():
-    return ep_host.InferenceSession(str(CUSTOM_OP_MODEL), providers=["example", "cpu"])
+@pytest.fixture
+def custom_op_session(ep_session):
+    return ep_session(str(CUSTOM_OP_MODEL), also=["cpu"])
 
 
 def test_fast_swish_goes_to_example_and_the_rest_to_cpu(custom_op_session):
@@ -117,15 +122,14 @@ def test_declines_ops_it_does_not_run(custom_op_session):
 
 
 def test_declines_float64_with_dtype_code():
-    answer = example_answer(one_node_model("Relu", dtype=TensorProto.DOUBLE))
+    answer = example_answer(one_node("Relu", dtype=np.float64))
     assert not answer.is_supported
     assert answer.code == "dtype"
     assert "takes float32 input, got float64" in answer.reason
 
 
 def test_declines_other_custom_opset_with_opset_code():
-    model = one_node_model("FastSwish", domain="com.example",
-                           opsets=(("", 17), ("com.example", 2)))
+    model = one_node("FastSwish", domain="com.example", version=2)
     answer = example_answer(model)
     assert not answer.is_supported
     assert answer.code == "opset"
@@ -133,15 +137,14 @@ def test_declines_other_custom_opset_with_opset_code():
 
 
 def test_declines_fast_swish_with_attributes():
-    model = one_node_model("FastSwish", domain="com.example",
-                           opsets=(("", 17), ("com.example", 1)), beta=2.0)
+    model = one_node("FastSwish", domain="com.example", beta=2.0)
     answer = example_answer(model)
     assert (answer.is_supported, answer.code) == (False, "attribute")
     assert "beta" in answer.reason
 
 
 def test_claims_float32_sigmoid():
-    answer = example_answer(one_node_model("Sigmoid"))
+    answer = example_answer(one_node("Sigmoid"))
     assert answer.is_supported
     assert answer.cost.total_us >= provider.LAUNCH_US
 
@@ -158,4 +161,29 @@ def test_discovered_through_its_entry_point():
     assert record.plugin is provider
     assert set(record.hooks) == {
         "ep_host_provider_info", "ep_host_supports_op", "ep_host_create_kernel",
+        "ep_host_infer_types",
     }
+
+
+# -- declared types ------------------------------------------------------------------------------
+
+
+def test_fast_swish_declares_its_output_so_a_later_relu_is_typed(ep_session):
+    """Without the declaration, the Relu after FastSwish has an input of unknown type, which the
+    example EP declines ("the type of its input is unknown"); declared, the example EP claims
+    it and the output has FastSwish's input's type and shape."""
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("FastSwish", ["x"], ["s"], name="swish", domain="com.example"),
+         helper.make_node("Relu", ["s"], ["y"], name="relu")],
+        "swish_relu", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["n", 4])],
+        [onnx.ValueInfoProto(name="y")]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    model.ir_version = 8
+    session = ep_session(model)
+    relu = session.placement.table.answer("relu", "example")
+    assert relu.is_supported, relu.reason
+    [y] = session.get_outputs()
+    assert (y.type, y.shape) == ("tensor(float)", ["n", 4])
+    x = np.linspace(-3, 3, 8, dtype=np.float32).reshape(2, 4)
+    (out,) = session.run(None, {"x": x})
+    np.testing.assert_allclose(out, np.maximum(swish64(x), 0), rtol=1e-6)

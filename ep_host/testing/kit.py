@@ -1,0 +1,175 @@
+"""The EP author kit without pytest: one-node and custom-op models, random feeds, and a provider's
+outputs compared with onnx's reference evaluator or a numpy function."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+# The tolerance relative to an output's scale (its largest magnitude), by dtype.
+RTOL = {"float16": 1e-3, "bfloat16": 1e-2, "float32": 1e-5, "float64": 1e-9}
+DEFAULT_RTOL = 1e-5
+
+
+def _value_info(name: str, spec: Any) -> onnx.ValueInfoProto:
+    if isinstance(spec, np.ndarray):
+        return helper.make_tensor_value_info(
+            name, helper.np_dtype_to_tensor_dtype(spec.dtype), spec.shape)
+    dtype, shape = spec
+    elem = dtype if isinstance(dtype, int) else helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def one_node_model(
+    op_type: str,
+    inputs: Mapping[str, Any],
+    outputs: Sequence[str] | Mapping[str, Any] = ("y",),
+    *,
+    domain: str = "",
+    opset: int = 17,
+    domain_version: int = 1,
+    initializers: Sequence[str] = (),
+    name: str = "node",
+    **attrs: Any,
+) -> onnx.ModelProto:
+    """A model of one node ``op_type`` named ``name``.
+
+    ``inputs``: node input name -> a sample array (its dtype and shape are declared), a
+    ``(dtype, shape)`` pair, or ``None`` for an omitted optional input; in the node's input order.
+    Names in ``initializers`` become initializers holding their array. ``outputs``: names, whose
+    types onnx's shape inference fills where it knows the op (a custom op's stay undeclared), or
+    name -> ``(dtype, shape)`` to declare them. ``domain`` other than ``""`` is imported at
+    ``domain_version``; ``attrs`` are the node's attributes.
+    """
+    node_inputs = [n if spec is not None else "" for n, spec in inputs.items()]
+    graph_inputs, inits = [], []
+    for n, spec in inputs.items():
+        if spec is None:
+            continue
+        if n in initializers:
+            if not isinstance(spec, np.ndarray):
+                raise TypeError(f"initializer {n!r} needs an array, got {type(spec).__name__}")
+            inits.append(numpy_helper.from_array(spec, n))
+        else:
+            graph_inputs.append(_value_info(n, spec))
+    if isinstance(outputs, Mapping):
+        out_names = list(outputs)
+        graph_outputs = [_value_info(n, spec) for n, spec in outputs.items()]
+    else:
+        out_names = list(outputs)
+        graph_outputs = [onnx.ValueInfoProto(name=n) for n in out_names]
+    node = helper.make_node(op_type, node_inputs, out_names, name=name, domain=domain, **attrs)
+    graph = helper.make_graph([node], f"one_{op_type}", graph_inputs, graph_outputs,
+                              initializer=inits)
+    opsets = [helper.make_opsetid("", opset)]
+    if domain not in ("", "ai.onnx"):
+        opsets.append(helper.make_opsetid(domain, domain_version))
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = min(model.ir_version, 10)
+    if not isinstance(outputs, Mapping):
+        inferred = onnx.shape_inference.infer_shapes(model)
+        for out, typed in zip(model.graph.output, inferred.graph.output, strict=True):
+            if typed.type.WhichOneof("value"):
+                out.CopyFrom(typed)
+    return model
+
+
+def custom_op_model(
+    domain: str,
+    op_type: str,
+    inputs: Mapping[str, Any],
+    outputs: Sequence[str] | Mapping[str, Any] = ("y",),
+    *,
+    version: int = 1,
+    opset: int = 17,
+    name: str = "node",
+    **attrs: Any,
+) -> onnx.ModelProto:
+    """A model of one custom-domain node: ``domain`` imported at ``version``; the outputs'
+    types undeclared unless ``outputs`` maps names to ``(dtype, shape)``."""
+    if domain in ("", "ai.onnx"):
+        raise ValueError(f"custom_op_model: {domain!r} is the standard domain; use one_node_model")
+    return one_node_model(op_type, inputs, outputs, domain=domain, opset=opset,
+                          domain_version=version, name=name, **attrs)
+
+
+def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """A value for each graph input that is not an initializer: standard normal floats, integers
+    in [-3, 3], random booleans; symbolic dims are 1."""
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim)
+        dtype = helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        if dtype == np.bool_:
+            feeds[vi.name] = rng.random(shape) < 0.5
+        elif np.issubdtype(dtype, np.integer):
+            low = 0 if np.issubdtype(dtype, np.unsignedinteger) else -3
+            feeds[vi.name] = rng.integers(low, 4, shape).astype(dtype)
+        else:
+            feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+    return feeds
+
+
+def reference_outputs(
+    model: onnx.ModelProto,
+    feeds: Mapping[str, np.ndarray],
+    reference: Callable[..., Any] | None = None,
+) -> list[np.ndarray]:
+    """The expected outputs: ``reference(*inputs)`` (graph input order) when given, else onnx's
+    ``ReferenceEvaluator``, which knows only onnx's own domains."""
+    if reference is not None:
+        names = [vi.name for vi in model.graph.input if vi.name in feeds]
+        result = reference(*(feeds[n] for n in names))
+        return list(result) if isinstance(result, tuple | list) else [result]
+    custom = sorted({n.domain for n in model.graph.node}
+                    - {"", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training"})
+    if custom:
+        raise ValueError(
+            f"onnx's reference evaluator cannot run domain(s) {', '.join(custom)}: give "
+            "reference=, a numpy function of the inputs that returns the expected outputs")
+    from onnx.reference import ReferenceEvaluator
+
+    return list(ReferenceEvaluator(model).run(None, dict(feeds)))
+
+
+def output_mismatch(name: str, expected: Any, actual: Any, rtol: float | None,
+                    atol: float) -> str:
+    """Why ``actual`` is not ``expected`` within ``atol + rtol * scale`` (scale: the largest
+    finite magnitude of ``expected``), or ``""``. Dtype and shape must match exactly; integers,
+    booleans and strings exactly; NaN and infinities where the expected ones are."""
+    expected, actual = np.asarray(expected), np.asarray(actual)
+    if actual.dtype != expected.dtype:
+        return f"output {name!r}: dtype {actual.dtype}, expected {expected.dtype}"
+    if actual.shape != expected.shape:
+        return f"output {name!r}: shape {actual.shape}, expected {expected.shape}"
+    if expected.dtype.kind not in "fc" and expected.dtype.name != "bfloat16":
+        differ = int(np.sum(actual != expected))
+        return f"output {name!r}: {differ} of {expected.size} values differ" if differ else ""
+    rtol = RTOL.get(expected.dtype.name, DEFAULT_RTOL) if rtol is None else rtol
+    e, a = expected.astype(np.float64), actual.astype(np.float64)
+    finite = np.isfinite(e)
+    scale = float(np.max(np.abs(e[finite]))) if finite.any() else 0.0
+    bound = atol + rtol * scale
+    infinite = np.isinf(e)
+    if not (np.array_equal(np.isnan(a), np.isnan(e))
+            and np.array_equal(a[infinite], e[infinite]) and np.isfinite(a[finite]).all()):
+        return (f"output {name!r}: NaN or infinity where the expected output has none, "
+                "or the reverse")
+    with np.errstate(invalid="ignore"):
+        diff = np.where(finite, np.abs(a - e), 0.0)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    if diff.size and float(diff.max()) > bound:
+        at = tuple(int(i) for i in np.unravel_index(int(np.argmax(diff)), diff.shape))
+        return (f"output {name!r}: max abs difference {float(diff.max()):.3g} at {at} "
+                f"(got {a[at]:.6g}, expected {e[at]:.6g}) exceeds {bound:.3g} = atol {atol:g} + "
+                f"rtol {rtol:g} x scale {scale:.3g}")
+    return ""
