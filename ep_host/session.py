@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ep_host import capability
+from ep_host.declared_types import declare_output_types
 from ep_host.device_graphs import OPTION as GRAPH_OPTION
 from ep_host.device_graphs import PartitionCapture
 from ep_host.discovery import Host
@@ -33,7 +34,6 @@ from ep_host.errors import (
 from ep_host.graph import GraphView, NodeView
 from ep_host.kernel import Kernel
 from ep_host.limits import MAX_TENSOR_BYTES
-from ep_host.declared_types import declare_output_types
 from ep_host.loading import Model, load_model
 from ep_host.optimize import optimize
 from ep_host.ort_api import (
