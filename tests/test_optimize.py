@@ -177,8 +177,8 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
     assert optimize(model, passes=[]) is model
     with pytest.raises(HostError, match="unknown graph optimization.*known: constant_lifting"):
         optimize(model, passes=["fold_everything"])
-    assert set(PASSES) == {"constant_lifting", "constant_folding", "conv_bn_folding", "channel_affine_folding",
-                           "conv_activation_fusion", "gelu_fusion", "layer_norm_fusion",
+    assert set(PASSES) == {"constant_lifting", "constant_folding", "conv_bn_folding",
+                           "channel_affine_folding", "conv_activation_fusion", "gelu_fusion", "layer_norm_fusion",
                            "matmul_add_fusion"}
 
 
