@@ -141,7 +141,9 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int]) -> Model:
             normalize_domain(o.domain) == MS_DOMAIN for o in proto.opset_import):
         proto.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     out = Model(proto, path=model.path, base_dir=model.base_dir)
-    out.warnings = [*model.warnings, *out.warnings]
+    # the rewritten graph's unknown dims replace the written one's
+    kept = [w for w in model.warnings if w != model.unknown_dims_warning]
+    out.warnings = [*kept, *out.warnings]
     out.optimizations = applied
     out.unfused = rw.unfused
     out.merged = {**model.merged, **rw.merged}
