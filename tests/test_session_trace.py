@@ -147,6 +147,9 @@ def test_cli_run_repeat_prints_latency_and_writes_a_trace(tmp_path):
     data = json.loads(path.read_text())
     _check_trace_events(data)
     assert sum(1 for e in data["traceEvents"] if e["cat"] == "session") == 6
+    threads, processes = _track_names(data)
+    assert set(processes.values()) == {"ep-host: cnn.onnx"}
+    assert {"session", "cpu"} <= set(threads.values())
 
 
 def test_tracer_timestamps_are_monotonic_within_a_run(tensors):
