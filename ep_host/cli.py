@@ -10,6 +10,7 @@ import argparse
 import contextlib
 import os
 import sys
+import textwrap
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,6 +34,39 @@ examples:
   ep-host why model.onnx conv1 --provider cuda
   ep-host conformance --provider cpu --op Conv --json conformance.json
 """
+
+
+SUBCOMMAND_EXAMPLES = {
+    "providers": ["ep-host providers", "ep-host providers --json"],
+    "explain": ["ep-host explain model.onnx",
+                "ep-host explain model.onnx --op Conv --provider cuda",
+                "ep-host explain model.onnx --all --json"],
+    "place": ["ep-host place model.onnx",
+              "ep-host place model.onnx --strategy priority --providers cuda,cpu",
+              "ep-host place model.onnx --pin conv1=cpu --json placement.json"],
+    "why": ["ep-host why model.onnx conv1", "ep-host why model.onnx conv1 --provider cuda"],
+    "run": ["ep-host run model.onnx --random-inputs --compare-onnxruntime",
+            "ep-host run model.onnx --input x=x.npy --output-dir outputs",
+            "ep-host run model.onnx --random-inputs --repeat 50 --per-op --trace trace.json"],
+    "report": ["ep-host report model.onnx -o report.html",
+               "ep-host report model.onnx --providers cuda,cpu -o report.html"],
+    "calibrate": ["ep-host calibrate", "ep-host calibrate --provider cpu --repeats 30",
+                  "ep-host calibrate --model model.onnx"],
+    "conformance": ["ep-host conformance --provider cpu --op Conv",
+                    "ep-host conformance --provider cuda --case 'test_relu.*' --quiet",
+                    "ep-host conformance --provider cpu --json conformance.json"],
+}
+"""Each subcommand's ``--help`` ends with these command lines (each one parses)."""
+
+
+def _add_examples(sub: Any) -> None:
+    """An "examples:" epilog on each subcommand's help page; its description still wrapped."""
+    for name, lines in SUBCOMMAND_EXAMPLES.items():
+        p = sub.choices[name]
+        p.formatter_class = argparse.RawDescriptionHelpFormatter
+        if p.description:
+            p.description = textwrap.fill(p.description, width=79)
+        p.epilog = "examples:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def _csv(text: str) -> list[str]:
@@ -79,7 +113,8 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-optimize", action="store_true",
                    help="place the model as written, without graph optimizations")
     p.add_argument("--disable-optimization", action="append", default=[], metavar="PASS",
-                   help="skip one graph optimization (repeatable): constant_folding, "
+                   help="skip one graph optimization (repeatable): constant_lifting, "
+                   "constant_folding, "
                    "conv_bn_folding, channel_affine_folding, conv_activation_fusion, gelu_fusion, "
                    "layer_norm_fusion, "
                    "matmul_add_fusion")
@@ -212,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "the providers' estimates")
     p.add_argument("--json", action="store_true", help="print the stored profile as JSON")
     p.set_defaults(func=cmd_calibrate)
+    _add_examples(sub)
     return parser
 
 

@@ -97,11 +97,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from ep_host.errors import HostError, InputError
     from ep_host.report import Output
-    from ep_host.session import InferenceSession
+    from ep_host.session import InferenceSession, trace_process_label
     from ep_host.tracing import Tracer
 
     model, host = load_model_and_host(args)  # the session places the model itself, once
-    tracer = (Tracer(Tracer.FULL if args.trace_bodies else 1)
+    tracer = (Tracer(Tracer.FULL if args.trace_bodies else 1,
+                     process_name=f"ep-host: {trace_process_label(model)}")
               if (args.trace or args.per_op) else None)
     with status(f"placing {len(model.graph.nodes)} nodes and creating kernels"):
         session = InferenceSession(model, providers=args.providers, host=host,

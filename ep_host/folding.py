@@ -1,6 +1,6 @@
-"""Folding passes of the graph optimizations: constant folding (by onnx's reference evaluator)
-and folding BatchNormalization, per-channel Mul and per-channel Add into the Conv or
-BatchNormalization before them.
+"""Folding passes of the graph optimizations: Constant nodes lifted to initializers, constant
+folding (by onnx's reference evaluator) and folding BatchNormalization, per-channel Mul and
+per-channel Add into the Conv or BatchNormalization before them.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, NodeProto, TensorProto, helper
+from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
 
 from ep_host.graph import DEFAULT_DOMAIN
 from ep_host.rewriter import Rewriter, copy_node, is_op, node_attribute, node_domain, other_input
@@ -22,6 +22,77 @@ NOT_FOLDED = frozenset({
     "Bernoulli", "Dropout", "Constant",
 })
 FOLDABLE_KINDS = "biuf"  # numpy kinds a folded tensor may have (no strings, no 8-bit floats)
+
+
+# -- Constant nodes --------------------------------------------------------------------------------
+
+
+def constant_lifting(rw: Rewriter) -> int:
+    """Every ``Constant`` node of the main graph becomes an initializer of the same name, in
+    each of its attribute forms (``value``, ``sparse_value`` made dense, ``value_float(s)``,
+    ``value_int(s)``, ``value_string(s)``), so it is neither placed nor priced."""
+    lifted = 0
+    for node in rw.live():
+        if node_domain(node) != DEFAULT_DOMAIN or node.op_type != "Constant":
+            continue
+        if len(node.attribute) != 1 or len(node.output) != 1 or not node.output[0]:
+            continue  # not a valid Constant: left for the providers to refuse by name
+        tensor = _constant_tensor(node.attribute[0], node.output[0])
+        if tensor is None:
+            continue
+        rw.add_initializer(tensor)
+        rw.remove(node)
+        lifted += 1
+    return lifted
+
+
+def _constant_tensor(attr: AttributeProto, name: str) -> TensorProto | None:
+    """A Constant's value as a ``TensorProto`` named ``name``; ``None`` for an unknown form."""
+    if attr.name == "value" and attr.type == AttributeProto.TENSOR:
+        tensor = TensorProto()
+        tensor.CopyFrom(attr.t)
+        tensor.name = name
+        return tensor
+    if attr.name == "sparse_value" and attr.type == AttributeProto.SPARSE_TENSOR:
+        return _dense(attr.sparse_tensor, name)
+    forms = {
+        "value_float": (TensorProto.FLOAT, AttributeProto.FLOAT, (), lambda a: [a.f]),
+        "value_floats": (TensorProto.FLOAT, AttributeProto.FLOATS, None, lambda a: a.floats),
+        "value_int": (TensorProto.INT64, AttributeProto.INT, (), lambda a: [a.i]),
+        "value_ints": (TensorProto.INT64, AttributeProto.INTS, None, lambda a: a.ints),
+        "value_string": (TensorProto.STRING, AttributeProto.STRING, (), lambda a: [a.s]),
+        "value_strings": (TensorProto.STRING, AttributeProto.STRINGS, None, lambda a: a.strings),
+    }
+    form = forms.get(attr.name)
+    if form is None or attr.type != form[1]:
+        return None
+    elem_type, _, dims, read = form
+    values = list(read(attr))
+    return helper.make_tensor(name, elem_type, [len(values)] if dims is None else dims, values)
+
+
+def _dense(sparse: onnx.SparseTensorProto, name: str) -> TensorProto | None:
+    """A sparse tensor as its dense ``TensorProto``: zeros but at its indices, which are either
+    linear ``[NNZ]`` or coordinates ``[NNZ, rank]``; ``None`` when they do not fit its dims."""
+    shape = tuple(sparse.dims)
+    values = numpy_helper.to_array(sparse.values).reshape(-1)
+    indices = numpy_helper.to_array(sparse.indices).astype(np.int64)
+    dense = np.zeros(math.prod(shape), dtype=values.dtype)
+    if indices.ndim == 2 and shape and indices.shape == (values.size, len(shape)):
+        if ((indices < 0) | (indices >= np.array(shape))).any():
+            return None
+        linear = np.ravel_multi_index(tuple(indices.T), shape) if values.size else indices[:, 0]
+    elif indices.ndim == 1 and indices.size == values.size:
+        if ((indices < 0) | (indices >= dense.size)).any():
+            return None
+        linear = indices
+    else:
+        return None
+    dense[linear] = values
+    tensor = numpy_helper.from_array(dense.reshape(shape), name)
+    if tensor.data_type != sparse.values.data_type:
+        return None  # a type numpy cannot hold as written (bfloat16, float8...): keep the node
+    return tensor
 
 
 # -- constant folding ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ a copy of the model that carries only small initializers. ``Model`` holds the lo
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from functools import cache
@@ -34,6 +35,9 @@ from ep_host.tensors import check_initializer, checked_element_count, readonly, 
 # Initializers up to this size stay in the shape-inference copy, so data propagation can read
 # shape-like constants (a Reshape's target); bigger ones become typed graph inputs there.
 INFERENCE_KEEP_BYTES = 1024
+# external initializers read in for shape inference: small integer tensors (shapes, axes, bounds)
+INFERENCE_READ_ELEMENTS = 1024
+INFERENCE_READ_TYPES = frozenset({TensorProto.INT64, TensorProto.INT32})
 MAX_PROTOBUF_BYTES = 2**31 - 1  # protobuf cannot parse a message larger than this
 MAX_GRAPH_DEPTH = 32  # control-flow bodies nested in bodies, to this depth
 PARSED_BYTES_PER_BYTE = 12  # a parsed graph's memory per byte of its protobuf, at most
@@ -183,6 +187,9 @@ class Model:
         if infer_shapes and len(rows) >= TRIM_AFTER_NODES:
             return_freed_memory()
         self.graph = GraphView(proto.graph, self, rows=rows)
+        self.unknown_dims_warning = self._unknown_dims_warning()
+        if self.unknown_dims_warning is not None:
+            self.warnings.append(self.unknown_dims_warning)
 
     # -- types ------------------------------------------------------------------------------
 
@@ -254,6 +261,11 @@ class Model:
                  for t in initializers]
         if all(small) and not sg.sparse_initializer:
             return src
+        for i, t in enumerate(initializers):  # shape tensors stored outside: read them in
+            if t.data_location == external and t.data_type in INFERENCE_READ_TYPES:
+                loaded = self._small_external(t)
+                if loaded is not None:
+                    initializers[i], small[i] = loaded, True
         # Built in place (``ModelProto(graph=g)`` would copy the graph a second time), with
         # bulk ``extend`` calls rather than one ``append`` per initializer.
         m = onnx.ModelProto(ir_version=src.ir_version)
@@ -282,6 +294,34 @@ class Model:
         m.functions.extend(src.functions)
         return m
 
+    def _small_external(self, t: TensorProto) -> TensorProto | None:
+        """External integer initializer ``t`` with its data in memory, when it has at most
+        ``INFERENCE_READ_ELEMENTS`` elements (a Reshape target, Slice bounds...) and reads
+        cleanly; ``None`` otherwise (a fault is reported where the data is used)."""
+        if math.prod(t.dims) > INFERENCE_READ_ELEMENTS or min(t.dims, default=0) < 0:
+            return None
+        try:
+            array = tensor_to_array(t, self)
+        except (ModelLoadError, ModelValidationError):
+            return None
+        return onnx.numpy_helper.from_array(np.ascontiguousarray(array), t.name)
+
+    def _unknown_dims_warning(self) -> str | None:
+        """How many main-graph nodes read or write a tensor with a dim nobody knows (onnx's
+        ``unk__`` names or none at all), which estimates count as 1."""
+        unknown: list[str] = []
+        nodes = self.graph.nodes
+        for node in nodes:
+            for value in (*node.inputs, *node.outputs):
+                if value is not None and value.kind == "tensor" and _has_unknown_dim(value.shape):
+                    unknown.append(node.name)
+                    break
+        if not unknown:
+            return None
+        shown = ", ".join(repr(n) for n in unknown[:3]) + (", ..." if len(unknown) > 3 else "")
+        return (f"{len(unknown)} of {len(nodes)} nodes have unknown dims ({shown}); their "
+                "estimates count each unknown dim as 1")
+
     # -- constants ----------------------------------------------------------------------------
 
     def constant_value(self, name: str, tensor: TensorProto) -> np.ndarray:
@@ -299,6 +339,14 @@ class Model:
                 ) from exc
             self._constants[key] = array
         return array
+
+
+def _has_unknown_dim(shape: tuple[Any, ...] | None) -> bool:
+    """Whether a tensor's shape has a dim nobody knows: an unknown rank, a dim without value or
+    name, or a name onnx's inference made up (``unk__0``) rather than one the model gave."""
+    if shape is None:
+        return True
+    return any(d is None or (isinstance(d, str) and d.startswith("unk__")) for d in shape)
 
 
 # ---------------------------------------------------------------------------------------------

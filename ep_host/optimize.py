@@ -7,6 +7,8 @@ Each pass is switchable by name and counts its rewrites; ``optimize`` returns a 
 new op standing for several) remembers the nodes it replaced in ``Model.unfused``: when no
 provider claims it, the capability walk places those nodes instead, as it does a function body.
 
+- ``constant_lifting``: every ``Constant`` node becomes an initializer (its value in any of
+  the attribute forms), so it is neither placed nor priced, as onnxruntime does.
 - ``constant_folding``: nodes whose inputs are all constants, and Shape/Size of a value whose
   shape is static, become initializers (computed by onnx's reference evaluator, the ONNX
   specification's own implementation).
@@ -35,13 +37,19 @@ import onnx
 from onnx import helper
 
 from ep_host.errors import HostError
-from ep_host.folding import channel_affine_folding, constant_folding, conv_bn_folding
+from ep_host.folding import (
+    channel_affine_folding,
+    constant_folding,
+    constant_lifting,
+    conv_bn_folding,
+)
 from ep_host.fusion import conv_activation_fusion, gelu_fusion, layer_norm_fusion, matmul_add_fusion
 from ep_host.graph import node_reads, normalize_domain
 from ep_host.loading import Model
 from ep_host.rewriter import MS_DOMAIN, Rewriter, node_domain
 
 PASSES: dict[str, Callable[[Rewriter], int]] = {
+    "constant_lifting": constant_lifting,
     "constant_folding": constant_folding,
     "conv_bn_folding": conv_bn_folding,
     "channel_affine_folding": channel_affine_folding,
@@ -133,7 +141,9 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int]) -> Model:
             normalize_domain(o.domain) == MS_DOMAIN for o in proto.opset_import):
         proto.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     out = Model(proto, path=model.path, base_dir=model.base_dir)
-    out.warnings = [*model.warnings, *out.warnings]
+    # the rewritten graph's unknown dims replace the written one's
+    kept = [w for w in model.warnings if w != model.unknown_dims_warning]
+    out.warnings = [*kept, *out.warnings]
     out.optimizations = applied
     out.unfused = rw.unfused
     out.merged = {**model.merged, **rw.merged}

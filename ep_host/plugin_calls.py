@@ -51,17 +51,20 @@ def is_user_interrupt(exc: BaseException, since: int = 0) -> bool:
     A ``KeyboardInterrupt`` is the user's only on the main thread (signals arrive there) and,
     where :data:`sigint` is the installed handler, only if a SIGINT came after ``since`` (the
     handler's ``received`` count when the plugin call began). With another handler installed
-    the host cannot tell, and a real ^C must never be swallowed: then it is the user's.
+    the host cannot tell, and a real ^C must never be swallowed: then it is the user's. Where
+    SIGINT is ignored (a job started in the background), no ^C can arrive: it is the plugin's.
     """
     if not isinstance(exc, KeyboardInterrupt):
         return False
     if threading.current_thread() is not threading.main_thread():
         return False
     try:
-        ours = signal.getsignal(signal.SIGINT) is sigint
+        handler = signal.getsignal(signal.SIGINT)
     except (ValueError, OSError):
-        ours = False
-    return sigint.received > since if ours else True
+        return True
+    if handler is signal.SIG_IGN:  # ^C is ignored here (a background job): no user sent this
+        return False
+    return sigint.received > since if handler is sigint else True
 
 
 class HookMarker:

@@ -101,6 +101,14 @@ class Rewriter:
         self.constants[name] = array
         self.initializers[name] = numpy_helper.from_array(array, name)
 
+    def add_initializer(self, tensor: TensorProto) -> None:
+        """A new initializer taken as written; its value is read now unless the graph already
+        knows it as a constant (a ``Constant`` node's ``value``, read lazily)."""
+        self.initializers[tensor.name] = tensor
+        view = self.values.get(tensor.name)
+        if view is None or not view.is_constant:
+            self.constants[tensor.name] = numpy_helper.to_array(tensor)
+
     def fresh(self, base: str) -> str:
         """A name no node or value uses yet."""
         name, k = base, 1

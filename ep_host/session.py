@@ -97,6 +97,13 @@ def max_tensor_bytes_from_env() -> int | None:
     return value if value > 0 else None
 
 
+def trace_process_label(model: Model) -> str:
+    """How a trace names the model it ran: its file's name, else its graph's name."""
+    if model.path:
+        return os.path.basename(model.path)
+    return model.proto.graph.name or model.label
+
+
 def run_timeout_from_env() -> float | None:
     """``EP_HOST_RUN_TIMEOUT``: seconds a run may take (no limit when unset, empty or 0)."""
     raw = os.environ.get("EP_HOST_RUN_TIMEOUT", "").strip()
@@ -359,6 +366,8 @@ class InferenceSession:
         else:
             self.tracer, self._trace_path = Tracer(), os.fspath(trace)
         loaded = model if isinstance(model, Model) else load_model(model, base_dir=base_dir)
+        if self._trace_path is not None:
+            self.tracer.process_name = f"ep-host: {trace_process_label(loaded)}"
         self._host = host if host is not None else discover_host(names)
         chosen = [p for p in select_providers(self._host, names) if p not in set(exclude)]
         loaded = declare_output_types(self._host, loaded, chosen)

@@ -60,25 +60,57 @@ def record_kernel_variant(
     span.record(variant)
 
 
+def track_of(category: str, args: dict[str, Any]) -> str:
+    """The trace track a span belongs on: device copies on ``copies``, a node or partition on
+    its provider's track, anything else (a session's runs) on its category's."""
+    if category == "copy":
+        return "copies"
+    provider = args.get("provider")
+    return str(provider) if provider is not None else category
+
+
 class Tracer:
     """Collects spans and writes them as Chrome trace events (open in Perfetto).
 
     ``verbosity``: 1 (default) records a span per run, per node of the model's graph and per
     device copy; ``FULL`` (2) also records the nodes that control-flow kernels run inside their
     bodies (each Loop iteration's, each If branch's), which can be many.
+
+    Each span lies on a named track (a trace "thread"): one per provider, ``copies`` for device
+    copies and ``session`` for runs, see :func:`track_of`; the same track used from a second
+    thread becomes a track of its own (``cpu (thread 2)``), as concurrent runs' spans overlap.
+    The written trace names the process ``process_name`` and each track.
     """
 
     FULL = 2
 
-    def __init__(self, verbosity: int = 1) -> None:
+    def __init__(self, verbosity: int = 1, process_name: str = "ep-host") -> None:
         self.verbosity = verbosity
+        self.process_name = process_name
         self._events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._t0 = time.perf_counter()
+        self._pid = os.getpid()
+        # (track, thread ident) -> (tid, the track's shown name); tids start at 1 in first use
+        self._tracks: dict[tuple[str, int], tuple[int, str]] = {}
+
+    def _track_id(self, track: str) -> int:
+        key = (track, threading.get_ident())
+        found = self._tracks.get(key)
+        if found is not None:
+            return found[0]
+        with self._lock:
+            found = self._tracks.get(key)
+            if found is None:
+                same = sum(1 for name, _ in self._tracks if name == track)
+                shown = track if same == 0 else f"{track} (thread {same + 1})"
+                found = self._tracks[key] = (len(self._tracks) + 1, shown)
+        return found[0]
 
     @contextmanager
     def span(self, name: str, category: str = "node", **args: Any) -> Iterator[Span]:
         span = Span(name, category, args)
+        tid = self._track_id(track_of(category, args))
         token = _active_span.set(span)
         span.start_us = (time.perf_counter() - self._t0) * 1e6
         try:
@@ -92,8 +124,8 @@ class Tracer:
                 "ph": "X",
                 "ts": span.start_us,
                 "dur": span.duration_us,
-                "pid": os.getpid(),
-                "tid": threading.get_ident(),
+                "pid": self._pid,
+                "tid": tid,
                 "args": span.args,
             }
             with self._lock:
@@ -101,9 +133,31 @@ class Tracer:
 
     @property
     def events(self) -> list[dict[str, Any]]:
+        """The recorded spans (complete events, ``"ph": "X"``) in the order they ended."""
         with self._lock:
             return list(self._events)
 
+    def metadata_events(self) -> list[dict[str, Any]]:
+        """The metadata events (``"ph": "M"``) naming the process and every track so far, each
+        track sorted by its first use."""
+        with self._lock:
+            tracks = sorted(self._tracks.values())
+
+        def meta(name: str, tid: int, args: dict[str, Any]) -> dict[str, Any]:
+            return {"name": name, "cat": "__metadata", "ph": "M", "pid": self._pid, "tid": tid,
+                    "args": args}
+
+        events = [meta("process_name", 0, {"name": self.process_name})]
+        for tid, shown in tracks:
+            events.append(meta("thread_name", tid, {"name": shown}))
+            events.append(meta("thread_sort_index", tid, {"sort_index": tid}))
+        return events
+
+    def trace_events(self) -> list[dict[str, Any]]:
+        """Everything a trace file holds: the metadata events, then the spans."""
+        return self.metadata_events() + self.events
+
     def write(self, path: str | os.PathLike[str]) -> None:
         with open(path, "w", encoding="utf-8") as f:
-            json.dump({"traceEvents": self.events, "displayTimeUnit": "ms"}, f, default=str)
+            json.dump({"traceEvents": self.trace_events(), "displayTimeUnit": "ms"}, f,
+                      default=str)

@@ -175,11 +175,11 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
     model = load_model(conv_bn_model())
     assert optimize(model, disable=["conv_bn_folding"]) is model
     assert optimize(model, passes=[]) is model
-    with pytest.raises(HostError, match="unknown graph optimization.*known: constant_folding"):
+    with pytest.raises(HostError, match="unknown graph optimization.*known: constant_lifting"):
         optimize(model, passes=["fold_everything"])
-    assert set(PASSES) == {"constant_folding", "conv_bn_folding", "channel_affine_folding",
-                           "conv_activation_fusion", "gelu_fusion", "layer_norm_fusion",
-                           "matmul_add_fusion"}
+    assert set(PASSES) == {"constant_lifting", "constant_folding", "conv_bn_folding",
+                           "channel_affine_folding", "conv_activation_fusion", "gelu_fusion",
+                           "layer_norm_fusion", "matmul_add_fusion"}
 
 
 def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):
@@ -285,3 +285,80 @@ def test_a_node_folded_into_a_constant_is_named_as_such(tmp_path, capsys):
     path.write_bytes(model.SerializeToString())
     assert main(["why", str(path), "shape", "--providers", "cpu"]) == 1
     assert "node 'shape' was folded into a constant" in capsys.readouterr().err
+
+
+def constant_forms_model(output_constant=False, sparse_form=True):
+    """Each ``Constant`` attribute form feeding the op that reads it (``c_sparse`` a dense zero
+    constant when not ``sparse_form``), and the string constant through an Identity."""
+    sparse = helper.make_sparse_tensor(
+        numpy_helper.from_array(np.array([5.0, -1.0], np.float32), "v"),
+        numpy_helper.from_array(np.array([1, 4], np.int64), "i"), [2, 3])
+    nodes = [
+        helper.make_node("Constant", [], ["t"], name="c_tensor",
+                         value=numpy_helper.from_array(RNG.standard_normal((2, 3)).astype(
+                             np.float32))),
+        helper.make_node("Constant", [], ["f"], name="c_float", value_float=2.5),
+        helper.make_node("Constant", [], ["fs"], name="c_floats", value_floats=[1.0, 2.0, 3.0]),
+        helper.make_node("Constant", [], ["i"], name="c_int", value_int=3),
+        helper.make_node("Constant", [], ["is"], name="c_ints", value_ints=[3, 2]),
+        helper.make_node("Constant", [], ["sp"], name="c_sparse", sparse_value=sparse)
+        if sparse_form else helper.make_node("Constant", [], ["sp"], name="c_sparse",
+                                              value_float=0.0),
+        helper.make_node("Constant", [], ["ss"], name="c_strings", value_strings=[b"a", b"bc"]),
+        helper.make_node("Mul", ["x", "t"], ["m1"], name="mul_tensor"),
+        helper.make_node("Mul", ["m1", "f"], ["m2"], name="mul_float"),
+        helper.make_node("Add", ["m2", "fs"], ["m3"], name="add_floats"),
+        helper.make_node("Add", ["m3", "sp"], ["m4"], name="add_sparse"),
+        helper.make_node("Cast", ["i"], ["fi"], name="cast_int", to=F),
+        helper.make_node("Mul", ["m4", "fi"], ["m5"], name="mul_int"),
+        helper.make_node("Reshape", ["m5", "is"], ["y"], name="reshape"),
+        helper.make_node("Identity", ["ss"], ["names"], name="names"),
+    ]
+    outputs = [("y", F, [3, 2]), ("names", TensorProto.STRING, [2])]
+    if output_constant:
+        nodes.append(helper.make_node("Constant", [], ["k"], name="c_out", value_ints=[7, 8]))
+        outputs.append(("k", TensorProto.INT64, [2]))
+    return make_model(nodes, [("x", F, [2, 3])], outputs)
+
+
+CONSTANT_NODES = {"c_tensor", "c_float", "c_floats", "c_int", "c_ints", "c_sparse", "c_strings"}
+
+
+@pytest.mark.parametrize("output_constant", [False, True], ids=["read", "graph_output"])
+def test_constant_nodes_become_initializers_in_every_form(output_constant):
+    model = constant_forms_model(output_constant)
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"])
+    assert session.model.optimizations["constant_lifting"] == len(CONSTANT_NODES) + output_constant
+    assert not any(n.op_type == "Constant" for n in session.placement.table.nodes)
+    got = session.run(None, {"x": x})
+    reference = onnxruntime.InferenceSession(model.SerializeToString(),
+                                             providers=["CPUExecutionProvider"])
+    want = reference.run(None, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    assert [str(s) for s in got[1]] == [str(s) for s in want[1]] == ["a", "bc"]
+    if output_constant:
+        np.testing.assert_array_equal(got[2], np.array([7, 8], np.int64))
+        assert got[2].dtype == want[2].dtype
+
+
+def test_lifted_constants_compute_what_the_constant_nodes_compute():
+    # the sparse form is left out: the CPU EP declines a sparse Constant node as written
+    model = constant_forms_model(output_constant=True, sparse_form=False)
+    x = RNG.standard_normal((2, 3)).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations["constant_lifting"] == len(CONSTANT_NODES) + 1
+    np.testing.assert_array_equal(got[0], want[0])
+    assert list(got[1]) == list(want[1]) and list(got[2]) == list(want[2])
+
+
+def test_explain_no_longer_lists_constant_nodes(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    path.write_bytes(constant_forms_model(sparse_form=False).SerializeToString())
+    assert main(["explain", str(path), "--providers", "cpu", "--all"]) == 0
+    out = capsys.readouterr().out
+    assert "constant_lifting (7 rewrites)" in out
+    assert not [name for name in CONSTANT_NODES if name in out]
+    assert main(["explain", str(path), "--providers", "cpu", "--all", "--no-optimize"]) == 0
+    out = capsys.readouterr().out
+    assert [name for name in sorted(CONSTANT_NODES) if name not in out] == [], out

@@ -19,12 +19,26 @@ REQUIRED = {"name", "cat", "ph", "ts", "dur", "pid", "tid", "args"}
 
 
 def _check_trace_events(data):
-    """The trace-event format's complete events: Perfetto's JSON importer reads these."""
+    """The trace-event format's complete events and the metadata naming their process and
+    threads: Perfetto's JSON importer reads these."""
     assert isinstance(data["traceEvents"], list)
     for e in data["traceEvents"]:
+        if e["ph"] == "M":
+            assert e["name"] in ("process_name", "thread_name", "thread_sort_index")
+            assert {"pid", "tid", "args"} <= set(e)
+            continue
         assert REQUIRED <= set(e) and e["ph"] == "X"
         assert isinstance(e["ts"], float | int) and e["dur"] >= 0
         json.dumps(e["args"])
+
+
+def _track_names(data):
+    """``(pid, tid) -> thread name`` and ``pid -> process name`` from the metadata events."""
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in data["traceEvents"]
+               if e["ph"] == "M" and e["name"] == "thread_name"}
+    processes = {e["pid"]: e["args"]["name"] for e in data["traceEvents"]
+                 if e["ph"] == "M" and e["name"] == "process_name"}
+    return threads, processes
 
 
 def test_a_traced_run_has_a_span_per_node_with_its_provider(tmp_path, tensors):
@@ -74,6 +88,48 @@ def test_copies_are_spans_too(host, tensors):
         ("cpu", "sim:0"), ("cpu", "sim:0"), ("sim:0", "cpu")]
 
 
+def test_the_trace_names_its_process_and_puts_each_provider_on_its_own_track(
+        tmp_path, host, tensors):
+    from test_session import SIM, SimProvider
+
+    for p in (SimProvider("sim", ops=("Add",), cost_us=0.01, device=SIM),
+              InlineProvider("cpu", cost_us=10.0)):
+        host.register(p, name=p.name)
+    path = tmp_path / "trace.json"
+    session = InferenceSession(add_relu_model().SerializeToString(),
+                               providers=["sim", "cpu"], host=host, trace=path)
+    session.run(None, {"x": tensors.x, "y": tensors.y})
+    session.end_profiling()
+    data = json.loads(path.read_text())
+    _check_trace_events(data)
+    threads, processes = _track_names(data)
+    spans = [e for e in data["traceEvents"] if e["ph"] == "X"]
+    # the process is named after the model: its graph's name ("test") when given as bytes
+    assert {processes[e["pid"]] for e in spans} == {"ep-host: test"}
+    track = {e["name"]: threads[e["pid"], e["tid"]] for e in spans}
+    assert track["add"] == "sim" and track["relu"] == "cpu" and track["run"] == "session"
+    assert {threads[e["pid"], e["tid"]] for e in spans if e["cat"] == "copy"} == {"copies"}
+    # one track per name: sim, cpu, copies and session each have their own thread id
+    assert len({(e["pid"], e["tid"]) for e in spans}) == 4 == len(set(threads.values()))
+
+
+def test_runs_from_two_threads_keep_apart_on_a_provider_track(tensors):
+    import threading
+
+    tracer = Tracer()
+    session = InferenceSession(add_relu_model().SerializeToString(),
+                               providers=["cpu"], trace=tracer)
+    worker = threading.Thread(target=session.run, args=(None, {"x": tensors.x, "y": tensors.y}))
+    worker.start()
+    worker.join()
+    session.run(None, {"x": tensors.x, "y": tensors.y})
+    threads, _ = _track_names({"traceEvents": tracer.trace_events()})
+    node_tracks = {threads[e["pid"], e["tid"]] for e in tracer.events if e["cat"] == "node"}
+    # spans of concurrent runs on one track would overlap without nesting, so each thread
+    # gets its own track, named after the provider
+    assert len(node_tracks) == 2 and all(t.startswith("cpu") for t in node_tracks)
+
+
 def test_an_untraced_session_records_nothing(tensors):
     session = InferenceSession(add_relu_model().SerializeToString(), providers=["cpu"])
     assert session.tracer is None and session.end_profiling() is None
@@ -91,6 +147,9 @@ def test_cli_run_repeat_prints_latency_and_writes_a_trace(tmp_path):
     data = json.loads(path.read_text())
     _check_trace_events(data)
     assert sum(1 for e in data["traceEvents"] if e["cat"] == "session") == 6
+    threads, processes = _track_names(data)
+    assert set(processes.values()) == {"ep-host: cnn.onnx"}
+    assert {"session", "cpu"} <= set(threads.values())
 
 
 def test_tracer_timestamps_are_monotonic_within_a_run(tensors):

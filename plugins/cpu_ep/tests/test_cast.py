@@ -190,7 +190,12 @@ def test_float_text_is_plain_with_eight_digits():
     assert out.tolist() == ["314.15625", "0.33333334", "2e-07", "INF", "-INF", "NaN"]
 
 
-@pytest.mark.parametrize("to", [T.FLOAT, T.DOUBLE, T.FLOAT16, T.INT32, T.INT64, T.UINT8, T.BOOL])
+@pytest.mark.parametrize("to", [
+    T.FLOAT, T.DOUBLE,
+    # "1E8" overflows float16 to inf, as onnxruntime's cast does
+    pytest.param(T.FLOAT16, marks=pytest.mark.filterwarnings(
+        "ignore:overflow encountered in cast:RuntimeWarning")),
+    T.INT32, T.INT64, T.UINT8, T.BOOL])
 def test_strings_to_numbers_match_onnxruntime(to):
     words = ["3", "-7", "12", "0"] if to in (T.INT32, T.INT64, T.UINT8) else [
         "3.14", "1e-5", "1E8", "+INF", "inf", "-INF", "NaN", "-2.5", "0"]
