@@ -108,3 +108,13 @@ def test_the_calibrate_command_times_a_models_nodes(cache, tmp_path, capsys):
     assert sorted(r["node"] for r in rows) == ["add", "relu"]
     assert all(r["provider"] == "cpu" and r["measured_us"] is not None for r in rows)
     assert node_times.store().path.exists()
+
+
+def test_a_transposed_view_is_timed_with_the_copy_its_reader_will_make():
+    import numpy as np
+
+    big = np.ones((512, 512), np.float32)
+    view, = node_times.materialized((big.T,))
+    assert view.flags.c_contiguous and np.array_equal(view, big.T)
+    same, = node_times.materialized((big,))
+    assert same is big  # already contiguous: nothing copied
