@@ -52,7 +52,7 @@ if TYPE_CHECKING:
         get_device,
     )
     from ep_host.session import InferenceSession, NodeArg, RunOptions
-    from ep_host.stored import AnswerStore
+    from ep_host.stored import AnswerStore, CacheDirStores
     from ep_host.subgraph import PartitionView, node_model
 
 __version__ = "0.1.0"
@@ -78,6 +78,7 @@ _LAZY = {
     "load_model": "ep_host.loading",
     # answers a provider works out once (a runtime's verdicts), kept on disk between processes
     "AnswerStore": "ep_host.stored",
+    "CacheDirStores": "ep_host.stored",
     # parts of a graph as a standalone model, for providers that hand them to a runtime
     "PartitionView": "ep_host.subgraph",
     "node_model": "ep_host.subgraph",
@@ -98,8 +99,9 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "AnswerStore", "CONTRACT_VERSION", "HOST", "CaptureSupport", "Cost", "DType", "Decline",
-    "Device", "ExecutionMode", "Factors", "FunctionKernel", "GraphOptimizationLevel",
+    "AnswerStore", "CONTRACT_VERSION", "CacheDirStores", "HOST", "CaptureSupport", "Cost",
+    "DType", "Decline", "Device", "ExecutionMode", "Factors", "FunctionKernel",
+    "GraphOptimizationLevel",
     "GraphView", "Host", "HostError", "IOBinding", "InferenceSession", "InputError", "Kernel",
     "KernelError", "KernelMatch", "KernelVariantSelection", "ModelLoadError", "ModelMetadata",
     "ModelValidationError", "NodeArg", "NodeView", "NotSupportedError", "OrtValue",

@@ -225,21 +225,24 @@ def _uncalibrate(sample: Sample, old: Factors | None) -> Sample:
     return Sample(sample.provider, sample.family, sample.case, raw, sample.measured_us)
 
 
+def node_table(model_path: str, providers: Sequence[str], *, host: Any) -> Any:
+    """The capability table of the model as a session sees it (loaded and optimized), with the
+    providers' own estimates (no stored node times)."""
+    return walk(host, optimize(load_model(model_path)), list(providers), measured=False)
+
+
 def calibrate_model(
     model_path: str,
     providers: Sequence[str],
     *,
     host: Any,
     on_node: Callable[[NodeTime], None] | None = None,
+    table: Any = None,
 ) -> list[NodeTime]:
     """Time every node of the model (as a session sees it: loaded and optimized) alone on each
     of ``providers`` that claims it, and store the times, which later sessions on this machine
-    use in place of the providers' estimates (``ep_host.node_times``)."""
-    model = optimize(load_model(model_path))
-    table = walk(host, model, list(providers), measured=False)
+    use in place of the providers' estimates (``ep_host.node_times``). ``table``: its
+    ``node_table`` when the caller has it already."""
+    if table is None:
+        table = node_table(model_path, providers, host=host)
     return node_times.measure(host, table, on_node=on_node)
-
-
-def count_nodes(model_path: str) -> int:
-    """The nodes of the model's main graph as a session sees it (for a progress bar)."""
-    return len(optimize(load_model(model_path)).graph.nodes)

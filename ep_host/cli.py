@@ -644,10 +644,10 @@ def calibrate_nodes(args: argparse.Namespace, host: Any, providers: list[str]) -
     from ep_host import calibrate, node_times
     from ep_host.report import Output, fmt_us, write_json
 
-    total = calibrate.count_nodes(args.model) * len(providers)
-    with ProgressBar(total, "timing nodes") as bar:
+    table = calibrate.node_table(args.model, providers, host=host)
+    with ProgressBar(len(table.nodes) * len(providers), "timing nodes") as bar:
         times = calibrate.calibrate_model(
-            args.model, providers, host=host,
+            args.model, providers, host=host, table=table,
             on_node=lambda t: bar.advance("skipped" if t.skipped else t.provider))
     if args.json:
         write_json([t.__dict__ for t in times], "-")

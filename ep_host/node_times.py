@@ -9,20 +9,17 @@ import os
 import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from functools import cache
 from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
-from ep_host.calibration import cache_dir
 from ep_host.cost import Cost
 from ep_host.errors import describe_exception
 from ep_host.graph import NodeView, ValueView
 from ep_host.match import KernelMatch
-from ep_host.stored import AnswerStore
+from ep_host.stored import AnswerStore, CacheDirStores
 
-FILE_NAME = "node-times.jsonl"
 SMALL_CONSTANT = 64  # integer constants up to this size (shapes, axes) go into the signature
 RUN_BUDGET_S = 0.2  # timing one node stops after this much time (after at least one run)
 MAX_RUNS = 7
@@ -64,14 +61,12 @@ def node_signature(node: NodeView) -> Hashable | None:
             tuple(sorted((k, _frozen(v)) for k, v in node.attributes.items())))
 
 
-@cache
-def _store_at(path: str) -> AnswerStore:
-    return AnswerStore(path)
+STORES = CacheDirStores("node-times")
 
 
 def store() -> AnswerStore:
     """The measured node times of this machine (under the cache directory)."""
-    return _store_at(str(cache_dir() / FILE_NAME))
+    return STORES.current()
 
 
 def provider_key(provider: str, version: str) -> tuple[str, str]:

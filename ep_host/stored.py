@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import threading
 from collections.abc import Hashable
 from pathlib import Path
@@ -74,3 +75,23 @@ class AnswerStore:
                     f.write(line)
             except OSError:
                 pass
+
+
+
+class CacheDirStores:
+    """The ``AnswerStore`` named ``parts`` (joined by "-", each cut to letters, digits and dots:
+    a runtime version reads like ``2026.4.1-22982-releases/2026/4``) in the cache directory as it
+    is at each call (``EP_HOST_CACHE_DIR`` may change), one store per directory."""
+
+    def __init__(self, *parts: object):
+        self.name = "-".join(re.sub(r"[^A-Za-z0-9.]+", "_", str(p)) for p in parts) + ".jsonl"
+        self.stores: dict[str, AnswerStore] = {}
+
+    def current(self) -> AnswerStore:
+        from ep_host.calibration import cache_dir
+
+        path = str(cache_dir() / self.name)
+        found = self.stores.get(path)
+        if found is None:
+            found = self.stores[path] = AnswerStore(path)
+        return found

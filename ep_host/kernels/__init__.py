@@ -56,8 +56,21 @@ from ep_host.kernels.registry import (
     check_node,
     kernel,
 )
-from ep_host.kernels.timing import CONV_CASES, ConvCase, best_seconds, cached_figures, conv_speeds
-from ep_host.kernels.work import conv_kind, output_elements, traffic_bytes, work
+from ep_host.kernels.timing import (
+    CONV_CASES,
+    ConvCase,
+    ConvSpeeds,
+    best_seconds,
+    cached_figures,
+    conv_speeds,
+)
+from ep_host.kernels.work import (
+    calibrated_roofline,
+    conv_kind,
+    output_elements,
+    traffic_bytes,
+    work,
+)
 
 __all__ = [
     "ALL",
@@ -72,11 +85,13 @@ __all__ = [
     "SIGNED",
     "UNSIGNED",
     "ConvCase",
+    "ConvSpeeds",
     "KernelSpec",
     "Registry",
     "RegistryKernel",
     "best_seconds",
     "cached_figures",
+    "calibrated_roofline",
     "check_node",
     "check_window_attributes",
     "check_window_geometry",

@@ -8,9 +8,11 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ep_host import element_count
 
 
 def best_seconds(fn, repeat: int) -> float:
@@ -63,13 +65,7 @@ class ConvCase:
 
     @property
     def flops(self) -> int:
-        taps = 1
-        for d in self.w_shape[1:]:
-            taps *= d
-        outputs = 1
-        for d in self.out_shape:
-            outputs *= d
-        return 2 * outputs * taps
+        return 2 * element_count(self.out_shape) * element_count(self.w_shape[1:])
 
     def weight(self) -> Any:
         """The case's weight: fixed random float32 values in [-0.5, 0.5)."""
@@ -121,3 +117,24 @@ def conv_speeds(time_case: Callable[[ConvCase], float]) -> dict[str, float]:
         seconds = max(time_case(case), 1e-9)
         logs.setdefault(case.kind, []).append(math.log(case.flops / seconds / 1e9))
     return {kind: math.exp(sum(v) / len(v)) for kind, v in logs.items()}
+
+
+@dataclass(frozen=True)
+class ConvSpeeds:
+    """The GFLOP/s an EP measured per ``conv_kind`` (0: not measured), for a profile dataclass
+    to derive from beside its ``peak_gflops``; ``measured(time_case)`` gives the fields' values."""
+
+    dense_conv_gflops: float = field(default=0.0, kw_only=True)
+    pointwise_conv_gflops: float = field(default=0.0, kw_only=True)
+    grouped_conv_gflops: float = field(default=0.0, kw_only=True)
+
+    def conv_gflops(self, kind: str | None) -> float:
+        """The GFLOP/s to price a convolution of ``kind`` at; ``peak_gflops`` for other ops and
+        kinds not measured."""
+        speed = getattr(self, f"{kind}_conv_gflops", 0.0) if kind else 0.0
+        return speed or self.peak_gflops  # type: ignore[attr-defined]
+
+    @staticmethod
+    def measured(time_case: Callable[[ConvCase], float]) -> dict[str, float]:
+        """``conv_speeds(time_case)`` as this class's field values."""
+        return {f"{kind}_conv_gflops": v for kind, v in conv_speeds(time_case).items()}

@@ -6,7 +6,9 @@ bytes of every input and output. The CPU and CUDA EPs price the same work at the
 
 from __future__ import annotations
 
-from ep_host import NodeView, element_count
+from typing import Any
+
+from ep_host import Cost, NodeView, element_count, family_factors
 from ep_host.kernels.registry import KernelSpec
 
 
@@ -52,3 +54,15 @@ def conv_kind(spec: KernelSpec, node: NodeView) -> str | None:
     if window and all(d == 1 for d in window) and all(s == 1 for s in strides):
         return "pointwise"
     return "dense"
+
+
+def calibrated_roofline(spec: KernelSpec, node: NodeView, provider: str, profile: Any) -> Cost:
+    """The node's ``work`` as a roofline at ``profile``'s figures (``conv_gflops(conv_kind)``,
+    ``bandwidth_gbps``: a ``timing.ConvSpeeds`` profile), scaled by the factors ``ep-host
+    calibrate`` fitted for the spec's family on ``provider``."""
+    flops, nbytes = work(spec, node)
+    cost = Cost.roofline(flops=flops, bytes_moved=nbytes,
+                         peak_gflops=profile.conv_gflops(conv_kind(spec, node)),
+                         bandwidth_gbps=profile.bandwidth_gbps)
+    factors = family_factors(provider).get(spec.family or "")
+    return cost if factors is None else cost.scaled(factors.scale, factors.overhead_us)

@@ -7,7 +7,6 @@ one probe session per distinct signature, once per machine.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_host import AnswerStore, NodeView, PartitionView, ValueView, cache_dir
+from ep_host import CacheDirStores, NodeView, PartitionView, ValueView
 from ep_host_onnxruntime import runtime
 
 # Constants onnxruntime reads as data (a Reshape's shape, Slice's starts): small integer
@@ -158,31 +157,18 @@ def probe(node: NodeView) -> Verdict:
 PROBE_VERSION = 1  # bump when what a probe asks changes: verdicts stored before are not read
 
 
-def verdict_store() -> AnswerStore:
-    """The verdicts stored on this machine for the installed onnxruntime."""
-    tag = re.sub(r"[^A-Za-z0-9.]+", "_", str(runtime.version()))
-    return AnswerStore(cache_dir() / f"onnxruntime-verdicts-{tag}-{PROBE_VERSION}.jsonl")
-
-
 class Verdicts:
     """The verdict cache: one probe per signature, shared across models and sessions (cleared
-    when it reaches ``limit`` entries), and kept on disk (``verdict_store``) for the next process.
-    ``probes`` counts the probe sessions this process built."""
+    when it reaches ``limit`` entries), and kept on disk (per onnxruntime version) for the next
+    process. ``probes`` counts the probe sessions this process built."""
 
     def __init__(self, limit: int = 16384):
         self.limit = limit
         self.known: dict[Hashable, Verdict] = {}
         self.lock = threading.Lock()
         self.probes = 0
-        self.stores: dict[str, AnswerStore] = {}
-
-    def store(self) -> AnswerStore:
-        """The store of the current cache directory (``EP_HOST_CACHE_DIR`` may change)."""
-        where = str(cache_dir())
-        found = self.stores.get(where)
-        if found is None:
-            found = self.stores[where] = verdict_store()
-        return found
+        self.stores = CacheDirStores("onnxruntime-verdicts", runtime.version(),
+                                     PROBE_VERSION)
 
     def verdict(self, node: NodeView) -> Verdict:
         early = declined_before_probing(node)
@@ -192,7 +178,7 @@ class Verdicts:
         found = self.known.get(key)
         if found is not None:
             return found
-        store = self.store()
+        store = self.stores.current()
         stored = store.get(key)
         if stored is not None:
             found = Verdict(str(stored.get("reason", "")), str(stored.get("code", "")))

@@ -15,7 +15,7 @@ from functools import cache
 import numpy as np
 
 from ep_host import cache_dir
-from ep_host.kernels import ConvCase, best_seconds, cached_figures, conv_speeds
+from ep_host.kernels import ConvCase, ConvSpeeds, best_seconds, cached_figures
 from ep_host_onnxruntime import runtime
 
 PROFILE_VERSION = 2
@@ -24,21 +24,11 @@ COPY_ELEMENTS = 4 * 1024 * 1024  # 16 MiB of float32, past the caches
 
 
 @dataclass(frozen=True)
-class RuntimeProfile:
+class RuntimeProfile(ConvSpeeds):
     call_overhead_us: float
     peak_gflops: float
     bandwidth_gbps: float
-    # GFLOP/s per conv_kind (0: not measured, use peak_gflops)
-    dense_conv_gflops: float = 0.0
-    pointwise_conv_gflops: float = 0.0
-    grouped_conv_gflops: float = 0.0
     source: str = "measured"
-
-    def conv_gflops(self, kind: str | None) -> float:
-        """The GFLOP/s to price a convolution of ``kind`` at; ``peak_gflops`` for other ops."""
-        speed = {"dense": self.dense_conv_gflops, "pointwise": self.pointwise_conv_gflops,
-                 "grouped": self.grouped_conv_gflops}.get(kind or "", 0.0)
-        return speed or self.peak_gflops
 
 
 def _machine_key() -> str:
@@ -92,14 +82,11 @@ def measure() -> RuntimeProfile:
         conv.run(None, feed)
         return max(best_seconds(lambda: conv.run(None, feed), 3) - overhead_s, 1e-9)
 
-    convs = conv_speeds(time_conv)
     return RuntimeProfile(
         call_overhead_us=overhead_s * 1e6,
         peak_gflops=2 * n**3 / gemm_s / 1e9,
         bandwidth_gbps=2 * 4 * COPY_ELEMENTS / copy_s / 1e9,
-        dense_conv_gflops=convs["dense"],
-        pointwise_conv_gflops=convs["pointwise"],
-        grouped_conv_gflops=convs["grouped"],
+        **ConvSpeeds.measured(time_conv),
     )
 
 

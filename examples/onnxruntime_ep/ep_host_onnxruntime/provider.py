@@ -14,10 +14,9 @@ from ep_host import (
     PartitionView,
     ProviderContext,
     ProviderInfo,
-    family_factors,
     hookimpl,
 )
-from ep_host.kernels import REGISTRY, conv_kind, output_elements, traffic_bytes, work
+from ep_host.kernels import REGISTRY, calibrated_roofline, output_elements, traffic_bytes
 from ep_host_onnxruntime import __version__, runtime
 from ep_host_onnxruntime.probe import Verdicts
 from ep_host_onnxruntime.profile import RuntimeProfile, runtime_profile
@@ -39,12 +38,7 @@ def estimate(node: NodeView, profile: RuntimeProfile) -> Cost:
         return Cost.roofline(flops=output_elements(node), bytes_moved=traffic_bytes(node),
                              peak_gflops=profile.peak_gflops,
                              bandwidth_gbps=profile.bandwidth_gbps)
-    flops, nbytes = work(spec, node)
-    cost = Cost.roofline(flops=flops, bytes_moved=nbytes,
-                         peak_gflops=profile.conv_gflops(conv_kind(spec, node)),
-                         bandwidth_gbps=profile.bandwidth_gbps)
-    factors = family_factors(NAME).get(spec.family or "")
-    return cost if factors is None else cost.scaled(factors.scale, factors.overhead_us)
+    return calibrated_roofline(spec, node, NAME, profile)
 
 
 @hookimpl

@@ -7,14 +7,13 @@ by position, never by a node's value names.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ep_host import AnswerStore, NodeView, ValueView, cache_dir, node_model
+from ep_host import CacheDirStores, NodeView, ValueView, node_model
 from ep_host_openvino.runtime import (
     DEVICE,
     compile_model,
@@ -22,6 +21,7 @@ from ep_host_openvino.runtime import (
     read_model,
     reason_code,
     trimmed_message,
+    version,
 )
 
 # Constants whose values are part of the signature: small integer tensors (a Reshape's shape,
@@ -205,37 +205,20 @@ def probe(node: NodeView) -> Verdict:
 PROBE_VERSION = 1  # bump when what a probe asks changes: verdicts stored before are not read
 
 
-def verdict_store() -> AnswerStore:
-    """The verdicts stored on this machine for the installed OpenVINO."""
-    from ep_host_openvino.runtime import version
-
-    # OpenVINO's version reads like 2026.4.1-22982-e213a147257-releases/2026/4
-    tag = re.sub(r"[^A-Za-z0-9.]+", "_", str(version()))
-    return AnswerStore(cache_dir() / f"openvino-verdicts-{tag}-{PROBE_VERSION}.jsonl")
-
-
 class VerdictCache:
     """Verdicts by op signature, cleared when it reaches ``limit`` entries, and kept on disk
-    (``verdict_store``) for the next process."""
+    (per OpenVINO version) for the next process."""
 
     def __init__(self, limit: int = 4096):
         self.limit = limit
         self.verdicts: dict[Hashable, Verdict] = {}
-        self.stores: dict[str, AnswerStore] = {}
-
-    def store(self) -> AnswerStore:
-        """The store of the current cache directory (``EP_HOST_CACHE_DIR`` may change)."""
-        where = str(cache_dir())
-        found = self.stores.get(where)
-        if found is None:
-            found = self.stores[where] = verdict_store()
-        return found
+        self.stores = CacheDirStores("openvino-verdicts", version(), PROBE_VERSION)
 
     def verdict(self, node: NodeView, opset: int | None) -> Verdict:
         key = signature(node, opset)
         found = self.verdicts.get(key)
         if found is None:
-            store = self.store()
+            store = self.stores.current()
             stored = store.get(key)
             if stored is not None:
                 found = Verdict(str(stored.get("reason", "")), str(stored.get("code", "")))

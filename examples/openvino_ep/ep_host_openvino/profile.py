@@ -15,28 +15,18 @@ from functools import cache
 import numpy as np
 
 from ep_host import cache_dir
-from ep_host.kernels import ConvCase, best_seconds, cached_figures, conv_speeds
+from ep_host.kernels import ConvCase, ConvSpeeds, best_seconds, cached_figures
 from ep_host_openvino.runtime import CompiledModelKernel, compile_model, version
 
 PROFILE_VERSION = 3
 
 
 @dataclass(frozen=True)
-class OpenVinoProfile:
+class OpenVinoProfile(ConvSpeeds):
     peak_gflops: float
     bandwidth_gbps: float
     call_overhead_us: float
-    # GFLOP/s per conv_kind (0: not measured, use peak_gflops)
-    dense_conv_gflops: float = 0.0
-    pointwise_conv_gflops: float = 0.0
-    grouped_conv_gflops: float = 0.0
     source: str = "measured"
-
-    def conv_gflops(self, kind: str | None) -> float:
-        """The GFLOP/s to price a convolution of ``kind`` at; ``peak_gflops`` for other ops."""
-        speed = {"dense": self.dense_conv_gflops, "pointwise": self.pointwise_conv_gflops,
-                 "grouped": self.grouped_conv_gflops}.get(kind or "", 0.0)
-        return speed or self.peak_gflops
 
 
 def _machine_key() -> str:
@@ -97,15 +87,12 @@ def measure() -> OpenVinoProfile:
         conv.run(x)
         return max(best_seconds(lambda: conv.run(x), 3) - call_s, 1e-9)
 
-    convs = conv_speeds(time_conv)
     return OpenVinoProfile(
         peak_gflops=2 * n**3 / max(gemm_s - call_s, 1e-9) / 1e9,
         # read, write, and the copy out of OpenVINO's output tensor
         bandwidth_gbps=3 * big.nbytes / max(stream_s - call_s, 1e-9) / 1e9,
         call_overhead_us=call_s * 1e6,
-        dense_conv_gflops=convs["dense"],
-        pointwise_conv_gflops=convs["pointwise"],
-        grouped_conv_gflops=convs["grouped"],
+        **ConvSpeeds.measured(time_conv),
     )
 
 

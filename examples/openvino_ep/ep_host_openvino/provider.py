@@ -17,11 +17,10 @@ from ep_host import (
     ProviderContext,
     ProviderInfo,
     deny,
-    family_factors,
     hookimpl,
     node_model,
 )
-from ep_host.kernels import REGISTRY, conv_kind, traffic_bytes, work
+from ep_host.kernels import REGISTRY, calibrated_roofline, traffic_bytes
 from ep_host_openvino import __version__
 from ep_host_openvino.probe import VerdictCache
 from ep_host_openvino.profile import OpenVinoProfile, openvino_profile
@@ -58,12 +57,7 @@ def estimate(node: NodeView, profile: OpenVinoProfile) -> Cost:
         return Cost.roofline(flops=0, bytes_moved=traffic_bytes(node),
                              peak_gflops=profile.peak_gflops,
                              bandwidth_gbps=profile.bandwidth_gbps)
-    flops, nbytes = work(spec, node)
-    cost = Cost.roofline(flops=flops, bytes_moved=nbytes,
-                         peak_gflops=profile.conv_gflops(conv_kind(spec, node)),
-                         bandwidth_gbps=profile.bandwidth_gbps)
-    factors = family_factors(NAME).get(spec.family or "")
-    return cost if factors is None else cost.scaled(factors.scale, factors.overhead_us)
+    return calibrated_roofline(spec, node, NAME, profile)
 
 
 @hookimpl

@@ -16,28 +16,18 @@ from functools import cache
 import numpy as np
 
 from ep_host import ProviderContext, cache_dir, load_model
-from ep_host.kernels import REGISTRY, ConvCase, best_seconds, cached_figures, conv_speeds
+from ep_host.kernels import REGISTRY, ConvCase, ConvSpeeds, best_seconds, cached_figures
 from ep_host_cpu.xp import numpy_xp
 
 PROFILE_VERSION = 2
 
 
 @dataclass(frozen=True)
-class MachineProfile:
+class MachineProfile(ConvSpeeds):
     peak_gflops: float
     bandwidth_gbps: float
     dispatch_us: float
-    # GFLOP/s of this EP's Conv kernel per conv_kind (0: not measured, use peak_gflops)
-    dense_conv_gflops: float = 0.0
-    pointwise_conv_gflops: float = 0.0
-    grouped_conv_gflops: float = 0.0
     source: str = "measured"
-
-    def conv_gflops(self, kind: str | None) -> float:
-        """The GFLOP/s to price a convolution of ``kind`` at; ``peak_gflops`` for other ops."""
-        speed = {"dense": self.dense_conv_gflops, "pointwise": self.pointwise_conv_gflops,
-                 "grouped": self.grouped_conv_gflops}.get(kind or "", 0.0)
-        return speed or self.peak_gflops
 
 
 def _machine_key() -> str:
@@ -66,14 +56,11 @@ def measure() -> MachineProfile:
             np.add(x, x)
 
     dispatch_s = best_seconds(adds, 3) / reps
-    convs = conv_speeds(time_conv)
     return MachineProfile(
         peak_gflops=2 * n**3 / gemm_s / 1e9,
         bandwidth_gbps=2 * src.nbytes / copy_s / 1e9,
         dispatch_us=dispatch_s * 1e6,
-        dense_conv_gflops=convs["dense"],
-        pointwise_conv_gflops=convs["pointwise"],
-        grouped_conv_gflops=convs["grouped"],
+        **ConvSpeeds.measured(time_conv),
     )
 
 
