@@ -19,6 +19,7 @@ from ep_host.discovery import Host, ProviderRecord
 from ep_host.errors import HostError, ProviderError, describe_exception
 from ep_host.functions import expand_function
 from ep_host.graph import NodeView, op_schema, paused_gc
+from ep_host.layouts import check_match_layouts, has_layouts
 from ep_host.loading import Model
 from ep_host.match import Decline, KernelMatch, ReasonCode
 from ep_host.plugin_calls import is_user_interrupt, sigint
@@ -55,6 +56,18 @@ class CapabilityTable:
         row = self.answers[node]
         return [p for p in self.providers if row[p].is_supported]
 
+    @property
+    def layout_providers(self) -> frozenset[str]:
+        """The providers that claim some node of ``nodes`` in a layout not the model's."""
+        found = set()
+        rows = {id(row): row for row in map(self.answers.get, (n.name for n in self.nodes))
+                if row is not None}
+        for row in rows.values():
+            for provider, answer in row.items():
+                if provider not in found and answer.is_supported and has_layouts(answer):
+                    found.add(provider)
+        return frozenset(found)
+
 
 def provider_context(
     model: Model, record: ProviderRecord, options: Mapping[str, Any]
@@ -90,10 +103,17 @@ def check_answer(answer: Any, node: NodeView | None = None) -> KernelMatch:
     if answer.is_supported is False and type(answer.reason) is str and not answer.reason:
         return KernelMatch.unsupported("provider declined without a reason", ReasonCode.FAULT)
     try:
-        return answer.copy_checked(input_limit(node) if answer.host_inputs else 0)
+        checked = answer.copy_checked(input_limit(node) if answer.host_inputs else 0)
     except (TypeError, ValueError) as exc:
         claimed = "claimed the node" if answer.is_supported is True else "declined"
         return KernelMatch.unsupported(f"provider {claimed} with {exc}", ReasonCode.FAULT)
+    if node is not None and checked.is_supported and (
+            checked.required_input_layouts or checked.output_layouts):
+        fault = check_match_layouts(checked.required_input_layouts, checked.output_layouts, node)
+        if fault:
+            return KernelMatch.unsupported(f"provider claimed the node with {fault}",
+                                           ReasonCode.FAULT)
+    return checked
 
 
 def input_limit(node: NodeView | None) -> int:
@@ -167,7 +187,7 @@ def ask(
     raw = answers[0] if answers else None
     # ``checked`` maps an answer's id to (that answer, the checked copy the host keeps); the
     # answer is held there, so its id names that one object. host_inputs depend on the node's
-    # input count, so answers naming host inputs are checked per node.
+    # input count and layouts on its ranks, so answers naming either are checked per node.
     if checked is not None:
         known = checked.get(id(raw))
         if known is not None and known[0] is raw:
@@ -176,7 +196,8 @@ def ask(
     if host.strict and answer.code == ReasonCode.FAULT:
         raise ProviderError(f"provider {record.name!r} on node {node.name!r}: {answer.reason}")
     if (checked is not None and raw is not None and answer.code is not ReasonCode.FAULT
-            and not raw.host_inputs):
+            and not raw.host_inputs and not answer.required_input_layouts
+            and not answer.output_layouts):
         checked[id(raw)] = (raw, answer)
     return answer
 

@@ -69,9 +69,12 @@ class KernelMatch:
     """A provider's answer for one node: supported at a cost, or unsupported with a reason.
 
     Build with :meth:`supported` or :meth:`unsupported`, not the constructor.
-    ``required_input_layouts`` (one entry per input, ``None`` for "any") and ``output_layouts``
-    name memory layouts such as ``"NCHW"``; ``host_inputs`` are input indices whose values must be
-    on the host (a Reshape's shape), so placement can price the copies.
+    ``required_input_layouts`` (one entry per input) and ``output_layouts`` (one per output) name
+    the memory layout the kernel reads or writes, from :data:`ep_host.layouts.LAYOUTS`
+    (``"NHWC"``); ``None``, a missing entry or a layout of the model's own (``"NCHW"``) mean the
+    model's layout. The host converts between layouts where producer and consumer differ and
+    prices each conversion like a device copy. ``host_inputs`` are input indices whose values must
+    be on the host (a Reshape's shape), so placement can price the copies.
     """
 
     is_supported: bool

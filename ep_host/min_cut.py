@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ep_host.layouts import conversion_cost_us, input_layout, output_layout
 from ep_host.provider import HOST, Device
 
 if TYPE_CHECKING:
@@ -27,6 +28,8 @@ class PlacementObjective:
     evaluation.
 
     Locations are device names (index 0 is the host); providers on one device share a location.
+    A tensor's place is a location and a layout: it is copied to each place its consumers read
+    it at, once (a copy between locations, a conversion between layouts, or both).
     ``options[n]`` maps each provider index allowed for node ``n`` to its ``total_us``.
     """
 
@@ -60,13 +63,29 @@ class PlacementObjective:
                         hin[index[p]] = frozenset(a.host_inputs)
             self.options.append(opts)
             self.host_in.append(hin)
+        # a place is a (location, layout) pair, place = location * n_layouts + layout; layout
+        # 0 is the model's, the others are those some claim reads or writes
+        self.layout_providers = {index[p] for p in table.layout_providers}
+        self.layout_names: list[str | None] = [None]
+        lay: dict[str | None, int] = {None: 0}
+
+        def layout_index(name: str | None) -> int:
+            if name not in lay:
+                lay[name] = len(self.layout_names)
+                self.layout_names.append(name)
+            return lay[name]
+
         vid: dict[str, int] = {}
         prod: list[int] = []
         nbytes: list[int] = []
         e_val: list[int] = []
         e_node: list[int] = []
         e_in: list[int] = []
+        e_lay: list[dict[int, int]] = []  # per edge: provider -> the layout it reads
+        out_lay: list[dict[int, int]] = []  # per tensor: provider -> the layout it writes
+        laid_out = bool(self.layout_providers)
         for n, node in enumerate(table.nodes):
+            row = answers[node.name]
             for i, v in enumerate(node.inputs):
                 if v is not None and not v.is_constant:  # constants: uploaded once, not per run
                     k = vid.get(v.name)
@@ -74,22 +93,33 @@ class PlacementObjective:
                         k = vid[v.name] = len(prod)
                         prod.append(-1)
                         nbytes.append(v.nbytes)
+                        out_lay.append({})
                     e_val.append(k)
                     e_node.append(n)
                     e_in.append(i)
-            for v in node.outputs:
+                    e_lay.append({p: layout_index(input_layout(row[self.providers[p]], i))
+                                  for p in self.options[n] if p in self.layout_providers}
+                                 if laid_out else {})
+            for j, v in enumerate(node.outputs):
                 if v is not None:
                     k = vid.get(v.name)
                     if k is None:
-                        vid[v.name] = len(prod)
+                        vid[v.name] = k = len(prod)
                         prod.append(n)
                         nbytes.append(v.nbytes)
+                        out_lay.append({})
                     else:
                         prod[k] = n
+                    out_lay[k] = ({p: layout_index(output_layout(row[self.providers[p]], j))
+                                   for p in self.options[n] if p in self.layout_providers}
+                                  if laid_out else {})
+        self.n_layouts = len(self.layout_names)
+        self.n_places = len(self.loc_dev) * self.n_layouts
         outs = []
         if table.nodes:
             outs = [vid[v.name] for v in table.graph.outputs if v.name in vid]
         self._arrays(prod, nbytes, e_val, e_node, e_in, outs)
+        self._layout_arrays(prod, e_lay, out_lay)
         self._launch_terms(table)
 
     def _launch_terms(self, table: CapabilityTable) -> None:
@@ -101,9 +131,10 @@ class PlacementObjective:
         self._launch = np.asarray([table.partition_launch_us.get(p, 0.0)
                                    for p in self.providers] or [0.0])
         # the groups moves choose between: a device's providers, but each compiling provider
-        # alone (its launches set it apart from the others on its device)
+        # and each provider with layouts of its own alone (its launches or conversions set it
+        # apart from the others on its device)
         n_locs = len(self.loc_dev)
-        self.prov_group = [n_locs + p if self._launch[p] else loc
+        self.prov_group = [n_locs + p if self._launch[p] or p in self.layout_providers else loc
                            for p, loc in enumerate(self.prov_loc)]
         self._entries = None
         if not self._launch.any():
@@ -142,6 +173,43 @@ class PlacementObjective:
         self._gbps = np.asarray([1.0 if d.is_host else d.link_gbps for d in self.loc_dev])
         self._host = np.asarray([d.is_host for d in self.loc_dev])
 
+    def _layout_arrays(self, prod: list[int], e_lay: list[dict[int, int]],
+                       out_lay: list[dict[int, int]]) -> None:
+        """Places: ``_need`` becomes the place (location and layout) each edge reads on each
+        provider; ``_out_place[tensor, provider]`` is where a tensor is written when its
+        producer runs there (a graph input: the host, in the model's layout)."""
+        n_lay = self.n_layouts
+        self._need = self._need * n_lay
+        for e, row in enumerate(e_lay):
+            for p, layout in row.items():
+                self._need[e, p] += layout
+        n_prov = max(1, len(self.providers))
+        out_place = np.tile(self._prov_loc * n_lay, (len(prod), 1)) if prod else np.zeros(
+            (0, n_prov), dtype=np.int64)
+        for k, row in enumerate(out_lay):
+            for p, layout in row.items():
+                out_place[k, p] += layout
+        out_place[self._prod < 0] = 0
+        self._out_place = out_place
+        self._vals = np.arange(len(prod))
+
+    def source_places(self, assign: Any) -> Any:
+        """Where each tensor is written under ``assign`` (a provider index per node)."""
+        prod = self._prod
+        return np.where(prod < 0, 0, self._out_place[self._vals, assign[np.maximum(prod, 0)]])
+
+    def _place_us(self, src: Any, dst: Any, nb: Any) -> Any:
+        """Moving tensors of ``nb`` bytes from place ``src`` to place ``dst``: the device copy
+        (:meth:`_link_us` of both locations) plus a layout conversion where the layouts
+        differ; nothing where the places are one."""
+        n_lay = self.n_layouts
+        src_loc, dst_loc = src // n_lay, dst // n_lay
+        copy = np.where(src_loc == dst_loc, 0.0, self._link_us(src_loc, nb) + self._link_us(
+            dst_loc, nb))
+        if n_lay == 1:
+            return copy
+        return copy + np.where(src % n_lay == dst % n_lay, 0.0, conversion_cost_us(nb))
+
     def _link_us(self, loc: Any, nb: Any) -> Any:
         """:meth:`Device.copy_cost_us` over arrays: moving ``nb`` bytes over location ``loc``'s
         link to the host (free on the host itself)."""
@@ -163,16 +231,14 @@ class PlacementObjective:
         ``implied_transfers`` prices them (up to the order floats are summed in)."""
         a = np.asarray(assign, dtype=np.int64)
         total = float(self._cost[np.arange(len(a)), a].sum())
-        prod = self._prod
-        src = np.where(prod < 0, 0, self._prov_loc[a[np.maximum(prod, 0)]])
-        n_locs = len(self.loc_dev)
+        src = self.source_places(a)
+        n_places = self.n_places
         dest = self._need[np.arange(len(self._e_val)), a[self._e_node]]
-        keys = np.unique(np.concatenate([self._e_val * n_locs + dest, self._outs * n_locs]))
-        val, dst = keys // n_locs, keys % n_locs
+        keys = np.unique(np.concatenate([self._e_val * n_places + dest, self._outs * n_places]))
+        val, dst = keys // n_places, keys % n_places
         moved = dst != src[val]
         val, dst = val[moved], dst[moved]
-        nb = self._nb[val]
-        copy = self._link_us(src[val], nb) + self._link_us(dst, nb)
+        copy = self._place_us(src[val], dst, self._nb[val])
         return total + float(copy.sum()) + self._launch_us(a)
 
     def _launch_us(self, a: Any) -> float:
@@ -212,7 +278,7 @@ class _Literals:
     """The copies a move may or may not pay, grouped by (tensor, destination): each group is
     paid when any of its literals holds (a consumer that reads the tensor there on its side)."""
 
-    keys: Any  # tensor * n_locs + destination, one per group
+    keys: Any  # tensor * n_places + destination place, one per group
     inverse: Any  # each literal's group
     node: Any  # each literal's consumer
     count: Any  # literals per group
@@ -265,16 +331,17 @@ class _MoveGraph:
         consumer reads the tensor there whatever its choice (and for the graph's outputs), else
         literals, one per consumer and side that reads it there."""
         obj = self.objective
-        n_locs = len(obj.loc_dev)
+        n_places = obj.n_places
         ev, ec = obj._e_val, obj._e_node
         edges = np.arange(len(ev))
         need0 = obj._need[edges, self.label0[ec]]
         need1 = obj._need[edges, self.label1[ec]]
         same = need0 == need1
-        always = np.unique(np.concatenate([ev[same] * n_locs + need0[same],
-                                           obj._outs * n_locs]))
+        always = np.unique(np.concatenate([ev[same] * n_places + need0[same],
+                                           obj._outs * n_places]))
         diff = ~same
-        key = np.concatenate([ev[diff] * n_locs + need0[diff], ev[diff] * n_locs + need1[diff]])
+        key = np.concatenate([ev[diff] * n_places + need0[diff],
+                              ev[diff] * n_places + need1[diff]])
         node = np.concatenate([ec[diff], ec[diff]])
         sign = np.concatenate([np.zeros(diff.sum(), np.int64), np.ones(diff.sum(), np.int64)])
         keep = ~np.isin(key, always)
@@ -295,18 +362,15 @@ class _MoveGraph:
         """For each (tensor, destination) key: the tensor's producer and the copy's price with
         the producer on side 0 and on side 1 (zero where the tensor is already there)."""
         obj = self.objective
-        n_locs = len(obj.loc_dev)
+        n_places = obj.n_places
         prod = obj._prod
-        has_producer = prod >= 0
-        producer_node = np.maximum(prod, 0)
-        source0 = np.where(has_producer, obj._prov_loc[self.label0[producer_node]], 0)
-        source1 = np.where(has_producer, obj._prov_loc[self.label1[producer_node]], 0)
-        val, dst = keys // n_locs, keys % n_locs
+        source0 = obj.source_places(self.label0)
+        source1 = obj.source_places(self.label1)
+        val, dst = keys // n_places, keys % n_places
         nb = obj._nb[val]
-        into = obj._link_us(dst, nb)
 
         def price(src: Any) -> Any:
-            return np.where(src == dst, 0.0, obj._link_us(src, nb) + into)
+            return obj._place_us(src, dst, nb)
 
         return prod[val], price(source0[val]), price(source1[val])
 
