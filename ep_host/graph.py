@@ -20,6 +20,7 @@ from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto
 from ep_host.dtypes import DType
 from ep_host.dtypes import dtype as to_dtype
 from ep_host.errors import ModelValidationError
+from ep_host.layouts import converted_shape, has_layouts, input_layout, output_layout
 from ep_host.tensors import readonly, sparse_to_dense, tensor_to_array
 
 if TYPE_CHECKING:
@@ -361,6 +362,29 @@ class NodeView(_NodeFields):
 
     def __repr__(self) -> str:
         return f"NodeView({self.name!r}, {self.qualified_op}, since_version={self.since_version})"
+
+
+def laid_out(node: NodeView, answer: Any) -> NodeView:
+    """``node`` as the kernel of a claim (``answer``, a ``KernelMatch``) sees it: each input and
+    output the claim reads or writes in a layout not the model's has that layout's shape (an
+    NHWC kernel sees NHWC shapes); ``node`` itself when there is none. A constant input so
+    converted is shown as computed: its converted data comes to ``Kernel.prepare``."""
+    if not answer.is_supported or not has_layouts(answer):
+        return node
+
+    def view(value: ValueView | None, layout: str | None) -> ValueView | None:
+        if value is None or layout is None:
+            return value
+        return ValueView(value.name, value.kind, value.dtype,
+                         converted_shape(value.shape, layout))
+
+    copy = object.__new__(_NodeFields)
+    for name in _NodeFields.__slots__:
+        setattr(copy, name, getattr(node, name))
+    copy.inputs = tuple(view(v, input_layout(answer, i)) for i, v in enumerate(node.inputs))
+    copy.outputs = tuple(view(v, output_layout(answer, k)) for k, v in enumerate(node.outputs))
+    copy.__class__ = NodeView
+    return copy  # type: ignore[return-value]
 
 
 def node_proto(node: NodeView) -> NodeProto:

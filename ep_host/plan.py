@@ -1,7 +1,7 @@
 """The execution plan: a placed graph as a frozen list of steps over numbered value slots.
 
-Every value gets a slot per device it lives on; a step is a kernel (over one node, or a group of
-nodes) or a device copy, with its input and output slots, the slots that die after it and the
+Every value gets a slot per device and layout it lives in; a step is a kernel (over one node, or a
+group of nodes), a device copy or a layout conversion, with its input and output slots, the slots that die after it and the
 dtypes and shapes its outputs must have. A plan is built once per (sub)graph and never changed by
 running it; ``ep_host.runloop`` defines what running a step means.
 """
@@ -24,8 +24,17 @@ from ep_host.errors import (
     ResourceLimitError,
     describe_exception,
 )
-from ep_host.graph import GraphView, NodeView, ValueView
+from ep_host.graph import GraphView, NodeView, ValueView, laid_out
 from ep_host.kernel import Kernel
+from ep_host.layouts import (
+    conversion_axes,
+    conversion_cost_us,
+    converted_shape,
+    input_layout,
+    output_layout,
+    has_layouts,
+    shown,
+)
 from ep_host.partitions import Group, compiling_groups, execution_order, partition_view, readers
 from ep_host.placement import Placement
 from ep_host.plugin_calls import is_user_interrupt, sigint
@@ -42,7 +51,8 @@ _INT64_MAX = 2**63 - 1
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Step:
-    """One step of a plan: a kernel computing ``nodes`` on ``provider``, or a device copy.
+    """One step of a plan: a kernel computing ``nodes`` on ``provider``, a device copy, or a
+    layout conversion (a kernel of the host's, on the device of ``provider``, its consumer).
 
     ``inputs``/``outputs``: value slots (``-1`` for an omitted optional value); ``expect``: per
     output, the numpy dtype, shape (``None`` where unknown) and array kind the kernel must
@@ -54,7 +64,7 @@ class Step:
 
     name: str
     op: str
-    kind: str  # "node", "partition" or "copy"
+    kind: str  # "node", "partition", "copy" or "layout"
     nodes: tuple[Any, ...]
     kernel: Kernel | None
     provider: str | None
@@ -286,9 +296,10 @@ class _Builder:
         self.placement = placement
         self.label = label
         self.body = body
-        self.slots: dict[tuple[str, str], int] = {}  # (value, device) -> slot
+        self.slots: dict[tuple[str, str, str | None], int] = {}  # (value, device, layout) -> slot
         self.constants: dict[int, Any] = {}
-        self.home: dict[str, Device] = {}  # value -> the device its producer runs on
+        # value -> the device its producer runs on and the layout it writes the value in
+        self.home: dict[str, tuple[Device, str | None]] = {}
         self.steps: list[Step] = []
         self.device_graphs: list[PartitionCapture] = []
         self.partitions = 0  # partitions compiled so far, for their names
@@ -302,44 +313,76 @@ class _Builder:
             return expect
         return _loosened(expect, rank=value.name in self.wrong_rank)
 
-    def slot(self, name: str, device: Device) -> int:
-        key = (name, device.name)
+    def slot(self, name: str, device: Device, layout: str | None = None) -> int:
+        key = (name, device.name, layout)
         if key not in self.slots:
             self.slots[key] = len(self.slots)
         return self.slots[key]
 
-    def fetch(self, value: ValueView, device: Device) -> int:
-        """The slot holding ``value`` on ``device``, adding a copy step the first time."""
-        if (value.name, device.name) in self.slots:
-            return self.slots[(value.name, device.name)]
+    def fetch(self, value: ValueView, device: Device, layout: str | None = None,
+              provider: str | None = None) -> int:
+        """The slot holding ``value`` on ``device`` in ``layout`` (``None``: the model's),
+        adding a copy step, a layout conversion (on ``device``, for ``provider``) or both the
+        first time."""
+        key = (value.name, device.name, layout)
+        if key in self.slots:
+            return self.slots[key]
         if value.is_constant and value.name not in self.home:
-            s = self.slot(value.name, device)
-            data = value.value  # the host's own errors (bad raw data) pass as they are
-            since = sigint.received
-            try:
-                constant = device.upload(data)
-            except BaseException as exc:  # the device's from_host is provider code
-                if is_user_interrupt(exc, since):
-                    raise
-                raise KernelError(f"{self.label}: device {device.name} failed to take constant "
-                                  f"{value.name!r}: {describe_exception(exc)}") from exc
-            # no kernel may change a constant for the next run, or for another session
-            self.constants[s] = read_only(constant) if constant.__class__ is np.ndarray else (
-                constant)
-            return s
-        src = self.home[value.name]
-        src_slot = self.slots[(value.name, src.name)]
-        dst_slot = self.slot(value.name, device)
+            if layout is not None:  # converted once, here, like the upload
+                return self.constant(value, device, layout,
+                                     np.ascontiguousarray(np.transpose(value.value, conversion_axes(
+                                         None, layout, value.value.ndim))))
+            return self.constant(value, device, None, value.value)
+        src, src_layout = self.home[value.name]
+        if src_layout != layout:
+            return self.convert(value, device, src_layout, layout, provider)
+        src_slot = self.slots[(value.name, src.name, layout)]
+        dst_slot = self.slot(value.name, device, layout)
         self.steps.append(Step(f"copy {value.name}", "copy", "copy", (), None, None,
                                (src_slot,), (dst_slot,), copy=(src, device)))
         return dst_slot
+
+    def convert(self, value: ValueView, device: Device, source: str | None,
+                destination: str | None, provider: str | None) -> int:
+        """A step converting ``value`` from layout ``source`` to ``destination`` on
+        ``device`` (copied there first in ``source`` when it lives elsewhere)."""
+        src_slot = self.fetch(value, device, source, provider)
+        dst_slot = self.slot(value.name, device, destination)
+        rank = value.rank
+        axes = conversion_axes(source, destination, rank)
+        change = f"{shown(source, rank)}->{shown(destination, rank)}"
+        dtype, shape, kind = self.expect(value, device)
+        expect = (dtype, converted_shape(shape, destination), kind)
+        span = {"tensor": value.name, "layouts": change, "device": device.name,
+                "bytes": value.nbytes, "estimated_us": conversion_cost_us(value.nbytes)}
+        self.steps.append(Step(f"layout {value.name} {change}", change, "layout", (),
+                               LayoutConversion(axes), provider, (src_slot,), (dst_slot,),
+                               expect=(expect,), span=MappingProxyType(span),
+                               output_names=(value.name,)))
+        return dst_slot
+
+    def constant(self, value: ValueView, device: Device, layout: str | None, data: Any) -> int:
+        """The slot of constant ``value`` on ``device`` in ``layout``, uploaded once."""
+        s = self.slot(value.name, device, layout)
+        since = sigint.received
+        try:
+            constant = device.upload(data)
+        except BaseException as exc:  # the device's from_host is provider code
+            if is_user_interrupt(exc, since):
+                raise
+            raise KernelError(f"{self.label}: device {device.name} failed to take constant "
+                              f"{value.name!r}: {describe_exception(exc)}") from exc
+        # no kernel may change a constant for the next run, or for another session
+        self.constants[s] = read_only(constant) if constant.__class__ is np.ndarray else (
+            constant)
+        return s
 
     def build(self, outer: list[str]) -> Plan:
         graph = self.graph
         input_slots = {v.name: self.slot(v.name, HOST) for v in graph.inputs}
         outer_slots = {name: self.slot(name, HOST) for name in outer}
         for name in (*input_slots, *outer_slots):
-            self.home[name] = HOST
+            self.home[name] = (HOST, None)
         where = {n.name: n.provider for n in self.placement.nodes}
         # a node whose values are known at load (a Constant) has no step: consumers read them
         nodes = [n for n in self.placement.table.nodes
@@ -387,7 +430,8 @@ class _Builder:
             if value is None:
                 in_slots.append(-1)
                 continue
-            s = self.fetch(value, HOST if i in host_inputs else device)
+            s = self.fetch(value, HOST if i in host_inputs else device, input_layout(answer, i),
+                           provider)
             in_slots.append(s)
             if s in self.constants:
                 constants[i] = self.constants[s]
@@ -405,16 +449,21 @@ class _Builder:
                 f"{self.label}: provider {provider!r} failed to prepare the kernel "
                 f"for node {node.name!r}: {describe_exception(exc)}") from exc
         out_slots = []
-        for value in node.outputs:
+        layouts = [output_layout(answer, k) for k in range(len(node.outputs))]
+        for value, layout in zip(node.outputs, layouts, strict=True):
             if value is None:
                 out_slots.append(-1)
                 continue
             self.check_static_size(node, value)
-            out_slots.append(self.slot(value.name, device))
-            self.home[value.name] = device
+            out_slots.append(self.slot(value.name, device, layout))
+            self.home[value.name] = (device, layout)
+        expect = self.expected(node.outputs, device)
+        if any(layouts):
+            expect = tuple((dtype, converted_shape(shape, layout), kind)
+                           for (dtype, shape, kind), layout in zip(expect, layouts, strict=True))
         return Step(node.name, node.qualified_op, "node", (node,), kernel, provider,
                     tuple(in_slots), tuple(out_slots),
-                    expect=self.expected(node.outputs, device), scope=scope,
+                    expect=expect, scope=scope,
                     lock=None if kernel.thread_safe else threading.Lock(),
                     span=NodeSpan(node, provider, device.name, answer.cost),
                     output_names=tuple(v.name if v is not None else "" for v in node.outputs))
@@ -440,6 +489,11 @@ class _Builder:
         """The group as one step with the kernel its provider compiled; when the compile fails,
         a warning and the group's nodes one by one (``EP_HOST_STRICT``: the error)."""
         provider = group.provider
+        answers = self.placement.table.answers
+        if any(has_layouts(answers[n.name][provider]) for n in group.nodes):
+            # a partition's kernel reads and writes the model's layout: where its nodes asked for
+            # others, they run one by one, converted as they asked
+            return [self.node_step(n, provider) for n in group.nodes]
         self.partitions += 1
         view = partition_view(group, f"{provider} partition {self.partitions}", read_by)
         try:
@@ -465,7 +519,7 @@ class _Builder:
         for value in view.outputs:
             self.check_static_size(group.nodes[0], value)
             out_slots.append(self.slot(value.name, device))
-            self.home[value.name] = device
+            self.home[value.name] = (device, None)
         answers = self.placement.table.answers
         costs = [answers[n.name][provider].cost for n in group.nodes]
         op = f"partition of {len(group.nodes)} nodes"
@@ -485,15 +539,18 @@ class _Builder:
         that claimed it (the plan's placement becomes a new value with the node moved). With no
         other claimant the failure is raised; when every claimant fails, a KernelError lists
         them all."""
+        answers = self.placement.table.answers[node.name]
         try:
-            return self.source.create_kernel(node, provider, self.placement), provider
+            return self.source.create_kernel(laid_out(node, answers[provider]), provider,
+                                             self.placement), provider
         except KernelError as first:
             failures = [str(first)]
             for other in self.placement.table.claimants(node.name):
                 if other == provider:
                     continue
                 try:
-                    kernel = self.source.create_kernel(node, other, self.placement)
+                    kernel = self.source.create_kernel(laid_out(node, answers[other]), other,
+                                                       self.placement)
                 except KernelError as exc:
                     failures.append(str(exc))
                     continue
@@ -538,8 +595,8 @@ class _Builder:
                     and source.wants_device_graph(step.provider))
 
         # each slot's device and value, read once for all partitions
-        where = {s: device for (_, device), s in self.slots.items()}
-        names = {s: name for (name, _), s in self.slots.items()}
+        where = {s: device for (_, device, _), s in self.slots.items()}
+        names = {s: name for (name, _, _), s in self.slots.items()}
         out: list[Step] = []
         i = 0
         while i < len(steps):
@@ -593,6 +650,24 @@ class _Builder:
                      expect=tuple(self.expect(v, device) for v in views),
                      lock=threading.Lock(), span=MappingProxyType(span),
                      output_names=tuple(names[s] for s in outputs))]
+
+
+class LayoutConversion(Kernel):
+    """The host's kernel for a layout conversion: the array transposed by ``axes``, made
+    contiguous, with the array's own methods (numpy's and CuPy's alike), on its device."""
+
+    def __init__(self, axes: tuple[int, ...]):
+        self.axes = axes
+        self.call = self.convert
+
+    def convert(self, array: Any) -> Any:
+        return array.transpose(self.axes).copy()
+
+    def run(self, *inputs: Any) -> Sequence[Any]:
+        return (self.convert(inputs[0]),)
+
+    def __repr__(self) -> str:
+        return f"LayoutConversion{self.axes}"
 
 
 def release_points(steps: Sequence[Step], keep: frozenset[int]) -> tuple[tuple[int, ...], ...]:

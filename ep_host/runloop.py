@@ -426,7 +426,8 @@ class CompiledSteps:
         else:
             names[f"A{i}"] = dict(step.span)
             names[f"S{i}"] = step.name
-            self._emit(f"{indent}with span(S{i}, 'node', **A{i}):", i, own=True)
+            category = "layout" if step.kind == "layout" else "node"
+            self._emit(f"{indent}with span(S{i}, {category!r}, **A{i}):", i, own=True)
         return indent + "    "
 
     def _emit_node(self, names: dict[str, Any], i: int, step: Step, args: str,
