@@ -18,7 +18,8 @@ ROW = re.compile(r"^\|\s*`(?P<path>[\w/.]+\.py)`\s*\|\s*(?P<layer>[\w ]+?)\s*\|"
                  r"\s*(?P<concept>.+?)\s*\|$")
 DISTRIBUTIONS = ("ep_host", "plugins/cpu_ep/ep_host_cpu", "plugins/cuda_ep/ep_host_cuda")
 SOURCES = (*DISTRIBUTIONS, "examples/third_party_ep/ep_host_example",
-           "examples/onnxruntime_ep/ep_host_onnxruntime", "examples/openvino_ep/ep_host_openvino")
+           "examples/onnxruntime_ep/ep_host_onnxruntime", "examples/openvino_ep/ep_host_openvino",
+           "examples/nhwc_ep/ep_host_nhwc")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""The EP author kit without pytest: one-node and custom-op models, random feeds, and a provider's
-outputs compared with onnx's reference evaluator or a numpy function."""
+"""The EP author kit without pytest: one-node and custom-op models, random feeds, a provider's
+outputs compared with onnx's reference evaluator or a numpy function, and the layout conversions
+a session holds (for a provider computing in NHWC)."""
 
 from __future__ import annotations
 
@@ -173,3 +174,10 @@ def output_mismatch(name: str, expected: Any, actual: Any, rtol: float | None,
                 f"(got {a[at]:.6g}, expected {e[at]:.6g}) exceeds {bound:.3g} = atol {atol:g} + "
                 f"rtol {rtol:g} x scale {scale:.3g}")
     return ""
+
+
+def layout_conversions(session: Any) -> list[tuple[str, str]]:
+    """The layout conversions a session's placement holds, as ``(tensor, "NCHW->NHWC")`` in
+    node order: for a provider that computes in a layout of its own, the proof that its kernels
+    ran in it (each graph input and output converted at the boundary) and were fed correctly."""
+    return [(t.tensor, t.layouts) for t in session.placement.transfers if t.converts]

@@ -41,7 +41,7 @@ WINDOWED = ("Conv", "MaxPool", "AveragePool")
 
 PEAK_GFLOPS = 1.0
 BANDWIDTH_GBPS = 2.0
-LAUNCH_US = 5.0
+LAUNCH_US = 50.0
 
 
 @hookimpl
