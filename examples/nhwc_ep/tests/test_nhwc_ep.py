@@ -101,7 +101,7 @@ def test_a_real_cnn_across_nhwc_and_cpu_computes_what_the_cpu_ep_does(name, opti
     placement = both.placement
     on = {p: [n for n in placement.nodes if n.provider == p] for p in ("nhwc", "cpu")}
     assert on["nhwc"] and on["cpu"]
-    assert all(n.op_type != "Conv" for n in on["cpu"]) or optimizations is None
+    assert any(n.op_type == "Conv" for n in on["nhwc"])
     conversions = [t for t in placement.transfers if t.converts]
     # into NHWC where the graph begins or a CPU node hands over, back where the CPU takes over
     assert conversions and {t.layouts for t in conversions} == {"NCHW->NHWC", "NHWC->NCHW"}
