@@ -156,6 +156,9 @@ class KernelMatch:
             out: dict[str, Any] = {"supported": True, "cost": self.cost.to_dict()}
             if self.host_inputs:
                 out["host_inputs"] = list(self.host_inputs)
+            if self.required_input_layouts or self.output_layouts:
+                out["layouts"] = {"inputs": list(self.required_input_layouts or ()),
+                                  "outputs": list(self.output_layouts)}
             return out
         return {"supported": False, "reason": self.reason, "code": str(self.code)}
 

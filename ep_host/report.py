@@ -36,8 +36,22 @@ def fmt_bytes(n: int) -> str:
 
 def verdict(answer: KernelMatch) -> str:
     if answer.is_supported:
-        return fmt_us(answer.cost.total_us)
+        return fmt_us(answer.cost.total_us) + layouts_note(answer)
     return f"declined [{answer.code}]: {capped(answer.reason)}"
+
+
+def layouts_note(answer: KernelMatch) -> str:
+    """`` (in NHWC, out NHWC)`` for a claim that reads or writes a layout not the model's."""
+    required, produced = answer.required_input_layouts or (), answer.output_layouts
+    if not any(name is not None for name in (*required, *produced)):
+        return ""
+
+    def names(layouts: Any) -> str:
+        return ",".join(name or "model" for name in layouts)
+
+    parts = ([f"in {names(required)}"] if required else []) + (
+        [f"out {names(produced)}"] if produced else [])
+    return f" ({'; '.join(parts)})"
 
 
 class Output:
@@ -301,6 +315,7 @@ def render_explain(out: Output, table: CapabilityTable, placement: Placement | N
         out.line("no node matches the filters")
     if placement is not None:
         render_compiled_partitions(out, placement)
+        render_conversions(out, placement)
     if not filters.get("node"):
         render_summary(out, explain_summary(table, placement))
     if optimizations:
@@ -400,7 +415,16 @@ def render_placement(out: Output, placement: Placement) -> None:
          for i, p in enumerate(parts)],
     )
     render_compiled_partitions(out, placement)
-    if placement.transfers:
+    conversions = [t for t in placement.transfers if t.converts]
+    if conversions:
+        copies = sum(1 for t in placement.transfers if t.moves)
+        out.table(
+            f"{copies} device copies, {len(conversions)} layout conversions",
+            ["tensor", "from", "to", "layout", "bytes", "estimated"],
+            [(t.tensor, t.source, t.destination, t.layouts or "-", fmt_bytes(t.nbytes),
+              fmt_us(t.cost_us)) for t in placement.transfers],
+        )
+    elif placement.transfers:
         out.table(
             f"{len(placement.transfers)} device copies",
             ["tensor", "from", "to", "bytes", "estimated"],
@@ -408,9 +432,11 @@ def render_placement(out: Output, placement: Placement) -> None:
              for t in placement.transfers],
         )
     launches = placement.launch_cost_us
+    converting = sum(t.conversion_us for t in conversions)
     out.line(
         f"total estimated: {fmt_us(placement.total_us)} "
         f"(nodes {fmt_us(placement.node_cost_us)}, copies {fmt_us(placement.transfer_cost_us)}"
+        + (f" of which layout conversions {fmt_us(converting)}" if conversions else "")
         + (f", partition launches {fmt_us(launches)})" if launches else ")")
     )
     if placement.comparison:
@@ -420,6 +446,21 @@ def render_placement(out: Output, placement: Placement) -> None:
             f"{s} {fmt_us(us)}" + (f" ({chosen} saves {fmt_us(us - mine)})"
                                    if s != chosen and us > mine else "")
             for s, us in placement.comparison.items()))
+
+
+def render_conversions(out: Output, placement: Placement) -> None:
+    """The layout conversions the placement implies, when there are any: each tensor converted
+    on the device of the node that reads it, priced like a device copy."""
+    conversions = [t for t in placement.transfers if t.converts]
+    if not conversions:
+        return
+    out.table(
+        f"{len(conversions)} layout conversion(s), estimated "
+        f"{fmt_us(sum(t.conversion_us for t in conversions))}",
+        ["tensor", "layout", "on", "bytes", "estimated"],
+        [(t.tensor, t.layouts, t.destination, fmt_bytes(t.nbytes), fmt_us(t.conversion_us))
+         for t in conversions],
+    )
 
 
 def render_compiled_partitions(out: Output, placement: Placement) -> None:

@@ -1,5 +1,6 @@
 """The placement report as one self-contained HTML file (``ep-host report``): the placed graph
-with same-provider runs collapsed into boxes and device copies as labelled edges, a filterable
+with same-provider runs collapsed into boxes and device copies and layout conversions as labelled
+edges (conversions dashed, with their layouts), a filterable
 table of every provider's answer for every node, and the totals. No network, no libraries.
 
 The page is drawn by inline JavaScript from a compact form of the placement JSON
@@ -57,7 +58,8 @@ def compact(data: dict[str, Any], edges: Sequence[dict[str, Any]] = ()) -> dict[
         "compiled": [[p_index[p["provider"]], p["nodes"], p["cost_us"], p["launch_us"]]
                      for p in data.get("compiled_partitions", [])],
         "transfers": {"count": len(data["transfers"]),
-                      "bytes": sum(t["bytes"] for t in data["transfers"])},
+                      "bytes": sum(t["bytes"] for t in data["transfers"]),
+                      "conversions": sum(1 for t in data["transfers"] if "layout" in t)},
         "edges": list(edges),
         "totals": data["totals"],
         "unplaceable": data["unplaceable"],
@@ -94,7 +96,8 @@ def _answer_index(answer: dict[str, Any], seen: dict[tuple, int], out: list[list
 
 
 def copy_edges(placement: Placement) -> list[dict[str, Any]]:
-    """Device copies between partitions, summed per (from, to) pair of boxes.
+    """Device copies and layout conversions between partitions, summed per (from, to) pair
+    of boxes; ``conversions`` counts the tensors converted and ``layouts`` names the changes.
 
     Box -1 is the graph's inputs and weights on the host, box ``len(partitions)`` its outputs.
     The copies are :func:`ep_host.transfers.copy_walk`'s, each in the partition whose node
@@ -109,14 +112,19 @@ def copy_edges(placement: Placement) -> list[dict[str, Any]]:
         key = (-1 if producer is None else part_of[producer],
                len(parts) if consumer is None else part_of[consumer])
         e = edges.setdefault(key, {"from": key[0], "to": key[1], "bytes": 0, "cost_us": 0.0,
-                                   "count": 0, "tensors": [], "devices": set()})
+                                   "count": 0, "tensors": [], "devices": set(),
+                                   "conversions": 0, "layouts": set()})
         e["bytes"] += t.nbytes
         e["cost_us"] += t.cost_us
         e["count"] += 1
         e["devices"].add(f"{t.source} -> {t.destination}")
+        if t.converts:
+            e["conversions"] += 1
+            e["layouts"].add(t.layouts)
         if len(e["tensors"]) < MAX_EDGE_TENSORS:
             e["tensors"].append(t.tensor)
-    return [{**e, "devices": sorted(e["devices"])} for e in edges.values()]
+    return [{**e, "devices": sorted(e["devices"]), "layouts": sorted(e["layouts"])}
+            for e in edges.values()]
 
 
 def render(data: dict[str, Any], edges: Sequence[dict[str, Any]] = ()) -> str:
@@ -156,7 +164,8 @@ _PAGE = """<!doctype html>
 <section><h2>Totals</h2><div id="totals"></div></section>
 <section><h2>Placed graph</h2>
 <p class="hint">Consecutive nodes on one provider are one box; coloured arrows are device
-copies, labelled with their bytes; grey lines follow execution order.</p>
+copies, labelled with their bytes; dashed arrows convert a tensor's layout (NCHW->NHWC); grey
+lines follow execution order.</p>
 <div id="legend"></div><div id="picture"></div></section>
 <section><h2>Every node, every provider</h2>
 <div id="filters">
@@ -260,7 +269,8 @@ _SCRIPT = r"""
   var T = D.totals;
   document.getElementById("summary").textContent = N + " nodes, " + NP + " provider(s), " +
     "strategy " + (D.strategy || "none (placement failed)") + ", " + D.partitions.length +
-    " partition(s), " + D.transfers.count + " device copies (" + fmtBytes(D.transfers.bytes) + ")";
+    " partition(s), " + D.transfers.count + " device copies (" + fmtBytes(D.transfers.bytes) + ")" +
+    (D.transfers.conversions ? ", of which " + D.transfers.conversions + " layout conversions" : "");
   var totals = document.getElementById("totals");
   var tt = el("table", "totals"), tr = el("tr");
   ["provider", "device", "nodes", "estimated"].forEach(function (h) {
@@ -387,16 +397,22 @@ _SCRIPT = r"""
     var d = "M" + x1 + "," + y1 + " C" + (x1 + bend) + "," + y1 + " " +
             (x2 - (a.x === c.x ? -60 : bend)) + "," + y2 + " " + x2 + "," + y2;
     var stroke = e.to >= parts.length || e.from < 0 ? "#555" : color(parts[e.to][0]);
-    var g = svg("g", {"class": "copy"});
-    g.appendChild(svg("path", {d: d, fill: "none", stroke: stroke, "stroke-width": 2,
-                               "marker-end": "url(#arrow)"}));
-    var label = fmtBytes(e.bytes) + (e.count > 1 ? " (" + e.count + " tensors)" : "");
+    var converts = e.conversions > 0;
+    var g = svg("g", {"class": converts ? "copy layout" : "copy"});
+    var line = {d: d, fill: "none", stroke: stroke, "stroke-width": 2,
+                "marker-end": "url(#arrow)"};
+    if (converts) line["stroke-dasharray"] = "6,3";
+    g.appendChild(svg("path", line));
+    var label = fmtBytes(e.bytes) + (e.count > 1 ? " (" + e.count + " tensors)" : "") +
+      (converts ? " " + e.layouts.join(", ") : "");
     var mx = (x1 + x2) / 2 + (a.x === c.x ? 45 : 0), my = (y1 + y2) / 2;
     g.appendChild(svg("rect", {x: mx - label.length * 3.3 - 3, y: my - 11,
                                width: label.length * 6.6 + 6, height: 15, fill: "#fff",
                                "fill-opacity": 0.85}));
     g.appendChild(svg("text", {x: mx, y: my, "text-anchor": "middle"}, label));
-    g.appendChild(svg("title", {}, e.count + " copy(ies), " + fmtBytes(e.bytes) + ", " +
+    g.appendChild(svg("title", {}, e.count + " copy(ies)" +
+      (converts ? " (" + e.conversions + " layout conversion(s): " + e.layouts.join(", ") +
+       ")" : "") + ", " + fmtBytes(e.bytes) + ", " +
       fmtUs(e.cost_us) + " (" + e.devices.join(", ") + "): " + e.tensors.join(", ") +
       (e.count > e.tensors.length ? ", ..." : "")));
     s.appendChild(g);

@@ -83,8 +83,11 @@ def _lost(placement: Placement, node: str, provider: str, cost_us: float) -> Ver
     moved_nodes = list(placement.nodes)
     moved_nodes[index] = replace(current, provider=provider, cost_us=cost_us, pinned=False)
     moved = replace(placement, nodes=moved_nodes, transfers=[])
-    before = {(t.tensor, t.source, t.destination): t for t in placement.transfers}
-    after = {(t.tensor, t.source, t.destination): t for t in implied_transfers(moved)}
+    def key(t: Transfer) -> tuple[Any, ...]:
+        return t.tensor, t.source, t.destination, t.source_layout, t.destination_layout
+
+    before = {key(t): t for t in placement.transfers}
+    after = {key(t): t for t in implied_transfers(moved)}
     copies = [Copy("+", t) for k, t in after.items() if k not in before]
     copies += [Copy("-", t) for k, t in before.items() if k not in after]
     copies_us = sum(c.transfer.cost_us if c.sign == "+" else -c.transfer.cost_us
@@ -136,8 +139,13 @@ def render_why(out: Any, placement: Placement, node: str, verdicts: list[Verdict
             for c in v.copies:
                 t = c.transfer
                 verb = "would add" if c.sign == "+" else "would save"
-                out.line(f"    {verb} copy of {t.tensor} {t.source} -> {t.destination} "
-                         f"({fmt_bytes(t.nbytes)}, {fmt_us(t.cost_us)})")
+                if t.converts and not t.moves:
+                    out.line(f"    {verb} layout conversion of {t.tensor} {t.layouts} on "
+                             f"{t.destination} ({fmt_bytes(t.nbytes)}, {fmt_us(t.cost_us)})")
+                    continue
+                converted = f", converted {t.layouts}" if t.converts else ""
+                out.line(f"    {verb} copy of {t.tensor} {t.source} -> {t.destination}"
+                         f"{converted} ({fmt_bytes(t.nbytes)}, {fmt_us(t.cost_us)})")
 
 
 def _signed(us: float) -> str:
