@@ -82,12 +82,29 @@ def ep_host_supports_op(node: NodeView, context: ProviderContext) -> KernelMatch
 
     Claim only what you compute right: a wrong answer is worse than a decline.
 
+    Layouts: a kernel that computes in another memory layout than the model's (channels last)
+    says so in its claim: ``required_input_layouts`` (one entry per input) and
+    ``output_layouts`` (one per output) name layouts of :data:`ep_host.layouts.LAYOUTS`
+    (``"NHWC"``, ``"NWC"``, ``"NDHWC"``, and the model's own ``"NCHW"``, ``"NCW"``,
+    ``"NCDHW"``); ``None`` or a missing entry is the model's layout. Where a producer writes a
+    layout its consumer does not read, the host converts the tensor on the consumer's device
+    and prices the conversion like a device copy (``ep_host.layouts.conversion_cost_us``), so
+    placement weighs it; graph inputs and outputs stay in the model's layout. The node the
+    provider sees here has the model's shapes. A name the host does not know, a layout of
+    another rank than the value's, or an entry for a value the node lacks is this provider's
+    fault for the node, naming the input or output. ``Cost.transfer_us`` is for copies or
+    conversions the kernel makes itself; the host's conversions are priced apart.
+
     Example::
 
         @hookimpl
         def ep_host_supports_op(node, context):
             require(node.op_type == "Relu", "only Relu, got {}", node.op_type)
             return KernelMatch.supported(Cost(compute_us=1.0))
+
+        # a Conv computed channels last: X in NHWC, weight and bias as the model has them
+        return KernelMatch.supported(cost, required_input_layouts=["NHWC"],
+                                     output_layouts=["NHWC"])
     """
 
 
@@ -138,8 +155,11 @@ def ep_host_create_kernel(node: NodeView, context: ProviderContext) -> Kernel:
     Called once per placed node at session creation, only for nodes this provider claimed
     in ``ep_host_supports_op``.
 
-    :param node: the same read-only view ``ep_host_supports_op`` saw; constant inputs' values
-        are readable through ``node.inputs[i].value`` if the kernel wants them now.
+    :param node: the view ``ep_host_supports_op`` saw; constant inputs' values are readable
+        through ``node.inputs[i].value`` if the kernel wants them now. Where the claim named
+        layouts, each such input and output has its layout's shape (an NHWC kernel sees
+        ``[N, H, W, C]``) and ``run`` gets, and must return, arrays in those layouts; a constant
+        input in a layout not the model's comes converted to ``prepare``.
     :param context: the same :class:`ep_host.ProviderContext` as in ``ep_host_supports_op``.
     :return: an :class:`ep_host.Kernel`. The host then calls ``kernel.prepare(constants)``
         once with the node's constant inputs and ``kernel.run(*inputs)`` on every run; ``run``
