@@ -16,7 +16,7 @@ import numpy as np
 
 from ep_host.cost import Cost
 from ep_host.errors import describe_exception
-from ep_host.graph import NodeView, ValueView
+from ep_host.graph import NodeView, ValueView, laid_out
 from ep_host.match import KernelMatch
 from ep_host.stored import AnswerStore, CacheDirStores
 
@@ -120,7 +120,8 @@ def time_kernel(run: Callable[[], Any]) -> float:
 def measure_node(host: Any, node: NodeView, provider: str, context: Any,
                  launch_us: float, rng: np.random.Generator) -> float:
     """Microseconds ``provider``'s kernel for ``node`` takes alone on one thread, less its
-    per-partition launch; raises what building or running the kernel raised."""
+    per-partition launch; raises what building or running the kernel raised. ``node`` as the
+    kernel sees it (``graph.laid_out``): a kernel computing in NHWC is timed on NHWC inputs."""
     context = replace(context, intra_op_num_threads=1)
     kernel = host.call(provider, "ep_host_create_kernel", node=node, context=context)
     inputs = sample_inputs(node, rng)
@@ -169,7 +170,8 @@ def measure(host: Any, table: Any, providers: Sequence[str] | None = None,
                                   timed[(key, signature)])
             else:
                 try:
-                    us = measure_node(host, node, provider, context, launch_us, rng)
+                    us = measure_node(host, laid_out(node, answer), provider, context,
+                                      launch_us, rng)
                 except Exception as exc:  # a kernel that cannot run on sample data
                     result = NodeTime(node.name, provider, answer.cost.total_us,
                                       skipped=describe_exception(exc).splitlines()[0][:200])

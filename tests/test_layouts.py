@@ -195,3 +195,25 @@ def test_a_conversion_runs_on_the_consumers_device_after_the_copy(host):
     (r,) = session.run(None, {"x": x})
     assert type(r) is np.ndarray
     np.testing.assert_array_equal(r, np.maximum(x, 0))
+
+
+def test_a_kernel_computing_in_nhwc_is_timed_on_nhwc_inputs(host):
+    from ep_host import node_times
+    from ep_host.capability import walk
+    from ep_host.loading import load_model
+
+    nhwc = NHWCProvider()
+    host.register(nhwc, name="nhwc")
+    table = walk(host, load_model(relu_add_model().SerializeToString()), ["nhwc"],
+                 measured=False)
+    results = node_times.measure(host, table)
+    assert {r.node: r.skipped for r in results} == {"relu": "", "add": ""}
+    assert nhwc.received["relu"] == [(2, 4, 5, 3)]
+
+
+def test_the_author_guide_names_every_layout_the_host_knows():
+    from pathlib import Path
+
+    guide = (Path(__file__).resolve().parent.parent / "docs" / "ep-author-guide.md").read_text()
+    section = guide[guide.index("#### Layouts"):guide.index("### ep_host_create_kernel")]
+    assert all(f"`{name}`" in section for name in LAYOUTS)
