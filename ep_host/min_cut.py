@@ -81,8 +81,10 @@ class PlacementObjective:
         e_val: list[int] = []
         e_node: list[int] = []
         e_in: list[int] = []
-        e_lay: list[dict[int, int]] = []  # per edge: provider -> the layout it reads
-        out_lay: list[dict[int, int]] = []  # per tensor: provider -> the layout it writes
+        # edge -> {provider: the layout it reads}, tensor -> {provider: the layout it is
+        # written in}, for the providers with layouts of their own
+        e_lay: dict[int, dict[int, int]] = {}
+        out_lay: dict[int, dict[int, int]] = {}
         laid_out = bool(self.layout_providers)
         for n, node in enumerate(table.nodes):
             row = answers[node.name]
@@ -93,13 +95,13 @@ class PlacementObjective:
                         k = vid[v.name] = len(prod)
                         prod.append(-1)
                         nbytes.append(v.nbytes)
-                        out_lay.append({})
+                    if laid_out:
+                        e_lay[len(e_val)] = {
+                            p: layout_index(input_layout(row[self.providers[p]], i))
+                            for p in self.options[n] if p in self.layout_providers}
                     e_val.append(k)
                     e_node.append(n)
                     e_in.append(i)
-                    e_lay.append({p: layout_index(input_layout(row[self.providers[p]], i))
-                                  for p in self.options[n] if p in self.layout_providers}
-                                 if laid_out else {})
             for j, v in enumerate(node.outputs):
                 if v is not None:
                     k = vid.get(v.name)
@@ -107,12 +109,12 @@ class PlacementObjective:
                         vid[v.name] = k = len(prod)
                         prod.append(n)
                         nbytes.append(v.nbytes)
-                        out_lay.append({})
                     else:
                         prod[k] = n
-                    out_lay[k] = ({p: layout_index(output_layout(row[self.providers[p]], j))
-                                   for p in self.options[n] if p in self.layout_providers}
-                                  if laid_out else {})
+                    if laid_out:
+                        out_lay[k] = {
+                            p: layout_index(output_layout(row[self.providers[p]], j))
+                            for p in self.options[n] if p in self.layout_providers}
         self.n_layouts = len(self.layout_names)
         self.n_places = len(self.loc_dev) * self.n_layouts
         outs = []
@@ -173,20 +175,21 @@ class PlacementObjective:
         self._gbps = np.asarray([1.0 if d.is_host else d.link_gbps for d in self.loc_dev])
         self._host = np.asarray([d.is_host for d in self.loc_dev])
 
-    def _layout_arrays(self, prod: list[int], e_lay: list[dict[int, int]],
-                       out_lay: list[dict[int, int]]) -> None:
+    def _layout_arrays(self, prod: list[int], e_lay: Mapping[int, Mapping[int, int]],
+                       out_lay: Mapping[int, Mapping[int, int]]) -> None:
         """Places: ``_need`` becomes the place (location and layout) each edge reads on each
         provider; ``_out_place[tensor, provider]`` is where a tensor is written when its
         producer runs there (a graph input: the host, in the model's layout)."""
         n_lay = self.n_layouts
-        self._need = self._need * n_lay
-        for e, row in enumerate(e_lay):
+        if n_lay > 1:
+            self._need = self._need * n_lay
+        for e, row in e_lay.items():
             for p, layout in row.items():
                 self._need[e, p] += layout
         n_prov = max(1, len(self.providers))
         out_place = np.tile(self._prov_loc * n_lay, (len(prod), 1)) if prod else np.zeros(
             (0, n_prov), dtype=np.int64)
-        for k, row in enumerate(out_lay):
+        for k, row in out_lay.items():
             for p, layout in row.items():
                 out_place[k, p] += layout
         out_place[self._prod < 0] = 0
