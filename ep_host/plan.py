@@ -1,8 +1,8 @@
 """The execution plan: a placed graph as a frozen list of steps over numbered value slots.
 
 Every value gets a slot per device and layout it lives in; a step is a kernel (over one node, or a
-group of nodes), a device copy or a layout conversion, with its input and output slots, the slots that die after it and the
-dtypes and shapes its outputs must have. A plan is built once per (sub)graph and never changed by
+group of nodes), a device copy or a layout conversion, with its input and output slots, the slots
+that die after it and the dtypes and shapes its outputs must have. A plan is built once per (sub)graph and never changed by
 running it; ``ep_host.runloop`` defines what running a step means.
 """
 
@@ -328,11 +328,11 @@ class _Builder:
         if key in self.slots:
             return self.slots[key]
         if value.is_constant and value.name not in self.home:
+            data = value.value  # the host's own errors (bad raw data) pass as they are
             if layout is not None:  # converted once, here, like the upload
-                return self.constant(value, device, layout,
-                                     np.ascontiguousarray(np.transpose(value.value, conversion_axes(
-                                         None, layout, value.value.ndim))))
-            return self.constant(value, device, None, value.value)
+                axes = conversion_axes(None, layout, data.ndim)
+                data = np.ascontiguousarray(np.transpose(data, axes))
+            return self.constant(value, device, layout, data)
         src, src_layout = self.home[value.name]
         if src_layout != layout:
             return self.convert(value, device, src_layout, layout, provider)

@@ -270,7 +270,8 @@ _SCRIPT = r"""
   document.getElementById("summary").textContent = N + " nodes, " + NP + " provider(s), " +
     "strategy " + (D.strategy || "none (placement failed)") + ", " + D.partitions.length +
     " partition(s), " + D.transfers.count + " device copies (" + fmtBytes(D.transfers.bytes) + ")" +
-    (D.transfers.conversions ? ", of which " + D.transfers.conversions + " layout conversions" : "");
+    (D.transfers.conversions ?
+     ", of which " + D.transfers.conversions + " layout conversions" : "");
   var totals = document.getElementById("totals");
   var tt = el("table", "totals"), tr = el("tr");
   ["provider", "device", "nodes", "estimated"].forEach(function (h) {

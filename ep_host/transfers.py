@@ -50,7 +50,8 @@ class Transfer:
         """``"NCHW->NHWC"`` for a conversion, else ``""``."""
         if not self.converts:
             return ""
-        return f"{shown(self.source_layout, self.rank)}->{shown(self.destination_layout, self.rank)}"
+        rank = self.rank
+        return f"{shown(self.source_layout, rank)}->{shown(self.destination_layout, rank)}"
 
     def to_dict(self) -> dict[str, Any]:
         out = {"tensor": self.tensor, "from": self.source, "to": self.destination,

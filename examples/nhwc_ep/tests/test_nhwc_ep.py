@@ -15,7 +15,8 @@ from ep_host.testing.models import light_model_path, random_inputs, with_random_
 
 provider = pytest.importorskip("ep_host_nhwc.provider",
                                reason="install it: pip install -e examples/nhwc_ep")
-cpu = pytest.importorskip("ep_host_cpu.provider", reason="install it: pip install -e plugins/cpu_ep")
+cpu = pytest.importorskip("ep_host_cpu.provider",
+                          reason="install it: pip install -e plugins/cpu_ep")
 
 FAST = {"nhwc": {"gflops": 1000, "bandwidth_gbps": 100}}  # an accelerator's figures
 RNG = np.random.default_rng(0)
