@@ -2,13 +2,15 @@
 claimed with every activation in NHWC (weights and biases in the model's layout).
 
 It imports only what ``ep_host`` exports at its top level, as any third-party provider must.
-Its cost figures are modest unless the provider options ``gflops`` and ``bandwidth_gbps`` say
-otherwise (an accelerator's figures), so by default the CPU EP keeps every node.
+Its cost figures are modest unless the provider options ``gflops`` and ``bandwidth_gbps`` (or,
+for the command line, ``EP_HOST_NHWC_GFLOPS`` and ``EP_HOST_NHWC_BANDWIDTH_GBPS``) say otherwise
+(an accelerator's figures), so by default the CPU EP keeps every node.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 from ep_host import (
     Cost,
@@ -143,8 +145,14 @@ def estimate(node: NodeView, context: ProviderContext) -> Cost:
     else:
         flops = elements * max(1, len(node.inputs))
     nbytes = sum(v.nbytes for v in (*node.inputs, *node.outputs) if v is not None)
-    options = context.options
     return Cost.roofline(flops=flops, bytes_moved=nbytes,
-                         peak_gflops=float(options.get("gflops", PEAK_GFLOPS)),
-                         bandwidth_gbps=float(options.get("bandwidth_gbps", BANDWIDTH_GBPS)),
+                         peak_gflops=figure(context, "gflops", PEAK_GFLOPS),
+                         bandwidth_gbps=figure(context, "bandwidth_gbps", BANDWIDTH_GBPS),
                          launch_us=LAUNCH_US)
+
+
+def figure(context: ProviderContext, name: str, default: float) -> float:
+    """A cost figure: the provider option ``name``, else ``EP_HOST_NHWC_<NAME>``, else
+    ``default``."""
+    value = context.options.get(name) or os.environ.get(f"EP_HOST_NHWC_{name.upper()}")
+    return default if value is None else float(value)

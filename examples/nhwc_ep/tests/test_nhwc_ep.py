@@ -4,6 +4,8 @@ EP, computing what the CPU EP computes alone, with its conversions counted and p
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -125,3 +127,25 @@ def test_with_its_default_figures_the_cpu_ep_keeps_every_node():
                                        host=host_with_both(), optimizations=())
     assert {n.provider for n in session.placement.nodes} == {"cpu"}
     assert not session.placement.transfers
+
+
+def test_the_command_line_shows_and_traces_the_conversions(tmp_path, monkeypatch, capsys):
+    from ep_host.cli import main
+
+    model = with_random_weights(onnx.load(light_model_path("squeezenet")))
+    path = tmp_path / "squeezenet.onnx"
+    onnx.save(model, str(path))
+    monkeypatch.setenv("EP_HOST_NHWC_GFLOPS", "1000")
+    monkeypatch.setenv("EP_HOST_NHWC_BANDWIDTH_GBPS", "100")
+    common = [str(path), "--providers", "nhwc,cpu", "--no-optimize"]
+    assert main(["place", *common, "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    converted = [t for t in data["transfers"] if "layout" in t]
+    assert converted and converted[0]["tensor"] == "data_0"
+    assert converted[0]["layout"] == {"from": "NCHW", "to": "NHWC",
+                                      "cost_us": converted[0]["cost_us"]}
+    trace = tmp_path / "trace.json"
+    assert main(["run", *common, "--random-inputs", "--trace", str(trace)]) == 0
+    events = json.loads(trace.read_text())["traceEvents"]
+    spans = [e for e in events if e.get("cat") == "layout"]
+    assert sorted(e["args"]["tensor"] for e in spans) == sorted(t["tensor"] for t in converted)
