@@ -122,5 +122,5 @@ def test_recalibrating_composes_instead_of_compounding():
 
 
 def test_calibrate_command_rejects_an_unknown_provider(cache, capsys):
-    assert main(["calibrate", "--provider", "nosuch"]) == 1
+    assert main(["calibrate", "--providers", "nosuch"]) == 1
     assert "'nosuch' is not available" in capsys.readouterr().err
