@@ -41,7 +41,8 @@ SUBCOMMAND_EXAMPLES = {
     "providers": ["ep-host providers", "ep-host providers --json"],
     "explain": ["ep-host explain model.onnx",
                 "ep-host explain model.onnx --op Conv --only-provider cuda",
-                "ep-host explain model.onnx --all --json"],
+                "ep-host explain model.onnx --all --json",
+                "ep-host explain model.onnx --format markdown > placement.md"],
     "place": ["ep-host place model.onnx",
               "ep-host place model.onnx --strategy priority --providers cuda,cpu",
               "ep-host place model.onnx --pin conv1=cpu -o placement.json",
@@ -104,6 +105,12 @@ def _add_json_args(p: argparse.ArgumentParser, what: str) -> None:
                    help=f"print {what} as JSON to stdout instead of the text")
     p.add_argument("-o", "--output", metavar="FILE", type=output_file,
                    help=f"also write {what} as JSON to FILE")
+
+
+def _add_format_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=("rich", "plain", "markdown"), default=None,
+                   help="how tables print: rich (a terminal's default), plain (aligned text, "
+                   "the default when piped) or markdown (GitHub tables, every cell literal)")
 
 
 def emit_json(args: argparse.Namespace, data: Any) -> bool:
@@ -206,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="List every provider entry point: name, distribution, "
                        "version, device, and whether it is available (or why not).")
     _add_json_args(p, "the providers")
+    _add_format_arg(p)
     p.set_defaults(func=cmd_providers)
 
     p = sub.add_parser("explain", help="every provider's answer for every node",
@@ -223,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "decline is shown once with a count, and function bodies nobody claims are "
                    "not listed)")
     _add_json_args(p, "the placement (schema ep-host/placement/v1)")
+    _add_format_arg(p)
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("place", help="place a model: nodes and estimated time per provider",
@@ -230,6 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "partitions and device copies.")
     _add_model_args(p)
     _add_json_args(p, "the placement (schema ep-host/placement/v1)")
+    _add_format_arg(p)
     p.set_defaults(func=cmd_place)
 
     p = sub.add_parser("why", help="why a node runs where it does, and why not elsewhere",
@@ -242,6 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only this provider's verdict (the providers used stay as --providers "
                    "says)")
     _add_json_args(p, "the verdicts")
+    _add_format_arg(p)
     p.set_defaults(func=cmd_why)
 
     p = sub.add_parser("report", help="write the placement as one self-contained HTML page",
@@ -434,7 +445,7 @@ def cmd_providers(args: argparse.Namespace) -> int:
     records = host.providers()
     if emit_json(args, [_capped_record(r.to_dict()) for r in records]):
         return 0
-    out = Output()
+    out = Output(format=args.format)
     if not records:
         out.line("no providers installed (entry-point group ep_host.providers)"
                  + (": EP_HOST_PROVIDERS is set" if "EP_HOST_PROVIDERS" in os.environ else ""))
@@ -572,7 +583,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         printed = emit_json(args, data)
     if not printed:
         filtered = args.node or args.op or args.only_provider
-        render_explain(Output(), table, prepared.placement,
+        render_explain(Output(format=args.format), table, prepared.placement,
                        None if filtered else prepared.model.optimizations, every=args.every,
                        node=args.node, op=args.op, provider=args.only_provider)
     return _exit_status(prepared)
@@ -608,7 +619,7 @@ def cmd_why(args: argparse.Namespace) -> int:
     args.node = _resolve_node(prepared, args.node)
     verdicts = why(prepared.placement, args.node, args.only_provider)
     if not emit_json(args, why_dict(prepared.placement, args.node, verdicts)):
-        render_why(Output(), prepared.placement, args.node, verdicts)
+        render_why(Output(format=args.format), prepared.placement, args.node, verdicts)
     return 0
 
 
@@ -623,7 +634,7 @@ def cmd_place(args: argparse.Namespace) -> int:
     if prepared.error is not None:
         raise prepared.error
     if not printed:
-        render_placement(Output(), prepared.placement)
+        render_placement(Output(format=args.format), prepared.placement)
     return 0
 
 
