@@ -443,7 +443,11 @@ def cmd_providers(args: argparse.Namespace) -> int:
 
     host = Host.discover()
     records = host.providers()
-    if emit_json(args, [_capped_record(r.to_dict()) for r in records]):
+    from ep_host.calibration import load_summary
+
+    calibrated = {r.name: load_summary(r.name) for r in records}
+    if emit_json(args, [{**_capped_record(r.to_dict()), "calibration": calibrated[r.name]}
+                        for r in records]):
         return 0
     out = Output(format=args.format)
     if not records:
@@ -452,8 +456,9 @@ def cmd_providers(args: argparse.Namespace) -> int:
         return 0
     out.table(
         "Installed execution providers",
-        ["name", "distribution", "version", "device", "status"],
+        ["name", "distribution", "version", "device", "calibrated", "status"],
         [(r.name, r.distribution or "-", r.version or "-", r.device or "-",
+          calibration_cell(calibrated[r.name]),
           r.status if not r.fault else f"{r.status}: {r.fault}") for r in records],
     )
     return 0
@@ -758,6 +763,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         profile = calibrate.calibrate(
             providers, cases, repeats=args.repeats, host=host,
             on_case=lambda p, c, r: bar.advance("skipped" if isinstance(r, str) else p))
+    warn_if_busy({p: profile["providers"][p].get("load") for p in providers},
+                 "ep-host calibrate --providers " + ",".join(providers))
     if emit_json(args, profile):
         return 0
     rows = []
@@ -775,11 +782,17 @@ def calibrate_nodes(args: argparse.Namespace, host: Any, providers: list[str]) -
     from ep_host import calibrate, node_times
     from ep_host.report import Output, fmt_us
 
+    from ep_host.calibration import machine_load, measured_under
+
     table = calibrate.node_table(args.model, providers, host=host)
+    before = machine_load()
     with ProgressBar(len(table.nodes) * len(providers), "timing nodes") as bar:
         times = calibrate.calibrate_model(
             args.model, providers, host=host, table=table,
             on_node=lambda t: bar.advance("skipped" if t.skipped else t.provider))
+    load = measured_under(before, machine_load())
+    warn_if_busy({p: load for p in providers},
+                 f"ep-host calibrate --model {args.model} --providers {','.join(providers)}")
     if emit_json(args, [t.__dict__ for t in times]):
         return 0
     rows = []
@@ -795,6 +808,33 @@ def calibrate_nodes(args: argparse.Namespace, host: Any, providers: list[str]) -
                    rows)
     print(f"ep-host: node times written to {node_times.store().path}", file=sys.stderr)
     return 0
+
+
+def warn_if_busy(loads: dict[str, dict[str, Any] | None], rerun: str) -> None:
+    """A warning on stderr naming the providers measured while other processes kept the machine
+    busy (``calibration.measured_under``), and the command to re-run when it is idle."""
+    from ep_host.calibration import BUSY_LOAD_PER_CPU
+
+    busy = {p: load for p, load in loads.items() if load and load["busy"]}
+    if not busy:
+        return
+    worst = max(busy.values(), key=lambda load: load["others_per_cpu"])
+    say(f"warning: the machine was busy while measuring {', '.join(busy)}: other processes' "
+        f"load was {worst['others_per_cpu']:.2f} per CPU ({worst['cpus']} CPUs; above "
+        f"{BUSY_LOAD_PER_CPU} skews the times), so the stored times may be skewed; re-run "
+        f"`{rerun}` when the machine is idle")
+
+
+def calibration_cell(summary: dict[str, Any] | None) -> str:
+    """``providers``' calibration column: when, and the load it was measured under."""
+    if summary is None:
+        return "-"
+    when = (summary.get("measured_at") or "at an unrecorded time").replace("T", " ")
+    load = summary.get("load")
+    if not load:
+        return f"{when}, load not recorded"
+    busy = "busy: " if load["busy"] else ""
+    return f"{when}, {busy}load {load['others_per_cpu']:.2f}/CPU of {load['cpus']}"
 
 
 class _Bar:
