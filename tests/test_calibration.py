@@ -244,7 +244,7 @@ def test_calibrate_warns_when_busy_and_providers_shows_the_load(cache, capsys):
 
 
 def test_the_busy_warning_names_the_load_and_the_command_to_rerun(capsys):
-    from ep_host.cli import warn_if_busy
+    from ep_host.cli_measure import warn_if_busy
 
     busy = calibration.measured_under({"load": [3.0, 0, 0], "cpus": 2},
                                       {"load": [3.5, 0, 0], "cpus": 2})
