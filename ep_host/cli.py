@@ -42,7 +42,7 @@ SUBCOMMAND_EXAMPLES = {
     "explain": ["ep-host explain model.onnx",
                 "ep-host explain model.onnx --op Conv --only-provider cuda",
                 "ep-host explain model.onnx --all --json",
-                "ep-host explain model.onnx --format markdown > placement.md"],
+                "ep-host explain model.onnx --format markdown"],
     "place": ["ep-host place model.onnx",
               "ep-host place model.onnx --strategy priority --providers cuda,cpu",
               "ep-host place model.onnx --pin conv1=cpu -o placement.json",
