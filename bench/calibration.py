@@ -98,7 +98,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as cache:
         env = dict(os.environ, EP_HOST_CACHE_DIR=cache)
         before = run_phase(names, args.repeat, env)
-        subprocess.run([sys.executable, "-m", "ep_host", "calibrate", "--provider", "cpu"],
+        subprocess.run([sys.executable, "-m", "ep_host", "calibrate", "--providers", "cpu"],
                        env=env, check=True, stdout=subprocess.DEVNULL)
         after = run_phase(names, args.repeat, env)
     print(f"|log2(predicted / measured)| per node, CPU EP, best of {args.repeat} runs")

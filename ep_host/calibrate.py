@@ -6,7 +6,8 @@ are stored by ``ep_host.calibration``, which cost models read.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,16 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ep_host import node_times
-from ep_host.calibration import Factors, family_factors, load_profile, profile_path, save_profile
+from ep_host.calibration import (
+    Factors,
+    family_factors,
+    load_profile,
+    machine_load,
+    measured_under,
+    profile_path,
+    provider_calibration,
+    save_profile,
+)
 from ep_host.capability import walk
 from ep_host.errors import HostError
 from ep_host.loading import load_model
@@ -104,10 +114,12 @@ class Sample:
     measured_us: float  # the best kernel time over the repeats (timeit's rule: least noise)
     # run as a one-node partition of a compiling provider, its launch taken off measured_us
     partition: bool = False
+    op: str = ""  # the case's op, qualified as NodeView.qualified_op writes it
 
     def to_dict(self) -> dict[str, Any]:
         return {"provider": self.provider, "family": self.family, "case": self.case,
-                "estimated_us": self.estimated_us, "measured_us": self.measured_us}
+                "op": self.op, "estimated_us": self.estimated_us,
+                "measured_us": self.measured_us}
 
 
 def measure_case(case: Case, provider: str, repeats: int = 15, host: Any = None) -> Sample | str:
@@ -130,8 +142,11 @@ def measure_case(case: Case, provider: str, repeats: int = 15, host: Any = None)
     # a provider that compiles partitions ran the one node as a partition: its launch is priced
     # per partition (ProviderInfo.partition_launch_us), not by the node's factors
     launch_us = session.placement.table.partition_launch_us.get(provider, 0.0)
+    node = model.graph.node[0]
+    op = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
     return Sample(provider, case.family, case.name, float(spans[0]["args"]["estimated_us"]),
-                  max(min(e["dur"] for e in spans) - launch_us, 0.0), partition=launch_us > 0)
+                  max(min(e["dur"] for e in spans) - launch_us, 0.0), partition=launch_us > 0,
+                  op=op)
 
 
 def fit(samples: Iterable[Sample]) -> Factors:
@@ -188,13 +203,23 @@ def calibrate(
     """Measure every case on every provider, fit each family, and store the profile.
 
     Providers that decline a case skip it; a family with no measured case keeps its old
-    factors. Returns the stored profile.
+    factors. Besides the families, each provider's entry holds the family each measured op
+    was fitted in and the factors fitted over all its cases (the host applies them to a
+    provider that does not apply calibration itself: ``ProviderInfo.applies_calibration``),
+    when it was measured, and the machine's load before and after (``measured_under``).
+    Returns the stored profile.
     """
+    from ep_host.session import discover_host
+
     cases = default_cases() if cases is None else list(cases)
     path = path or profile_path()
     profile = load_profile(path)
+    host = host if host is not None else discover_host(list(providers))
     for provider in providers:
-        old = family_factors(provider)  # what the provider's estimates include right now
+        info = host.records[provider].info if provider in host.records else None
+        host_applied = info is not None and not info.applies_calibration
+        old = _applied_factors(provider, host_applied)  # what its estimates include right now
+        before = machine_load()
         samples: list[Sample] = []
         skipped: dict[str, str] = {}
         for case in cases:
@@ -206,23 +231,42 @@ def calibrate(
             if on_case is not None:
                 on_case(provider, case.name, result)
         entry = profile["providers"].setdefault(provider, {"families": {}})
+        uncalibrated = [_uncalibrate(s, old(s)) for s in samples]
         for family in sorted({s.family for s in samples}):
-            mine = [s for s in samples if s.family == family]
-            f = compose(fit(mine), old.get(family))
+            mine = [s for s in uncalibrated if s.family == family]
+            f = fit(mine)
             entry["families"][family] = {"overhead_us": f.overhead_us, "scale": f.scale,
                                          "cases": len(mine)}
-        uncalibrated = [_uncalibrate(s, old.get(s.family)) for s in samples]
+        op_families = entry.setdefault("op_families", {})
+        op_families.update({s.op: s.family for s in samples if s.op})
+        if uncalibrated:
+            f = fit(uncalibrated)
+            entry["overall"] = {"overhead_us": f.overhead_us, "scale": f.scale,
+                                "cases": len(uncalibrated)}
         entry["samples"] = [s.to_dict() for s in uncalibrated]
         entry["skipped"] = skipped
+        entry["measured_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+        entry["load"] = measured_under(before, machine_load())
     save_profile(profile, path)
     return profile
 
 
+def _applied_factors(provider: str, host_applied: bool) -> Callable[[Sample], Factors | None]:
+    """The factors a sample's estimate already includes: the family's, which the provider
+    applies itself, or those the host applies for the sample's op."""
+    if not host_applied:
+        families = family_factors(provider)
+        return lambda s: families.get(s.family)
+    stored = provider_calibration(provider)
+    return lambda s: None if stored is None else stored.for_op(s.op)
+
+
 def _uncalibrate(sample: Sample, old: Factors | None) -> Sample:
+    """``sample`` with the estimate the provider gave before any calibration."""
     if old is None or old.scale <= 0:
         return sample
     raw = max(0.0, (sample.estimated_us - old.overhead_us) / old.scale)
-    return Sample(sample.provider, sample.family, sample.case, raw, sample.measured_us)
+    return replace(sample, estimated_us=raw)
 
 
 def node_table(model_path: str, providers: Sequence[str], *, host: Any) -> Any:

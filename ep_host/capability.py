@@ -9,11 +9,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
 from ep_host import node_times, plugin_calls
+from ep_host.calibration import ProviderCalibration, provider_calibration
 from ep_host.cost import Cost
 from ep_host.discovery import Host, ProviderRecord
 from ep_host.errors import HostError, ProviderError, describe_exception
@@ -269,6 +270,32 @@ def provider_answers(
     return answered
 
 
+class HostCalibration:
+    """The calibration the host applies to a provider that does not apply it itself
+    (``ProviderInfo.applies_calibration``): each claim's cost scaled by the factors for its
+    node's op. A claim shared by many nodes stays shared (one scaled copy per claim and op)."""
+
+    def __init__(self, stored: ProviderCalibration):
+        self.stored = stored
+        self.scaled: dict[tuple[int, str], tuple[KernelMatch, KernelMatch]] = {}
+
+    def apply(self, nodes: Sequence[NodeView], answers: list[KernelMatch]) -> list[KernelMatch]:
+        out = []
+        for node, answer in zip(nodes, answers, strict=True):
+            factors = self.stored.for_op(node.qualified_op) if answer.is_supported else None
+            if factors is None or answer.cost is None:
+                out.append(answer)
+                continue
+            key = (id(answer), node.qualified_op)
+            kept = self.scaled.get(key)
+            if kept is None or kept[0] is not answer:
+                scaled = replace(answer, cost=answer.cost.scaled(factors.scale,
+                                                                  factors.overhead_us))
+                kept = self.scaled[key] = (answer, scaled)
+            out.append(kept[1])
+        return out
+
+
 def walk(
     host: Host,
     model: Model,
@@ -298,6 +325,10 @@ def walk(
     answers = table.answers
     rows: dict[tuple[int, ...], Mapping[str, KernelMatch]] = {}  # holds the answers it names
 
+    calibrations = {r.name: HostCalibration(c) for r in records if r.info is not None
+                    and not r.info.applies_calibration
+                    and (c := provider_calibration(r.name)) is not None}
+
     def visit(batch: Sequence[NodeView], depth: int) -> None:
         columns = {}
         for name, r, context, checked in asked:
@@ -305,6 +336,8 @@ def walk(
                 columns[name] = [fixed.get(name) or unavailable_answer(r)] * len(batch)
             else:
                 columns[name] = provider_answers(host, r, batch, context, checked)
+                if name in calibrations:
+                    columns[name] = calibrations[name].apply(batch, columns[name])
         for k, node in enumerate(batch):
             # nodes answered with the very same objects (a provider's shared claim) share one
             # read-only row: a dict per node is ~200 bytes of a long model

@@ -28,33 +28,37 @@ environment:
 examples:
   ep-host providers
   ep-host explain model.onnx --op Conv
-  ep-host place model.onnx --strategy priority --providers cuda,cpu --json placement.json
+  ep-host place model.onnx --strategy priority --providers cuda,cpu -o placement.json
   ep-host run model.onnx --random-inputs --compare-onnxruntime
   ep-host report model.onnx -o report.html
-  ep-host why model.onnx conv1 --provider cuda
-  ep-host conformance --provider cpu --op Conv --json conformance.json
+  ep-host why model.onnx conv1 --only-provider cuda
+  ep-host conformance --providers cpu --op Conv -o conformance.json
+  eval "$(ep-host completion bash)"
 """
 
 
 SUBCOMMAND_EXAMPLES = {
     "providers": ["ep-host providers", "ep-host providers --json"],
     "explain": ["ep-host explain model.onnx",
-                "ep-host explain model.onnx --op Conv --provider cuda",
-                "ep-host explain model.onnx --all --json"],
+                "ep-host explain model.onnx --op Conv --only-provider cuda",
+                "ep-host explain model.onnx --all --json",
+                "ep-host explain model.onnx --format markdown"],
     "place": ["ep-host place model.onnx",
               "ep-host place model.onnx --strategy priority --providers cuda,cpu",
-              "ep-host place model.onnx --pin conv1=cpu --json placement.json"],
-    "why": ["ep-host why model.onnx conv1", "ep-host why model.onnx conv1 --provider cuda"],
+              "ep-host place model.onnx --pin conv1=cpu -o placement.json",
+              "ep-host place model.onnx --json"],
+    "why": ["ep-host why model.onnx conv1", "ep-host why model.onnx conv1 --only-provider cuda"],
     "run": ["ep-host run model.onnx --random-inputs --compare-onnxruntime",
             "ep-host run model.onnx --input x=x.npy --output-dir outputs",
             "ep-host run model.onnx --random-inputs --repeat 50 --per-op --trace trace.json"],
     "report": ["ep-host report model.onnx -o report.html",
                "ep-host report model.onnx --providers cuda,cpu -o report.html"],
-    "calibrate": ["ep-host calibrate", "ep-host calibrate --provider cpu --repeats 30",
+    "calibrate": ["ep-host calibrate", "ep-host calibrate --providers cpu --repeats 30",
                   "ep-host calibrate --model model.onnx"],
-    "conformance": ["ep-host conformance --provider cpu --op Conv",
-                    "ep-host conformance --provider cuda --case 'test_relu.*' --quiet",
-                    "ep-host conformance --provider cpu --json conformance.json"],
+    "conformance": ["ep-host conformance --providers cpu --op Conv",
+                    "ep-host conformance --providers cuda --case 'test_relu.*' --quiet",
+                    "ep-host conformance --providers cpu -o conformance.json"],
+    "completion": ["ep-host completion bash", "ep-host completion zsh"],
 }
 """Each subcommand's ``--help`` ends with these command lines (each one parses)."""
 
@@ -94,16 +98,87 @@ def output_folder(text: str) -> str:
     return text
 
 
+def _add_json_args(p: argparse.ArgumentParser, what: str) -> None:
+    """``--json`` (print ``what`` as JSON to stdout instead of the text) and ``-o/--output FILE``
+    (write the same JSON to FILE): one meaning in every command that has JSON."""
+    p.add_argument("--json", action="store_true",
+                   help=f"print {what} as JSON to stdout instead of the text")
+    p.add_argument("-o", "--output", metavar="FILE", type=output_file,
+                   help=f"also write {what} as JSON to FILE")
+
+
+def _add_format_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--format", choices=("rich", "plain", "markdown"), default=None,
+                   help="how tables print: rich (a terminal's default), plain (aligned text, "
+                   "the default when piped) or markdown (GitHub tables, every cell literal)")
+
+
+def emit_json(args: argparse.Namespace, data: Any) -> bool:
+    """``data`` written to ``--output`` when given and printed with ``--json``; whether it was
+    printed (the text is then left out)."""
+    from ep_host.report import write_json
+
+    if args.output:
+        with writing("--output", args.output):
+            write_json(data, args.output)
+    if args.json:
+        write_json(data, "-")
+    return bool(args.json)
+
+
+OLD_JSON_FILE = ("--json takes no file any more: it prints the JSON to stdout; "
+                 "write it to a file with -o {file} (or --output {file})")
+
+
+def old_json_form(argv: list[str]) -> str | None:
+    """The message for the old ``--json FILE`` form (``place``, ``conformance``), which would
+    otherwise read FILE as the model or fail on an unrecognized argument; else ``None``."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--json="):
+            return OLD_JSON_FILE.format(file=arg.split("=", 1)[1] or "FILE")
+        if arg == "--json" and i + 1 < len(argv):
+            following = argv[i + 1]
+            if following == "-":
+                return "--json takes no file any more: it prints the JSON to stdout; drop the '-'"
+            if following.lower().endswith(".json"):
+                return OLD_JSON_FILE.format(file=following)
+    return None
+
+
+class RenamedOption(argparse.Action):
+    """An option that was renamed: using it is an argument error naming the new option(s).
+
+    ``--provider`` meant three things (one provider's answers in ``explain`` and ``why``, the
+    provider under test in ``conformance``, the providers to calibrate) and is an abbreviation
+    argparse would silently read as ``--providers``; it is defined here so that it fails."""
+
+    def __init__(self, option_strings: list[str], dest: str, instead: str = "",
+                 **kwargs: Any):
+        kwargs.pop("nargs", None)
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS, **kwargs)
+        self.instead = instead
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        parser.error(f"{option_string} is gone (it meant three things): {self.instead}")
+
+
+PROVIDERS_INSTEAD = "--providers A,B chooses the providers to use"
+ONLY_PROVIDER_INSTEAD = ("--only-provider NAME shows only NAME's answers; "
+                         "--providers A,B chooses the providers to use")
+
+
 def _strategy_help() -> str:
     """Every registered placement strategy with its description, and the default."""
     listed = "; ".join(f"{s.name}: {s.description}" for s in strategies.registered())
     return f"{listed}. Default: {strategies.DEFAULT}"
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def _add_model_args(p: argparse.ArgumentParser, provider_instead: str = PROVIDERS_INSTEAD) -> None:
     p.add_argument("model", help="path to an .onnx file")
     p.add_argument("--providers", type=_csv, metavar="A,B",
                    help="providers to use, in priority order (default: every installed one)")
+    p.add_argument("--provider", action=RenamedOption, instead=provider_instead)
     p.add_argument("--exclude", type=_csv, default=[], metavar="A,B",
                    help="providers not to use")
     p.add_argument("--strategy", default=strategies.DEFAULT, choices=strategies.names(),
@@ -120,6 +195,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    "matmul_add_fusion")
 
 
+COMPLETION_SHELLS = ("bash", "zsh", "tcsh")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ep-host",
@@ -134,41 +212,47 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("providers", help="list installed providers, their devices and faults",
                        description="List every provider entry point: name, distribution, "
                        "version, device, and whether it is available (or why not).")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_json_args(p, "the providers")
+    _add_format_arg(p)
     p.set_defaults(func=cmd_providers)
 
     p = sub.add_parser("explain", help="every provider's answer for every node",
                        description="For each node: the chosen provider and every provider's "
                        "estimated cost or decline reason.")
-    _add_model_args(p)
+    _add_model_args(p, ONLY_PROVIDER_INSTEAD)
     p.add_argument("--node", help="only this node")
     p.add_argument("--op", help="only nodes of this op type (e.g. Conv, com.example::Foo)")
-    p.add_argument("--provider", help="only this provider's answers")
+    p.add_argument("--only-provider", metavar="NAME",
+                   help="only this provider's answers (the providers used stay as --providers "
+                   "says)")
     p.add_argument("--all", action="store_true", dest="every",
                    help="every provider's answer for every node, one row each (by default a "
                    "provider that declines every node is one line above the table, a repeated "
                    "decline is shown once with a count, and function bodies nobody claims are "
                    "not listed)")
-    p.add_argument("--json", action="store_true",
-                   help="print the placement JSON (schema ep-host/placement/v1)")
+    _add_json_args(p, "the placement (schema ep-host/placement/v1)")
+    _add_format_arg(p)
     p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("place", help="place a model: nodes and estimated time per provider",
                        description="Place every node and print per-provider totals, "
                        "partitions and device copies.")
     _add_model_args(p)
-    p.add_argument("--json", metavar="FILE", type=output_file,
-                   help="also write the placement as JSON to FILE ('-' for stdout)")
+    _add_json_args(p, "the placement (schema ep-host/placement/v1)")
+    _add_format_arg(p)
     p.set_defaults(func=cmd_place)
 
     p = sub.add_parser("why", help="why a node runs where it does, and why not elsewhere",
                        description="Each provider's verdict for one node: declined (reason), "
                        "chosen (cost), or claimed but lost: by how much, from its own cost "
                        "and from the device copies it would force (named).")
-    _add_model_args(p)
+    _add_model_args(p, ONLY_PROVIDER_INSTEAD)
     p.add_argument("node", help="the node's name")
-    p.add_argument("--provider", help="only this provider's verdict")
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--only-provider", metavar="NAME",
+                   help="only this provider's verdict (the providers used stay as --providers "
+                   "says)")
+    _add_json_args(p, "the verdicts")
+    _add_format_arg(p)
     p.set_defaults(func=cmd_why)
 
     p = sub.add_parser("report", help="write the placement as one self-contained HTML page",
@@ -217,8 +301,11 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Run the node test cases shipped in the onnx package, each "
                        "isolated in a worker process. Every case ends as pass, declined (with "
                        "the provider's reason), wrong (an output differs) or error.")
-    p.add_argument("--provider", help="provider to test (default: the first available "
-                   "provider on the host device, by name: the CPU EP when installed)")
+    p.add_argument("--providers", type=_csv, metavar="A,B",
+                   help="the provider(s) the cases run on, in priority order (default: the first "
+                   "available provider on the host device, by name: the CPU EP when installed)")
+    p.add_argument("--provider", action=RenamedOption,
+                   instead="--providers NAME chooses the provider(s) the cases run on")
     p.add_argument("--op", action="append", default=[], metavar="TYPE",
                    help="only cases of this op (repeatable)")
     p.add_argument("--case", metavar="REGEX", help="only cases whose name matches")
@@ -226,8 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="worker processes (default: CPU count)")
     p.add_argument("--timeout", type=float, default=60.0,
                    help="seconds before a case counts as hung (default 60)")
-    p.add_argument("--json", metavar="FILE", type=output_file,
-                   help="write every case's result as JSON to FILE")
+    _add_json_args(p, "every case's result")
     p.add_argument("--quiet", action="store_true", help="print only the summary")
     p.set_defaults(func=cmd_conformance)
 
@@ -237,22 +323,37 @@ def build_parser() -> argparse.ArgumentParser:
                        "data movement) on each provider, fit measured = overhead + scale * "
                        "estimated per family, and store the profile under the cache directory "
                        "(EP_HOST_CACHE_DIR overrides it), where the cost models read it.")
-    p.add_argument("--provider", action="append", default=[], metavar="P",
-                   help="calibrate only this provider (repeatable; default: every available one)")
+    p.add_argument("--providers", type=_csv, default=[], metavar="A,B",
+                   help="the providers to calibrate (default: every available one)")
+    p.add_argument("--provider", action=RenamedOption,
+                   instead="--providers A,B chooses the providers to calibrate")
     p.add_argument("--repeats", type=int, default=15, metavar="N",
                    help="timed runs per case (default 15)")
     p.add_argument("--model", metavar="MODEL",
                    help="instead, time every node of MODEL alone on each provider that claims it "
                    "and store the times, which later sessions on this machine use in place of "
                    "the providers' estimates")
-    p.add_argument("--json", action="store_true", help="print the stored profile as JSON")
+    _add_json_args(p, "the stored profile (with --model: the node times)")
     p.set_defaults(func=cmd_calibrate)
+
+    p = sub.add_parser("completion", help="print a shell completion script",
+                       description="Print a completion script for ep-host's subcommands and "
+                       "options, generated by shtab (static: completing runs no Python). Try it "
+                       'in this shell with eval "$(ep-host completion bash)"; to keep it, save '
+                       "it where your shell reads completions: bash: "
+                       "~/.local/share/bash-completion/completions/ep-host; zsh: _ep-host in a "
+                       "folder of your $fpath.")
+    p.add_argument("shell", choices=COMPLETION_SHELLS, help="the shell to complete in")
+    p.set_defaults(func=cmd_completion)
     _add_examples(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    old_form = old_json_form(sys.argv[1:] if argv is None else list(argv))
+    if old_form:
+        parser.error(old_form)
     args = parser.parse_args(argv)
     if args.version:
         from ep_host import __version__
@@ -337,25 +438,27 @@ def _closed_pipe() -> int:
 
 
 def cmd_providers(args: argparse.Namespace) -> int:
-    import json
-
     from ep_host.discovery import Host
     from ep_host.report import Output
 
     host = Host.discover()
     records = host.providers()
-    if args.json:
-        print(json.dumps([_capped_record(r.to_dict()) for r in records], indent=2))
+    from ep_host.calibration import load_summary
+
+    calibrated = {r.name: load_summary(r.name) for r in records}
+    if emit_json(args, [{**_capped_record(r.to_dict()), "calibration": calibrated[r.name]}
+                        for r in records]):
         return 0
-    out = Output()
+    out = Output(format=args.format)
     if not records:
         out.line("no providers installed (entry-point group ep_host.providers)"
                  + (": EP_HOST_PROVIDERS is set" if "EP_HOST_PROVIDERS" in os.environ else ""))
         return 0
     out.table(
         "Installed execution providers",
-        ["name", "distribution", "version", "device", "status"],
+        ["name", "distribution", "version", "device", "calibrated", "status"],
         [(r.name, r.distribution or "-", r.version or "-", r.device or "-",
+          calibration_cell(calibrated[r.name]),
           r.status if not r.fault else f"{r.status}: {r.fault}") for r in records],
     )
     return 0
@@ -466,27 +569,28 @@ def _unplaceable(prepared: _Prepared) -> list[str]:
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
-    from ep_host.report import Output, explain_dict, render_explain, write_json
+    from ep_host.report import Output, explain_dict, render_explain
 
     prepared = _prepare(args)
     table = prepared.table
     if args.node:
         args.node = _resolve_node(prepared, args.node)
-    if args.provider and args.provider not in table.providers:
+    if args.only_provider and args.only_provider not in table.providers:
         from ep_host.errors import HostError
 
-        raise HostError(f"provider {args.provider!r} is not in use "
+        raise HostError(f"--only-provider {args.only_provider!r} is not in use "
                         f"(providers: {', '.join(table.providers) or 'none'})")
-    if args.json:
+    printed = False
+    if args.json or args.output:
         data = explain_dict(table, prepared.placement, prepared.model.label,
                             _unplaceable(prepared))
         data["optimizations"] = dict(prepared.model.optimizations)
-        write_json(data, "-")
-    else:
-        filtered = args.node or args.op or args.provider
-        render_explain(Output(), table, prepared.placement,
+        printed = emit_json(args, data)
+    if not printed:
+        filtered = args.node or args.op or args.only_provider
+        render_explain(Output(format=args.format), table, prepared.placement,
                        None if filtered else prepared.model.optimizations, every=args.every,
-                       node=args.node, op=args.op, provider=args.provider)
+                       node=args.node, op=args.op, provider=args.only_provider)
     return _exit_status(prepared)
 
 
@@ -511,8 +615,6 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_why(args: argparse.Namespace) -> int:
-    import json
-
     from ep_host.report import Output
     from ep_host.why import render_why, why, why_dict
 
@@ -520,26 +622,24 @@ def cmd_why(args: argparse.Namespace) -> int:
     if prepared.error is not None:
         raise prepared.error
     args.node = _resolve_node(prepared, args.node)
-    verdicts = why(prepared.placement, args.node, args.provider)
-    if args.json:
-        print(json.dumps(why_dict(prepared.placement, args.node, verdicts), indent=2))
-    else:
-        render_why(Output(), prepared.placement, args.node, verdicts)
+    verdicts = why(prepared.placement, args.node, args.only_provider)
+    if not emit_json(args, why_dict(prepared.placement, args.node, verdicts)):
+        render_why(Output(format=args.format), prepared.placement, args.node, verdicts)
     return 0
 
 
 def cmd_place(args: argparse.Namespace) -> int:
-    from ep_host.report import Output, explain_dict, render_placement, write_json
+    from ep_host.report import Output, explain_dict, render_placement
 
     prepared = _prepare(args)
-    if args.json:
-        with writing("--json", args.json):
-            write_json(explain_dict(prepared.table, prepared.placement, prepared.model.label,
-                                    _unplaceable(prepared)), args.json)
+    printed = False
+    if args.json or args.output:
+        printed = emit_json(args, explain_dict(prepared.table, prepared.placement,
+                                               prepared.model.label, _unplaceable(prepared)))
     if prepared.error is not None:
         raise prepared.error
-    if args.json != "-":
-        render_placement(Output(), prepared.placement)
+    if not printed:
+        render_placement(Output(format=args.format), prepared.placement)
     return 0
 
 
@@ -554,165 +654,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     return run(args)
 
 
-def _conformance_provider(name: str | None) -> str:
-    """The provider ``conformance`` tests: the one named (an alias resolved), else the first
-    available provider whose device is the host, in name order."""
-    from ep_host.errors import HostError
-    from ep_host.session import discover_host, resolve_aliases
-
-    host = discover_host([name] if name else None)
-    if name:
-        return (resolve_aliases(host, [name]) or [name])[0]
-    on_host = sorted(r.name for r in host.records.values()
-                     if r.available and r.info.device.is_host)
-    if not on_host:
-        raise HostError("no available provider runs on the host; name one with --provider")
-    return on_host[0]
-
-
 def cmd_conformance(args: argparse.Namespace) -> int:
-    from ep_host import conformance
-    from ep_host.errors import HostError
-    from ep_host.report import Output, write_json
+    from ep_host.cli_measure import cmd_conformance as conformance
 
-    with status("collecting onnx's node test cases"):
-        names = conformance.select_cases(args.op, args.case)
-    if not names:
-        raise HostError("no conformance case matches --op/--case")
-    args.provider = _conformance_provider(args.provider)
-    providers = [args.provider]
-    progress = ProgressBar(len(names), f"{args.provider}: {len(names)} cases")
-    with progress as bar:
-        results = conformance.run_cases(names, providers, jobs=args.jobs, timeout=args.timeout,
-                                        on_result=lambda r: bar.advance(r.outcome))
-    summary = conformance.summarize(results)
-    out = Output()
-    failures = [r for r in results if r.outcome != "pass"]
-    if failures and not args.quiet:
-        out.table(f"{len(failures)} case(s) that did not pass",
-                  ["case", "op", "outcome", "reason"],
-                  [(r.name, r.op, r.outcome, r.reason) for r in failures])
-    ops = summary["by_op"]
-    if not args.quiet:
-        out.table("By op", ["op", *conformance.OUTCOMES],
-                  [(op, *(c[o] for o in conformance.OUTCOMES)) for op, c in ops.items()])
-    counts = summary["outcomes"]
-    out.line(f"{summary['cases']} cases on {args.provider}: "
-             + ", ".join(f"{counts[o]} {o}" for o in conformance.OUTCOMES))
-    if args.json:
-        with writing("--json", args.json):
-            write_json({"schema": "ep-host/conformance/v1", "provider": args.provider,
-                        "summary": summary, "cases": [r.to_dict() for r in results]}, args.json)
-    return 1 if counts["wrong"] or counts["error"] else 0
+    return conformance(args)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from ep_host import calibrate, calibration
-    from ep_host.discovery import Host
-    from ep_host.errors import HostError
-    from ep_host.report import Output, fmt_us, write_json
+    from ep_host.cli_measure import cmd_calibrate as calibrate
 
-    host = Host.discover(args.provider or None)
-    available = [name for name, r in host.records.items() if r.status == "available"]
-    providers = args.provider or available
-    for p in providers:
-        if p not in available:
-            raise HostError(f"provider {p!r} is not available "
-                            f"(available: {', '.join(available) or 'none'})")
-    if args.model:
-        return calibrate_nodes(args, host, providers)
-    cases = calibrate.default_cases()
-    with ProgressBar(len(cases) * len(providers), "calibrating") as bar:
-        profile = calibrate.calibrate(
-            providers, cases, repeats=args.repeats, host=host,
-            on_case=lambda p, c, r: bar.advance("skipped" if isinstance(r, str) else p))
-    if args.json:
-        write_json(profile, "-")
-        return 0
-    rows = []
-    for p in providers:
-        for family, f in profile["providers"][p]["families"].items():
-            rows.append((p, family, fmt_us(f["overhead_us"]), f"{f['scale']:.3g}", f["cases"]))
-    Output().table("measured = overhead + scale * estimated, per op family",
-                   ["provider", "family", "overhead", "scale", "cases"], rows)
-    say(f"calibration written to {calibration.profile_path()}")
-    return 0
+    return calibrate(args)
 
 
-def calibrate_nodes(args: argparse.Namespace, host: Any, providers: list[str]) -> int:
-    """``ep-host calibrate --model``: every node timed on every provider that claims it."""
-    from ep_host import calibrate, node_times
-    from ep_host.report import Output, fmt_us, write_json
+def cmd_completion(args: argparse.Namespace) -> int:
+    from ep_host.cli_completion import cmd_completion as completion
 
-    table = calibrate.node_table(args.model, providers, host=host)
-    with ProgressBar(len(table.nodes) * len(providers), "timing nodes") as bar:
-        times = calibrate.calibrate_model(
-            args.model, providers, host=host, table=table,
-            on_node=lambda t: bar.advance("skipped" if t.skipped else t.provider))
-    if args.json:
-        write_json([t.__dict__ for t in times], "-")
-        return 0
-    rows = []
-    for p in dict.fromkeys(t.provider for t in times):
-        mine = [t for t in times if t.provider == p and t.measured_us is not None]
-        estimated = sum(t.estimated_us for t in mine)
-        measured = sum(t.measured_us or 0.0 for t in mine)
-        skipped = sum(1 for t in times if t.provider == p and t.skipped)
-        rows.append((p, len(mine), skipped, fmt_us(estimated), fmt_us(measured),
-                     f"{measured / estimated:.2f}" if estimated > 0 else "-"))
-    Output().table(f"node times of {args.model}, each node alone",
-                   ["provider", "timed", "skipped", "estimated", "measured", "measured/estimated"],
-                   rows)
-    print(f"ep-host: node times written to {node_times.store().path}", file=sys.stderr)
-    return 0
+    return completion(args)
 
 
-class _Bar:
-    def __init__(self, progress: Any, task: Any):
-        self.progress, self.task = progress, task
-        self.counts: dict[str, int] = {}
-
-    def advance(self, outcome: str) -> None:
-        self.counts[outcome] = self.counts.get(outcome, 0) + 1
-        if self.progress is not None:
-            from ep_host.text import shown
-
-            counts = " ".join(f"{k} {v}" for k, v in sorted(self.counts.items()))
-            self.progress.update(self.task, advance=1, status=shown(counts))
-
-
-class ProgressBar:
-    """A progress bar on stderr when it is a terminal; silent otherwise."""
-
-    def __init__(self, total: int, description: str):
-        self.total, self.description = total, description
-        self.progress = None
-
-    def __enter__(self) -> _Bar:
-        if not sys.stderr.isatty():
-            return _Bar(None, None)
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-        )
-
-        from ep_host.text import shown
-
-        self.progress = Progress(TextColumn("{task.description}", markup=False), BarColumn(),
-                                 MofNCompleteColumn(), TimeElapsedColumn(),
-                                 TextColumn("{task.fields[status]}", markup=False),
-                                 console=Console(file=sys.stderr))
-        self.progress.__enter__()
-        task = self.progress.add_task(shown(self.description), total=self.total, status="")
-        return _Bar(self.progress, task)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.progress is not None:
-            self.progress.__exit__(*exc)
+def calibration_cell(summary: dict[str, Any] | None) -> str:
+    """``providers``' calibration column: when, and the load it was measured under."""
+    if summary is None:
+        return "-"
+    when = (summary.get("measured_at") or "at an unrecorded time").replace("T", " ")
+    load = summary.get("load")
+    if not load:
+        return f"{when}, load not recorded"
+    busy = "busy: " if load["busy"] else ""
+    return f"{when}, {busy}load {load['others_per_cpu']:.2f}/CPU of {load['cpus']}"
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ import argparse
 import os
 from typing import Any
 
-from ep_host.cli import ProgressBar, load_model_and_host, pins_from, say, status
+from ep_host.cli import load_model_and_host, pins_from, say, status
+from ep_host.cli_measure import ProgressBar
 from ep_host.errors import describe_exception
 
 

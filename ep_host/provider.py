@@ -84,6 +84,11 @@ class ProviderInfo:
     (``"CUDAExecutionProvider"``). ``device_graph_option``: the provider option that turns on
     device graphs for it under its runtime's own name (onnxruntime's ``"enable_cuda_graph"``);
     the host's ``enable_device_graph`` works for every provider whose device can capture.
+
+    ``applies_calibration``: ``True`` when the provider's costs already include the factors
+    ``ep-host calibrate`` fitted for it (its cost model reads ``ep_host.family_factors``, as the
+    CPU EP's does). Otherwise the host applies them to every cost it answers: the factors of
+    the op family calibration measured the node's op in, else those fitted over all its cases.
     """
 
     name: str
@@ -96,6 +101,7 @@ class ProviderInfo:
     aliases: tuple[str, ...] = ()
     device_graph_option: str = ""
     partition_launch_us: float = 0.0
+    applies_calibration: bool = False
 
     def __post_init__(self) -> None:
         if not self.available and not self.reason:
@@ -127,9 +133,10 @@ def checked_info(info: ProviderInfo) -> ProviderInfo:
         if type(getattr(info, name)) is not str:
             raise TypeError(f"ProviderInfo.{name} is a {type(getattr(info, name)).__name__}, "
                             "not a str")
-    if type(info.available) is not bool:
-        raise TypeError(f"ProviderInfo.available is a {type(info.available).__name__}, "
-                        "not a bool")
+    for flag in ("available", "applies_calibration"):
+        if type(getattr(info, flag)) is not bool:
+            raise TypeError(f"ProviderInfo.{flag} is a {type(getattr(info, flag)).__name__}, "
+                            "not a bool")
     if type(info.aliases) is not tuple or any(type(a) is not str for a in info.aliases):
         raise TypeError("ProviderInfo.aliases must be a tuple of str")
     _check_figure("ProviderInfo.partition_launch_us", info.partition_launch_us, positive=False)

@@ -4,6 +4,7 @@ when piped) and JSON with a versioned schema (``ep-host/placement/v1``, see docs
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -54,16 +55,45 @@ def layouts_note(answer: KernelMatch) -> str:
     return f" ({'; '.join(parts)})"
 
 
+FORMATS = ("rich", "plain", "markdown")
+
+# What markdown reads as syntax anywhere in a line or a table cell (``|`` ends a cell), and what it
+# reads as a block (a heading, a list, a rule) at the start of one: each is written escaped.
+_MARKDOWN_INLINE = set("\\`*_[]<>|~&")
+_MARKDOWN_BLOCK_START = re.compile(r"^(\s*)(\d+(?=[.)])|[#+\-=>])")
+
+
+def markdown_literal(text: str, line: bool = True) -> str:
+    """``text`` as GitHub markdown that renders as exactly ``text``: every character markdown
+    could read as syntax backslash-escaped; with ``line`` (a line, not a table cell) also a
+    block's mark at its start (a list's ``1.`` as ``1\\.``)."""
+    text = "".join("\\" + ch if ch in _MARKDOWN_INLINE else ch for ch in text)
+    start = _MARKDOWN_BLOCK_START.match(text) if line else None
+    if start:
+        mark = start.group(2)
+        escaped = mark + "\\" if mark[0].isdigit() else "\\" + mark
+        text = start.group(1) + escaped + text[start.end():]
+    return text
+
+
 class Output:
-    """Writes tables and lines: rich on a terminal, aligned plain text otherwise.
+    """Writes tables and lines: rich on a terminal, aligned plain text otherwise, or GitHub
+    markdown (``format="markdown"``; ``"rich"`` and ``"plain"`` force the others).
 
     Every cell and line is printed literally: control characters are shown as escapes
-    (:func:`ep_host.text.printable`), cells are capped, and rich never reads markup in them.
+    (:func:`ep_host.text.printable`), cells are capped, rich never reads markup in them, and in
+    markdown every character markdown would read as syntax is escaped.
     """
 
-    def __init__(self, stream: IO[str] | None = None, rich: bool | None = None):
+    def __init__(self, stream: IO[str] | None = None, rich: bool | None = None,
+                 format: str | None = None):
         self.stream = stream or sys.stdout
-        self.rich = self.stream.isatty() if rich is None else rich
+        if format is not None and format not in FORMATS:
+            raise ValueError(f"format {format!r}: expected one of {', '.join(FORMATS)}")
+        self.markdown = format == "markdown"
+        if format in ("rich", "plain"):
+            rich = format == "rich"
+        self.rich = not self.markdown and (self.stream.isatty() if rich is None else rich)
         self._console = None
 
     @property
@@ -77,6 +107,10 @@ class Output:
 
     def line(self, text: str = "") -> None:
         text = printable(text)
+        if self.markdown:  # a paragraph each, so that lines do not run together
+            if text.strip():
+                print(markdown_literal(text) + "\n", file=self.stream)
+            return
         if self.rich:
             from rich.text import Text
 
@@ -87,6 +121,9 @@ class Output:
     def table(self, title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
         rows = [[shown(c, CELL_LIMIT) for c in row] for row in rows]
         title, columns = printable(title), [printable(c) for c in columns]
+        if self.markdown:
+            self._markdown_table(title, columns, rows)
+            return
         if self.rich:
             from rich.table import Table
             from rich.text import Text
@@ -108,6 +145,19 @@ class Output:
         for row in rows:
             print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip(),
                   file=self.stream)
+
+    def _markdown_table(self, title: str, columns: Sequence[str],
+                        rows: Sequence[Sequence[str]]) -> None:
+        def row_line(cells: Sequence[str]) -> str:
+            return "| " + " | ".join(markdown_literal(c, line=False) for c in cells) + " |"
+
+        if title:
+            print(markdown_literal(title) + "\n", file=self.stream)
+        print(row_line(columns), file=self.stream)
+        print("|" + "|".join(" --- " for _ in columns) + "|", file=self.stream)
+        for row in rows:
+            print(row_line(row), file=self.stream)
+        print(file=self.stream)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ def test_the_guides_dtype_check_declines_an_unknown_type():
 
 
 def test_the_guide_points_to_conformance_and_the_pytest_plugin():
-    assert "ep-host conformance --provider mine" in GUIDE
+    assert "ep-host conformance --providers mine" in GUIDE
     assert "pytest --ep-host-provider mine --ep-host-conformance" in GUIDE
     for fixture in ("one_node_model", "custom_op_model", "ep_session",
                     "assert_matches_reference"):

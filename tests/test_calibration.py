@@ -1,10 +1,13 @@
-"""Calibration: measured kernel times fit per op family, stored in the cache directory, and the
-CPU EP's estimates follow the stored profile."""
+"""Calibration: measured kernel times fit per op family, stored in the user's cache directory
+with the load they were measured under, and every calibrated provider's estimates follow the
+stored profile (the CPU EP applies it itself; the host applies it to the others)."""
 
 import json
+import os
+from pathlib import Path
 
 import pytest
-from hostkit import make_model
+from hostkit import InlineProvider, make_model
 from onnx import TensorProto, helper
 
 from ep_host import calibrate, calibration
@@ -122,5 +125,134 @@ def test_recalibrating_composes_instead_of_compounding():
 
 
 def test_calibrate_command_rejects_an_unknown_provider(cache, capsys):
-    assert main(["calibrate", "--provider", "nosuch"]) == 1
+    assert main(["calibrate", "--providers", "nosuch"]) == 1
     assert "'nosuch' is not available" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# Every calibrated provider's estimates follow its factors; the cache is the user's and
+# records the load it was measured under.
+# ---------------------------------------------------------------------------------------------
+
+
+def relu_cases():
+    return [Case("elementwise", f"Relu[{n}]",
+                 lambda n=n: calibrate.single_op_model("Relu", [(n,)])) for n in (64, 65_536)]
+
+
+def inline_host(*providers):
+    host = Host.discover(["cpu"])
+    for p in providers:
+        host.register(p, name=p.name)
+    return host
+
+
+def relu_neg_model():
+    return make_model(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("Neg", ["r"], ["y"], name="neg")],
+        [("x", TensorProto.FLOAT, [64])], [("y", TensorProto.FLOAT, [64])])
+
+
+def estimates(host, provider):
+    table = walk(host, load_model(relu_neg_model()), [provider])
+    return {n: table.answers[n][provider].cost.total_us for n in ("relu", "neg")}
+
+
+def test_a_third_party_providers_estimates_follow_its_calibration(cache):
+    host = inline_host(InlineProvider("inline", ops=("Relu", "Neg"), cost_us=1.0))
+    assert estimates(host, "inline") == {"relu": 1.0, "neg": 1.0}
+    profile = calibrate.calibrate(["inline"], relu_cases(), repeats=3, host=host)
+    entry = profile["providers"]["inline"]
+    assert entry["op_families"] == {"Relu": "elementwise"}
+    family = entry["families"]["elementwise"]
+    overall = entry["overall"]
+    calibrated = estimates(host, "inline")
+    # Relu was measured in the elementwise family; Neg (never measured) gets the overall fit
+    assert calibrated["relu"] == pytest.approx(family["overhead_us"] + family["scale"] * 1.0)
+    assert calibrated["neg"] == pytest.approx(overall["overhead_us"] + overall["scale"] * 1.0)
+    assert calibrated != {"relu": 1.0, "neg": 1.0}
+    # recalibrating fits the provider's own estimates again, not the calibrated ones
+    again = calibrate.calibrate(["inline"], relu_cases(), repeats=3, host=host)
+    assert [s["estimated_us"] for s in again["providers"]["inline"]["samples"]] == [
+        pytest.approx(1.0), pytest.approx(1.0)]
+
+
+def test_a_provider_that_applies_calibration_itself_is_not_scaled_twice(cache):
+    mine = InlineProvider("mine", ops=("Relu", "Neg"), applies_calibration=True)
+    other = InlineProvider("other", ops=("Relu", "Neg"))
+    host = inline_host(mine, other)
+    entry = {"families": {"elementwise": {"overhead_us": 1.0, "scale": 3.0, "cases": 2}},
+             "op_families": {"Relu": "elementwise"},
+             "overall": {"overhead_us": 0.0, "scale": 5.0, "cases": 2}}
+    (cache / calibration.FILE_NAME).write_text(json.dumps({
+        "schema": calibration.SCHEMA, "providers": {"mine": entry, "other": entry}}))
+    calibration.reload()
+    assert estimates(host, "mine") == {"relu": 1.0, "neg": 1.0}
+    assert estimates(host, "other") == {"relu": pytest.approx(4.0), "neg": pytest.approx(5.0)}
+
+
+def test_the_cache_is_the_users_unless_overridden(monkeypatch, tmp_path):
+    import platformdirs
+
+    monkeypatch.delenv("EP_HOST_CACHE_DIR", raising=False)
+    assert calibration.profile_path().parent == Path(platformdirs.user_cache_dir("ep-host"))
+    monkeypatch.setenv("EP_HOST_CACHE_DIR", str(tmp_path))
+    assert calibration.profile_path() == tmp_path / calibration.FILE_NAME
+
+
+def test_calibrate_records_when_and_under_what_load(cache):
+    profile = calibrate.calibrate(["cpu"], relu_cases()[:1], repeats=1)
+    entry = profile["providers"]["cpu"]
+    assert entry["measured_at"].endswith("+00:00")
+    load = entry["load"]
+    assert load["cpus"] == os.cpu_count()
+    assert len(load["load_before"]) == 3 and len(load["load_after"]) == 3
+    others = max(load["load_before"][0], load["load_after"][0] - 1, 0.0)
+    assert load["others_per_cpu"] == pytest.approx(others / load["cpus"], abs=0.01)
+    assert load["busy"] == (load["others_per_cpu"] > calibration.BUSY_LOAD_PER_CPU)
+
+
+@pytest.mark.parametrize("before, after, busy", [
+    (0.2, 1.1, False),  # only the measuring process itself
+    (1.5, 2.4, True),  # other processes were running before
+    (0.1, 2.6, True),  # and they started while it measured
+])
+def test_a_machine_is_busy_above_half_a_cpu_of_other_load(before, after, busy):
+    record = calibration.measured_under({"load": [before, 0, 0], "cpus": 2},
+                                        {"load": [after, 0, 0], "cpus": 2})
+    assert record["busy"] is busy
+
+
+def test_calibrate_warns_when_busy_and_providers_shows_the_load(cache, capsys):
+    assert main(["calibrate", "--providers", "example", "--repeats", "1"]) == 0
+    err = capsys.readouterr().err
+    stored = json.loads((cache / calibration.FILE_NAME).read_text())["providers"]["example"]
+    warned = "warning: the machine was busy while measuring example" in err
+    assert warned == stored["load"]["busy"]
+    if warned:
+        assert "re-run `ep-host calibrate --providers example` when the machine is idle" in err
+    assert main(["providers", "--json"]) == 0
+    listed = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert listed["example"]["calibration"] == {"measured_at": stored["measured_at"],
+                                                "load": stored["load"]}
+    assert listed["cpu"]["calibration"] is None
+    assert main(["providers", "--format", "plain"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines()
+               if line.startswith("example "))
+    assert f"load {stored['load']['others_per_cpu']:.2f}/CPU of {os.cpu_count()}" in row
+
+
+def test_the_busy_warning_names_the_load_and_the_command_to_rerun(capsys):
+    from ep_host.cli_measure import warn_if_busy
+
+    busy = calibration.measured_under({"load": [3.0, 0, 0], "cpus": 2},
+                                      {"load": [3.5, 0, 0], "cpus": 2})
+    warn_if_busy({"cpu": busy, "example": None}, "ep-host calibrate --providers cpu,example")
+    err = capsys.readouterr().err
+    assert "busy while measuring cpu:" in err and "load was 1.50 per CPU (2 CPUs" in err
+    assert "re-run `ep-host calibrate --providers cpu,example` when the machine is idle" in err
+    idle = calibration.measured_under({"load": [0.1, 0, 0], "cpus": 2},
+                                      {"load": [1.0, 0, 0], "cpus": 2})
+    warn_if_busy({"cpu": idle}, "ep-host calibrate")
+    assert capsys.readouterr().err == ""

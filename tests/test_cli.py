@@ -52,7 +52,8 @@ def test_explain_filters_by_node_op_and_provider():
     # on the CPU EP alone: which installed EP wins a node depends on this machine's figures
     data = json.loads(ep_host("explain", CNN, "--json", "--providers", "cpu").stdout)
     first = data["nodes"][0]["name"]
-    result = ep_host("explain", CNN, "--node", first, "--provider", "cpu", "--providers", "cpu")
+    result = ep_host("explain", CNN, "--node", first, "--only-provider", "cpu", "--providers",
+                     "cpu")
     lines = [line for line in result.stdout.splitlines()[2:] if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(first)
     result = ep_host("explain", CNN, "--op", "Conv", "--providers", "cpu")
@@ -69,7 +70,7 @@ def test_explain_json_uses_the_versioned_schema():
 
 def test_place_prints_totals_and_writes_json(tmp_path):
     out = tmp_path / "placement.json"
-    result = ep_host("place", CNN, "--json", str(out), "--strategy", "priority")
+    result = ep_host("place", CNN, "-o", str(out), "--strategy", "priority")
     assert result.returncode == 0, result.stderr
     assert "partition(s)" in result.stdout and "total estimated" in result.stdout
     data = json.loads(out.read_text())
@@ -124,9 +125,9 @@ def test_a_missing_model_is_a_one_line_error(args):
 
 
 def test_conformance_defaults_to_the_host_provider_and_takes_an_alias():
-    """With no --provider, conformance tests the first available provider on the host (the CPU
+    """With no --providers, conformance tests the first available provider on the host (the CPU
     EP here); an onnxruntime name resolves through the provider's own aliases."""
-    for extra in ((), ("--provider", "CPUExecutionProvider")):
+    for extra in ((), ("--providers", "CPUExecutionProvider")):
         result = ep_host("conformance", "--op", "Abs", "--quiet", "--jobs", "1", *extra)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "cases on cpu: " in result.stdout and " 0 wrong" in result.stdout

@@ -170,8 +170,8 @@ def test_output_dir_naming_a_file_is_an_argument_error(tmp_path, relu_model):
 @pytest.mark.parametrize("args", [
     ["run", "{model}", "--random-inputs", "--trace", "{missing}/trace.json"],
     ["report", "{model}", "-o", "{missing}/report.html"],
-    ["place", "{model}", "--json", "{missing}/placement.json"],
-    ["place", "{model}", "--json", "{folder}"],
+    ["place", "{model}", "-o", "{missing}/placement.json"],
+    ["place", "{model}", "--output", "{folder}"],
     ["run", "{model}", "--random-inputs", "--trace", "{folder}"],
 ])
 def test_an_output_file_that_cannot_be_written_is_an_argument_error(tmp_path, relu_model,
@@ -180,7 +180,8 @@ def test_an_output_file_that_cannot_be_written_is_an_argument_error(tmp_path, re
                        folder=tmp_path) for a in args]
     result = ep_host(*filled)
     flag = next(a for a in args if a.startswith("-") and a != "--random-inputs")
-    assert_clean_error(result, f"argument {flag}" if flag != "-o" else "argument -o/--output",
+    assert_clean_error(result, f"argument {flag}" if flag not in ("-o", "--output")
+                       else "argument -o/--output",
                        code=2)
     assert not (tmp_path / "no").exists()
 

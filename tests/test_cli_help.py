@@ -9,7 +9,7 @@ import pytest
 
 from ep_host.cli import SUBCOMMAND_EXAMPLES, build_parser, main
 
-SUBCOMMANDS = ["explain", "place", "why", "run", "report", "providers", "calibrate",
+SUBCOMMANDS = ["explain", "place", "why", "run", "report", "providers", "calibrate", "completion",
                "conformance"]
 
 

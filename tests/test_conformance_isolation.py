@@ -50,7 +50,7 @@ def test_the_command_lists_non_passes_and_writes_json(tmp_path):
     out = tmp_path / "c.json"
     result = subprocess.run(
         [sys.executable, "-m", "ep_host", "conformance", "--op", "Bernoulli", "--op", "Relu",
-         "--json", str(out)], capture_output=True, text=True, timeout=300,
+         "-o", str(out)], capture_output=True, text=True, timeout=300,
         env=dict(os.environ))
     assert result.returncode == 0, result.stderr  # declines are not failures
     assert "test_bernoulli" in result.stdout and "declined" in result.stdout

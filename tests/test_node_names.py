@@ -52,7 +52,7 @@ def test_the_json_lists_the_names_each_placed_node_stands_for(session):
 
 def test_pin_takes_the_name_as_written(capsys):
     assert main(["place", CNN, "--providers", "cpu,onnxruntime", "--pin", "conv1/Conv=onnxruntime",
-                 "--pin", "conv2/Relu=cpu", "--json", "-"]) == 0
+                 "--pin", "conv2/Relu=cpu", "--json"]) == 0
     nodes = {n["name"]: n for n in json.loads(capsys.readouterr().out)["nodes"]}
     assert nodes[FUSED]["provider"] == "onnxruntime" and nodes[FUSED]["pinned"]
     assert nodes["conv2/Conv::FusedConv"]["provider"] == "cpu"

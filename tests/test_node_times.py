@@ -103,7 +103,7 @@ def test_nothing_is_read_when_no_time_was_ever_stored(cache):
 def test_the_calibrate_command_times_a_models_nodes(cache, tmp_path, capsys):
     path = tmp_path / "m.onnx"
     path.write_bytes(add_relu_model().SerializeToString())
-    assert main(["calibrate", "--model", str(path), "--provider", "cpu", "--json"]) == 0
+    assert main(["calibrate", "--model", str(path), "--providers", "cpu", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert sorted(r["node"] for r in rows) == ["add", "relu"]
     assert all(r["provider"] == "cpu" and r["measured_us"] is not None for r in rows)

@@ -283,7 +283,8 @@ def test_providers_and_why_print_literally_on_a_terminal(site, hostile_model):
     assert code == 0, out
     assert "cannot run:" in out and "more characters)" in out
     assert CLEAR not in out and "cpu\\x1b[2J" in out  # the evil provider's device, escaped
-    code, out = on_pty("why", hostile_model, HOSTILE_NODE, "--provider", "evil", site=site)
+    code, out = on_pty("why", hostile_model, HOSTILE_NODE, "--only-provider", "evil",
+                       site=site)
     assert code == 0, out
     assert "evil: declined [op]: \\x1b]0;pwned" in out
     assert OSC_TITLE not in out and RLO not in out

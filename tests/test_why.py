@@ -100,7 +100,7 @@ def test_cli_why_json_on_the_example_cnn():
         verdicts["example"]["cost_us"] - verdicts["cpu"]["cost_us"])  # same device: no copies
     conv = subprocess.run(
         [sys.executable, "-m", "ep_host", "why", os.path.join(ROOT, "examples", "cnn.onnx"),
-         "conv1/Conv", "--providers", "cpu,example", "--provider", "example", "--no-optimize"],
+         "conv1/Conv", "--providers", "cpu,example", "--only-provider", "example", "--no-optimize"],
         capture_output=True, text=True, timeout=300)
     assert conv.returncode == 0, conv.stderr
     assert "example: declined [op]: Conv: the example EP runs only" in conv.stdout

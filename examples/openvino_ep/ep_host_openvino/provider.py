@@ -68,7 +68,8 @@ def ep_host_provider_info() -> ProviderInfo:
     return ProviderInfo(name=NAME, version=__version__,
                         description=f"OpenVINO {runtime_version}, CPU plugin, compiles partitions",
                         aliases=("OpenVINOExecutionProvider",),
-                        partition_launch_us=openvino_profile().call_overhead_us)
+                        partition_launch_us=openvino_profile().call_overhead_us,
+                        applies_calibration=True)
 
 
 @hookimpl

@@ -93,7 +93,7 @@ CLAIMS = Claims()
 @hookimpl
 def ep_host_provider_info() -> ProviderInfo:
     return ProviderInfo(name="cpu", version=__version__, description="numpy kernels on the host",
-                        aliases=("CPUExecutionProvider",))
+                        aliases=("CPUExecutionProvider",), applies_calibration=True)
 
 
 @hookimpl
