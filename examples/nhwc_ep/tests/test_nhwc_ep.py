@@ -138,7 +138,7 @@ def test_the_command_line_shows_and_traces_the_conversions(tmp_path, monkeypatch
     monkeypatch.setenv("EP_HOST_NHWC_GFLOPS", "1000")
     monkeypatch.setenv("EP_HOST_NHWC_BANDWIDTH_GBPS", "100")
     common = [str(path), "--providers", "nhwc,cpu", "--no-optimize"]
-    assert main(["place", *common, "--json", "-"]) == 0
+    assert main(["place", *common, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     converted = [t for t in data["transfers"] if "layout" in t]
     assert converted and converted[0]["tensor"] == "data_0"
