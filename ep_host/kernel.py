@@ -46,6 +46,28 @@ class Kernel:
         """Whether ``run`` can be recorded into a device graph. Default: no."""
         return CaptureSupport.no("{} does not declare capture support", type(self).__name__)
 
+    # -- shared prepacked constants (optional) -------------------------------------------------
+
+    def prepacked(self) -> Mapping[str, tuple[Sequence[int], Any]]:
+        """The state :meth:`prepare` built from constant inputs, offered for sharing: packing
+        key -> (the input indices it was built from, the state). Default: nothing to share.
+
+        The packing key names everything besides those inputs' contents that the state depends
+        on (op, attributes, layout, dtype: ``"Conv-11/group=1/f32"``); two kernels that give the
+        same key for inputs of equal contents must build interchangeable states. In a session
+        with ``share_prepacked=True`` the host asks after ``prepare``; when another kernel on
+        the same device already shared a state under that key for equal inputs (same dtype,
+        shape and bytes), it hands that state to :meth:`adopt_prepacked`, else it keeps this
+        one for the next kernel. A shared state is used by several kernels, sessions and
+        threads at once: never change what ``run`` reads from it.
+        """
+        return {}
+
+    def adopt_prepacked(self, key: str, state: Any) -> None:
+        """Take ``state``, which a kernel offered under packing ``key`` (see :meth:`prepacked`)
+        for inputs equal to this kernel's, in place of the one ``prepare`` built (drop that
+        one, so its memory is freed). Called only for keys this kernel's ``prepacked`` gave."""
+
 
 class FunctionKernel(Kernel):
     """A kernel around a plain function ``fn(*inputs) -> output or tuple of outputs``."""

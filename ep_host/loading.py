@@ -24,6 +24,7 @@ from ep_host.graph import (
     GraphView,
     NodeRow,
     ParsedType,
+    ValueView,
     normalize_domain,
     op_schema,
     parse_type,
@@ -339,6 +340,12 @@ class Model:
                 ) from exc
             self._constants[key] = array
         return array
+
+
+    def hold_constant(self, value: ValueView, array: np.ndarray) -> None:
+        """Keep ``array``, whose contents equal constant ``value``'s data (another session's
+        copy, shared by ``share_prepacked``), in place of this model's own copy."""
+        self._constants[f"{id(value._tensor)}:{value.name}"] = array
 
 
 def _has_unknown_dim(shape: tuple[Any, ...] | None) -> bool:

@@ -28,6 +28,12 @@ from ep_host.graph import GraphView, NodeView, ValueView
 from ep_host.kernel import Kernel
 from ep_host.partitions import Group, compiling_groups, execution_order, partition_view, readers
 from ep_host.placement import Placement
+from ep_host.prepacked import (
+    SHARED_CONSTANT_BYTES,
+    PrepackedContainer,
+    SharedState,
+    content_identity,
+)
 from ep_host.plugin_calls import is_user_interrupt, sigint
 from ep_host.provider import HOST, Device
 from ep_host.runloop import CompiledSteps, StepChecks, array_kind, read_only
@@ -87,7 +93,9 @@ class Plan:
     its node to the next claimant, in a new placement value). ``outer_slots``: values read from an
     enclosing graph (a control-flow body's outer scope). ``keep``: slots that are never freed or
     written into (inputs, constants, outputs). ``device_graphs``: what became of each device
-    partition whose provider asked for device graphs.
+    partition whose provider asked for device graphs. ``prepacked``: with ``share_prepacked``,
+    each state a kernel offered (see :class:`PrepackedUse`); ``shared_constants``: the holders of
+    the constants shared by contents; holding them keeps them alive.
     """
 
     label: str
@@ -103,6 +111,21 @@ class Plan:
     constants: Mapping[int, Any]
     keep: frozenset[int]
     device_graphs: tuple[PartitionCapture, ...] = ()
+    prepacked: tuple[PrepackedUse, ...] = ()
+    shared_constants: tuple[SharedState, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PrepackedUse:
+    """A prepacked state a kernel offered: the node, its provider, the packing key, whether the
+    kernel adopted a state another kernel had shared (``False``: it shared its own), and the
+    holder that keeps the state alive in the process-wide container."""
+
+    node: str
+    provider: str
+    key: str
+    adopted: bool
+    held: SharedState
 
 
 class KernelSource(Protocol):
@@ -111,6 +134,7 @@ class KernelSource(Protocol):
     checks: StepChecks
     tracer: Tracer | None
     max_tensor_bytes: int | None
+    prepacked: PrepackedContainer | None  # the container when the session shares, else None
 
     def create_kernel(self, node: NodeView, provider: str, placement: Placement) -> Kernel: ...
 
@@ -294,6 +318,9 @@ class _Builder:
         self.partitions = 0  # partitions compiled so far, for their names
         self.wrong_dims, self.wrong_rank = shapes_inference_gets_wrong(placement.table.nodes)
         self.expects: dict[tuple[Any, ...], tuple[tuple[Any, Any, Any], ...]] = {}
+        self.prepacked: list[PrepackedUse] = []
+        self.held_constants: list[SharedState] = []  # constants shared by contents
+        self.identities: dict[str, tuple[str, tuple[int, ...], str]] = {}  # constant -> content
 
     def expect(self, value: ValueView | None, device: Device) -> tuple[Any, Any, Any]:
         expect = expected_output(value, device)
@@ -315,6 +342,17 @@ class _Builder:
         if value.is_constant and value.name not in self.home:
             s = self.slot(value.name, device)
             data = value.value  # the host's own errors (bad raw data) pass as they are
+            container = getattr(self.source, "prepacked", None)
+            key = None
+            if container is not None and getattr(data, "nbytes", 0) >= SHARED_CONSTANT_BYTES:
+                key = (device.name, "constant", self.identity(value))
+                held = container.get(key)
+                if held is not None:  # another session's copy of equal contents
+                    self.constants[s] = held.state
+                    self.held_constants.append(held)
+                    if device.is_host:  # the model's own copy is freed
+                        self.graph.model.hold_constant(value, held.state)
+                    return s
             since = sigint.received
             try:
                 constant = device.upload(data)
@@ -326,6 +364,10 @@ class _Builder:
             # no kernel may change a constant for the next run, or for another session
             self.constants[s] = read_only(constant) if constant.__class__ is np.ndarray else (
                 constant)
+            if key is not None:
+                held, _ = container.share(key, self.constants[s])
+                self.constants[s] = held.state
+                self.held_constants.append(held)
             return s
         src = self.home[value.name]
         src_slot = self.slots[(value.name, src.name)]
@@ -374,7 +416,8 @@ class _Builder:
             output_names=tuple(v.name for v in graph.outputs),
             output_slots=MappingProxyType(output_slots),
             constants=MappingProxyType(self.constants), keep=keep,
-            device_graphs=tuple(self.device_graphs))
+            device_graphs=tuple(self.device_graphs), prepacked=tuple(self.prepacked),
+            shared_constants=tuple(self.held_constants))
 
     def node_step(self, node: NodeView, provider: str) -> Step:
         kernel, provider = self.kernel(node, provider)
@@ -404,6 +447,9 @@ class _Builder:
             raise KernelError(
                 f"{self.label}: provider {provider!r} failed to prepare the kernel "
                 f"for node {node.name!r}: {describe_exception(exc)}") from exc
+        container = getattr(self.source, "prepacked", None)
+        if container is not None and type(kernel).prepacked is not Kernel.prepacked and constants:
+            self.share_prepacked(container, kernel, node, provider, device)
         out_slots = []
         for value in node.outputs:
             if value is None:
@@ -418,6 +464,43 @@ class _Builder:
                     lock=None if kernel.thread_safe else threading.Lock(),
                     span=NodeSpan(node, provider, device.name, answer.cost),
                     output_names=tuple(v.name if v is not None else "" for v in node.outputs))
+
+    def share_prepacked(self, container: PrepackedContainer, kernel: Kernel, node: NodeView,
+                        provider: str, device: Device) -> None:
+        """Offer each state ``kernel`` built from constants to the container; adopt the one
+        another kernel shared for equal constants on the same device under the same key."""
+        since = sigint.received
+        try:
+            offered = dict(kernel.prepacked())
+            for key, (indices, state) in offered.items():
+                indices = tuple(indices)
+                if not isinstance(key, str) or not indices or not all(
+                        type(i) is int and 0 <= i < len(node.inputs) and node.inputs[i] is not None
+                        and node.inputs[i].is_constant for i in indices):
+                    raise KernelError(
+                        f"{self.label}: provider {provider!r} offered prepacked state "
+                        f"{key!r} of node {node.name!r} built from inputs {list(indices)}: "
+                        "the key must be a string and the inputs constant inputs of the node")
+                contents = tuple(self.identity(node.inputs[i]) for i in indices)
+                held, adopted = container.share((device.name, key, indices, contents), state)
+                if adopted:
+                    kernel.adopt_prepacked(key, held.state)
+                self.prepacked.append(PrepackedUse(node.name, provider, key, adopted, held))
+        except KernelError:
+            raise
+        except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
+            if is_user_interrupt(exc, since):
+                raise
+            raise KernelError(
+                f"{self.label}: provider {provider!r} failed to share the prepacked state of "
+                f"node {node.name!r}: {describe_exception(exc)}") from exc
+
+    def identity(self, value: ValueView) -> tuple[str, tuple[int, ...], str]:
+        """A constant's content identity, worked out once per constant of the plan."""
+        found = self.identities.get(value.name)
+        if found is None:
+            found = self.identities[value.name] = content_identity(value.value)
+        return found
 
     def expected(self, values: Sequence[ValueView | None],
                  device: Device) -> tuple[tuple[Any, Any, Any], ...]:

@@ -157,8 +157,37 @@ class RegistryKernel(FunctionKernel):
         if self.spec.prepare is not None and constants:
             extra = self.spec.prepare(self.xp, constants, **self.kwargs)
             if extra:
+                self._packing = (self._packing_key(), tuple(sorted(constants)), tuple(extra))
                 self.kwargs = {**self.kwargs, **extra}
                 self._bind()
+
+    _packing: tuple[str | None, tuple[int, ...], tuple[str, ...]] | None = None
+
+    def _packing_key(self) -> str | None:
+        """What the prepared state depends on besides the constants: the namespace, the op
+        version and every keyword argument (attributes), or ``None`` when an argument is not a
+        plain value (then nothing is shared)."""
+        attrs = _sharing_key(self.kwargs)
+        if attrs is None:
+            return None
+        spec = self.spec
+        shown = ";".join(f"{name}={kind.__name__}:{text}" for name, kind, text in attrs)
+        return (f"{getattr(self.xp, '__name__', type(self.xp).__name__)}/{spec.domain}/"
+                f"{spec.op_type}-{spec.since_version}/{shown}")
+
+    def prepacked(self) -> Mapping[str, tuple[tuple[int, ...], Any]]:
+        """The keyword arguments ``prepare`` built (packed weights), under a key naming the op
+        version, the namespace and the attributes."""
+        if self._packing is None or self._packing[0] is None:
+            return {}
+        key, indices, names = self._packing
+        return {key: (indices, {name: self.kwargs[name] for name in names})}
+
+    def adopt_prepacked(self, key: str, state: Any) -> None:
+        if self._packing is None or key != self._packing[0]:
+            raise KeyError(f"{self.name}: no prepacked state under {key!r}")
+        self.kwargs = {**self.kwargs, **state}
+        self._bind()
 
     def run(self, *inputs: Any) -> Any:
         return self.fn(*inputs)
