@@ -3,9 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ep_host.match import CaptureSupport
+
+
+WORKSPACE_LIFETIMES = ("run", "session")
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    """Scratch memory a kernel asks the host for (see :meth:`Kernel.workspace`): ``nbytes``
+    bytes, living for one run (``"run"``: its contents are garbage when ``run`` is called, and
+    the host may hand the same memory to other kernels between calls) or for the session
+    (``"session"``: one buffer of this kernel's own, kept from run to run; the host serialises
+    the kernel's calls)."""
+
+    nbytes: int
+    lifetime: str = "run"
 
 
 class Kernel:
@@ -62,6 +78,25 @@ class Kernel:
         threads at once: never change what ``run`` reads from it.
         """
         return {}
+
+    # -- workspaces (optional) -----------------------------------------------------------------
+
+    def workspace(self, inputs: Sequence[tuple[Any, tuple[Any, ...] | None] | None]
+                  ) -> Workspace | None:
+        """The scratch memory ``run`` needs for inputs of these types, or ``None`` (default):
+        none, or not known ahead (the kernel allocates what it needs itself).
+
+        Asked once when the session is created, after :meth:`prepare`, with one ``(numpy
+        dtype, shape)`` per input (``None`` for an omitted optional input; a shape holds ints
+        for static dims and strings for symbolic ones, or is ``None`` when the rank is
+        unknown). The host allocates the :class:`Workspace` once on the kernel's device (a
+        one-dimensional ``uint8`` array of at least ``nbytes``: numpy on the host, the device's
+        own array type elsewhere, through ``Device.empty``) and passes it to every call as
+        ``run(*inputs, workspace=buffer)`` (``call`` too). A kernel must still compute right,
+        allocating itself, when a call's inputs need more than the buffer holds (shapes the
+        model did not state) or when it gets no ``workspace=`` at all.
+        """
+        return None
 
     def adopt_prepacked(self, key: str, state: Any) -> None:
         """Take ``state``, which a kernel offered under packing ``key`` (see :meth:`prepacked`)

@@ -637,7 +637,7 @@ def device_plan(plan: Plan, inputs: Mapping[str, Device], outputs: Mapping[str, 
             plan.output_slots):
         return plan, where
     keep = frozenset({*plan.constants, *input_slots.values(), *output_slots.values(),
-                      *plan.outer_slots.values()})
+                      *plan.outer_slots.values(), *plan.arenas})
     return replace(plan, steps=tuple(steps), releases=release_points(steps, keep),
                    n_slots=n_slots, input_slots=MappingProxyType(input_slots),
                    output_slots=MappingProxyType(output_slots), keep=keep), where

@@ -31,13 +31,16 @@ from ep_host.placement import Placement
 from ep_host.prepacked import (
     SHARED_CONSTANT_BYTES,
     PrepackedContainer,
+    PrepackedUse,
     SharedState,
     content_identity,
+    offer_prepacked,
 )
 from ep_host.plugin_calls import is_user_interrupt, sigint
 from ep_host.provider import HOST, Device
 from ep_host.runloop import CompiledSteps, StepChecks, array_kind, read_only
 from ep_host.transfers import implied_transfers
+from ep_host.workspaces import allocate_workspace, asked_workspace
 
 if TYPE_CHECKING:
     from ep_host.subgraph import PartitionView
@@ -53,7 +56,9 @@ class Step:
     ``inputs``/``outputs``: value slots (``-1`` for an omitted optional value); ``expect``: per
     output, the numpy dtype, shape (``None`` where unknown) and array kind the kernel must
     return; ``output_names``: the values the outputs are;
-    ``scope``: (outer name, slot) pairs a node's bodies read; ``copy``: (source, destination)
+    ``scope``: (outer name, slot) pairs a node's bodies read; ``workspace``: (slot, bytes) of the
+    scratch memory the kernel asked for, passed as ``workspace=`` (bytes 0: the whole slot, a
+    session workspace; else the first bytes of the run's arena); ``copy``: (source, destination)
     devices of a copy step; ``lock``: set when the kernel is not thread-safe; ``span``: the trace
     span's arguments (what placement estimated).
     """
@@ -72,6 +77,7 @@ class Step:
     lock: Any = None
     span: Mapping[str, Any] = field(default_factory=dict)
     output_names: tuple[str, ...] = ()
+    workspace: tuple[int, int] | None = None
 
     @property
     def subject(self) -> str:
@@ -95,7 +101,9 @@ class Plan:
     written into (inputs, constants, outputs). ``device_graphs``: what became of each device
     partition whose provider asked for device graphs. ``prepacked``: with ``share_prepacked``,
     each state a kernel offered (see :class:`PrepackedUse`); ``shared_constants``: the holders of
-    the constants shared by contents; holding them keeps them alive.
+    the constants shared by contents; holding them keeps them alive. ``arenas``: per device, the
+    slot of the per-run workspace arena and its size (the largest ``"run"`` workspace a kernel on
+    the device asked for); each run takes an arena of its own.
     """
 
     label: str
@@ -113,19 +121,7 @@ class Plan:
     device_graphs: tuple[PartitionCapture, ...] = ()
     prepacked: tuple[PrepackedUse, ...] = ()
     shared_constants: tuple[SharedState, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class PrepackedUse:
-    """A prepacked state a kernel offered: the node, its provider, the packing key, whether the
-    kernel adopted a state another kernel had shared (``False``: it shared its own), and the
-    holder that keeps the state alive in the process-wide container."""
-
-    node: str
-    provider: str
-    key: str
-    adopted: bool
-    held: SharedState
+    arenas: Mapping[int, tuple[Device, int]] = field(default_factory=dict)
 
 
 class KernelSource(Protocol):
@@ -320,6 +316,7 @@ class _Builder:
         self.expects: dict[tuple[Any, ...], tuple[tuple[Any, Any, Any], ...]] = {}
         self.prepacked: list[PrepackedUse] = []
         self.held_constants: list[SharedState] = []  # constants shared by contents
+        self.arenas: dict[str, list[Any]] = {}  # device name -> [slot, device, bytes]
         self.identities: dict[str, tuple[str, tuple[int, ...], str]] = {}  # constant -> content
 
     def expect(self, value: ValueView | None, device: Device) -> tuple[Any, Any, Any]:
@@ -406,7 +403,7 @@ class _Builder:
                     "computed")
             output_slots[v.name] = self.fetch(v, HOST)
         keep = frozenset({*self.constants, *output_slots.values(), *input_slots.values(),
-                          *outer_slots.values()})
+                          *outer_slots.values(), *(a[0] for a in self.arenas.values())})
         steps = self.steps if self.body else self.record_partitions(keep)
         return Plan(
             label=self.label, graph_name=graph.name, placement=self.placement,
@@ -417,7 +414,8 @@ class _Builder:
             output_slots=MappingProxyType(output_slots),
             constants=MappingProxyType(self.constants), keep=keep,
             device_graphs=tuple(self.device_graphs), prepacked=tuple(self.prepacked),
-            shared_constants=tuple(self.held_constants))
+            shared_constants=tuple(self.held_constants),
+            arenas=MappingProxyType({a[0]: (a[1], a[2]) for a in self.arenas.values()}))
 
     def node_step(self, node: NodeView, provider: str) -> Step:
         kernel, provider = self.kernel(node, provider)
@@ -450,6 +448,7 @@ class _Builder:
         container = getattr(self.source, "prepacked", None)
         if container is not None and type(kernel).prepacked is not Kernel.prepacked and constants:
             self.share_prepacked(container, kernel, node, provider, device)
+        workspace, own = self.workspace(kernel, node, provider, device)
         out_slots = []
         for value in node.outputs:
             if value is None:
@@ -461,39 +460,38 @@ class _Builder:
         return Step(node.name, node.qualified_op, "node", (node,), kernel, provider,
                     tuple(in_slots), tuple(out_slots),
                     expect=self.expected(node.outputs, device), scope=scope,
-                    lock=None if kernel.thread_safe else threading.Lock(),
+                    lock=None if kernel.thread_safe and not own else threading.Lock(),
+                    workspace=workspace,
                     span=NodeSpan(node, provider, device.name, answer.cost),
                     output_names=tuple(v.name if v is not None else "" for v in node.outputs))
 
     def share_prepacked(self, container: PrepackedContainer, kernel: Kernel, node: NodeView,
                         provider: str, device: Device) -> None:
-        """Offer each state ``kernel`` built from constants to the container; adopt the one
-        another kernel shared for equal constants on the same device under the same key."""
-        since = sigint.received
-        try:
-            offered = dict(kernel.prepacked())
-            for key, (indices, state) in offered.items():
-                indices = tuple(indices)
-                if not isinstance(key, str) or not indices or not all(
-                        type(i) is int and 0 <= i < len(node.inputs) and node.inputs[i] is not None
-                        and node.inputs[i].is_constant for i in indices):
-                    raise KernelError(
-                        f"{self.label}: provider {provider!r} offered prepacked state "
-                        f"{key!r} of node {node.name!r} built from inputs {list(indices)}: "
-                        "the key must be a string and the inputs constant inputs of the node")
-                contents = tuple(self.identity(node.inputs[i]) for i in indices)
-                held, adopted = container.share((device.name, key, indices, contents), state)
-                if adopted:
-                    kernel.adopt_prepacked(key, held.state)
-                self.prepacked.append(PrepackedUse(node.name, provider, key, adopted, held))
-        except KernelError:
-            raise
-        except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
-            if is_user_interrupt(exc, since):
-                raise
-            raise KernelError(
-                f"{self.label}: provider {provider!r} failed to share the prepacked state of "
-                f"node {node.name!r}: {describe_exception(exc)}") from exc
+        """Offer each state ``kernel`` built from constants; adopt equal ones shared before."""
+        self.prepacked.extend(offer_prepacked(container, kernel, node, provider, device.name,
+                                              self.identity, self.label))
+
+    def workspace(self, kernel: Kernel, node: NodeView, provider: str,
+                  device: Device) -> tuple[tuple[int, int] | None, bool]:
+        """The step's ``workspace`` (slot, bytes) for what ``kernel`` asks, and whether it is
+        the kernel's own: a session workspace, allocated here, whose calls are serialised. A
+        per-run request only raises its device's arena size: each run takes an arena."""
+        asked = asked_workspace(kernel, node, provider, self.label,
+                                self.source.max_tensor_bytes)
+        if asked is None or asked.nbytes == 0 or (device.empty is None and not device.is_host):
+            return None, False  # nothing to give, or a device that gives no workspaces
+        # a device graph replays fixed addresses: its kernels keep their workspace
+        recorded = not self.body and self.source.wants_device_graph(provider)
+        if asked.lifetime == "session" or recorded:
+            s = self.slot(f"\0workspace of {node.name}", device)  # no value has such a name
+            self.constants[s] = allocate_workspace(device, asked.nbytes, node, self.label)
+            return (s, 0), True
+        arena = self.arenas.get(device.name)
+        if arena is None:
+            arena = self.arenas[device.name] = [self.slot(f"\0arena of {device.name}", device),
+                                                device, 0]
+        arena[2] = max(arena[2], asked.nbytes)
+        return (arena[0], asked.nbytes), False
 
     def identity(self, value: ValueView) -> tuple[str, tuple[int, ...], str]:
         """A constant's content identity, worked out once per constant of the plan."""
@@ -645,7 +643,9 @@ class _Builder:
         report = PartitionCapture(provider, device.name, [s.name for s in part])
         self.device_graphs.append(report)
         produced = {s for step in part for s in step.outputs if s >= 0}
-        reads = [s for step in part for s in step.inputs if s >= 0 and s not in produced]
+        reads = [s for step in part
+                 for s in (*step.inputs, *(step.workspace[:1] if step.workspace else ()))
+                 if s >= 0 and s not in produced]
         inputs = list(dict.fromkeys(s for s in reads if s not in self.constants))
         reason = why_not(part, device)
         if not reason:

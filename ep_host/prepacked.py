@@ -9,10 +9,18 @@ from __future__ import annotations
 import hashlib
 import threading
 import weakref
-from collections.abc import Hashable
-from typing import Any
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from ep_host.errors import KernelError, describe_exception
+from ep_host.plugin_calls import is_user_interrupt, sigint
+
+if TYPE_CHECKING:
+    from ep_host.graph import NodeView, ValueView
+    from ep_host.kernel import Kernel
 
 
 SHARED_CONSTANT_BYTES = 4096
@@ -70,3 +78,52 @@ class PrepackedContainer:
 
 SHARED_PREPACKED = PrepackedContainer()
 """The process's container, which every session with ``share_prepacked=True`` uses."""
+
+
+@dataclass(frozen=True, slots=True)
+class PrepackedUse:
+    """A prepacked state a kernel offered: the node, its provider, the packing key, whether the
+    kernel adopted a state another kernel had shared (``False``: it shared its own), and the
+    holder that keeps the state alive in the process-wide container."""
+
+    node: str
+    provider: str
+    key: str
+    adopted: bool
+    held: SharedState
+
+
+def offer_prepacked(container: PrepackedContainer, kernel: Kernel, node: NodeView,
+                    provider: str, device: str,
+                    identity: Callable[[ValueView], tuple[str, tuple[int, ...], str]],
+                    label: str) -> list[PrepackedUse]:
+    """Offer each state ``kernel`` built from constants (``Kernel.prepacked``) to ``container``
+    under (device, packing key, input indices, the inputs' ``identity``); where another kernel
+    offered one first, ``kernel`` adopts it. A wrong offer or a failing call is the provider's
+    fault: a :class:`KernelError` naming it and the node."""
+    since = sigint.received
+    uses = []
+    try:
+        for key, (indices, state) in dict(kernel.prepacked()).items():
+            indices = tuple(indices)
+            if not isinstance(key, str) or not indices or not all(
+                    type(i) is int and 0 <= i < len(node.inputs) and node.inputs[i] is not None
+                    and node.inputs[i].is_constant for i in indices):
+                raise KernelError(
+                    f"{label}: provider {provider!r} offered prepacked state {key!r} of node "
+                    f"{node.name!r} built from inputs {list(indices)}: the key must be a "
+                    "string and the inputs constant inputs of the node")
+            contents = tuple(identity(node.inputs[i]) for i in indices)
+            held, adopted = container.share((device, key, indices, contents), state)
+            if adopted:
+                kernel.adopt_prepacked(key, held.state)
+            uses.append(PrepackedUse(node.name, provider, key, adopted, held))
+    except KernelError:
+        raise
+    except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
+        if is_user_interrupt(exc, since):
+            raise
+        raise KernelError(
+            f"{label}: provider {provider!r} failed to share the prepacked state of node "
+            f"{node.name!r}: {describe_exception(exc)}") from exc
+    return uses

@@ -52,8 +52,8 @@ from ep_host.ort_api import (
     write_into,
 )
 from ep_host.placement import Placement, choose
-from ep_host.plan import Plan, PrepackedUse, Step, build_plan
-from ep_host.prepacked import SHARED_PREPACKED
+from ep_host.plan import Plan, Step, build_plan
+from ep_host.prepacked import SHARED_PREPACKED, PrepackedUse
 from ep_host.provider import HOST, Device
 from ep_host.runloop import PlanRun, RunToken, StepChecks, read_only
 from ep_host.subgraph import PartitionView

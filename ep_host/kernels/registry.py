@@ -15,7 +15,7 @@ from typing import Any
 
 import onnx
 
-from ep_host import Decline, FunctionKernel, Kernel, NodeView, deny, require
+from ep_host import Decline, FunctionKernel, Kernel, NodeView, Workspace, deny, require
 
 DEFAULT_DOMAIN = "ai.onnx"
 
@@ -56,6 +56,9 @@ class KernelSpec:
     kernel calls that function itself, one Python call less per run.
     ``family``: the op family whose calibrated factors a provider prices the kernel with
     ("conv", "matmul", "elementwise", ...), or ``None`` (never calibrated).
+    ``workspace(xp, inputs, **kwargs)``: the :class:`ep_host.Workspace` the kernel needs for
+    inputs of these ``(dtype, shape)`` (see ``Kernel.workspace``; ``kwargs`` as the kernel gets
+    them, prepared constants included), or ``None``; the function then gets ``workspace=``.
     """
 
     domain: str
@@ -76,6 +79,7 @@ class KernelSpec:
     inplace: tuple[int, ...] = ()
     direct: str | None = None
     family: str | None = None
+    workspace: Callable[..., Workspace | None] | None = None
 
     def make(self, xp: Any, node: NodeView, context: Any = None) -> Kernel:
         attrs = node.attributes
@@ -142,10 +146,10 @@ class RegistryKernel(FunctionKernel):
         else:  # an in-place kernel also takes out=, a dead input the host hands over
             call = partial(fn, xp, **kwargs)
 
-        def run(*inputs: Any) -> Any:
+        def run(*inputs: Any, **given: Any) -> Any:
             # A tuple is several outputs; anything else (an array, a list = a sequence, None =
-            # an empty optional) is the one output.
-            out = call(*inputs)
+            # an empty optional) is the one output. ``given``: the host's workspace=.
+            out = call(*inputs, **given)
             if type(out) is tuple:
                 return out
             return (xp.asarray(out) if isinstance(out, generic) else out,)
@@ -189,14 +193,20 @@ class RegistryKernel(FunctionKernel):
         self.kwargs = {**self.kwargs, **state}
         self._bind()
 
-    def run(self, *inputs: Any) -> Any:
-        return self.fn(*inputs)
+    def run(self, *inputs: Any, **given: Any) -> Any:
+        return self.fn(*inputs, **given)
+
+    def workspace(self, inputs: Any) -> Workspace | None:
+        if self.spec.workspace is None:
+            return None
+        return self.spec.workspace(self.xp, inputs, **self.kwargs)
 
 
 def _keyword_attributes(fn: Callable[..., Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     names, required = [], []
     for p in inspect.signature(fn).parameters.values():
-        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "out":  # out=: in-place
+        # out=: a donated buffer; workspace=: the host's scratch memory; neither an attribute
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in ("out", "workspace"):
             names.append(p.name)
             if p.default is inspect.Parameter.empty:
                 required.append(p.name)
@@ -236,6 +246,7 @@ class Registry:
         inplace: Iterable[int] = (),
         direct: str | None = None,
         family: str | None = None,
+        workspace: Callable[..., Workspace | None] | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register ``fn`` for ``op_type`` at each listed ``since_version``; stackable.
 
@@ -255,6 +266,7 @@ class Registry:
                     bind=bind, attributes=attributes, required=required,
                     kernel_class=kernel_class, containers=containers or subgraphs,
                     prepare=prepare, inplace=tuple(inplace), direct=direct, family=family,
+                    workspace=workspace,
                 ))
             return fn
 

@@ -9,6 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ep_host import InferenceSession
+from ep_host.threads import BlasThreads
 
 
 def model_of(nodes, x_shape, initializers, output="y"):
@@ -91,3 +92,80 @@ def test_the_same_weight_under_other_attributes_is_packed_apart(rng):
     assert by_node[padded].key != by_node[unpadded].key
     assert by_node[padded].held is not by_node[unpadded].held
     assert not by_node[unpadded].adopted
+
+
+# -- workspaces -------------------------------------------------------------------------------
+
+
+def strided_conv_model(rng):
+    """Conv variants that compute in scratch memory on every run: 7x7 stride 2 (im2col by
+    phases), 3x3 stride 2 (im2col), 1x1 stride 2 (a subsample), 3x3 stride 1 with 32 channels
+    (Winograd); and 3x3 stride 1 with 16 (shifted views: no workspace asked)."""
+    initializers = {
+        "w7": rng.standard_normal((8, 3, 7, 7)).astype(np.float32),
+        "w3": rng.standard_normal((16, 8, 3, 3)).astype(np.float32),
+        "w1": rng.standard_normal((16, 16, 1, 1)).astype(np.float32),
+        "ws": rng.standard_normal((32, 16, 3, 3)).astype(np.float32),
+        "wg": rng.standard_normal((32, 32, 3, 3)).astype(np.float32),
+        "b": rng.standard_normal(16).astype(np.float32),
+        "b32": rng.standard_normal(32).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w7"], ["a"], pads=[3, 3, 3, 3], strides=[2, 2],
+                         name="im2col_phases"),
+        helper.make_node("Conv", ["a", "w3", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2],
+                         name="im2col"),
+        helper.make_node("Conv", ["c", "w1"], ["d"], strides=[2, 2], name="subsample"),
+        helper.make_node("Conv", ["d", "ws"], ["e"], pads=[1, 1, 1, 1], name="shifted"),
+        helper.make_node("Conv", ["e", "wg", "b32"], ["y"], pads=[1, 1, 1, 1], name="winograd"),
+    ]
+    return model_of(nodes, [2, 3, 80, 80], initializers), initializers
+
+
+def test_copying_convs_run_in_the_hosts_workspace_with_the_same_bits(rng):
+    from ep_host.kernels.conv import conv
+    from ep_host_cpu.xp import numpy_xp
+
+    model, w = strided_conv_model(rng)
+    session = InferenceSession(model, providers=["cpu"])
+    steps = {s.name: s for s in session._plan.steps}
+    (arena, (device, size)), = session._plan.arenas.items()
+    asked = {name: steps[name].workspace for name in steps}
+    assert asked["shifted"] is None
+    assert {asked[n][0] for n in ("im2col_phases", "im2col", "subsample", "winograd")} == {
+        arena}
+    # the columns: 2 x 3 x 49 x 40 x 40 floats, the largest of the three
+    assert asked["im2col_phases"][1] == size == 2 * 3 * 49 * 40 * 40 * 4
+    assert asked["im2col"][1] == 2 * 8 * 9 * 20 * 20 * 4
+    assert asked["subsample"][1] == 2 * 16 * 10 * 10 * 4
+    x = rng.standard_normal((2, 3, 80, 80)).astype(np.float32)
+    got = session.run(None, {"x": x})[0]
+    again = session.run(None, {"x": x})[0]  # the arena's garbage from the run before
+    with BlasThreads(session.get_session_options().intra_op_num_threads):  # the session's
+        a = conv(numpy_xp, x, w["w7"], auto_pad="NOTSET", group=1, pads=[3, 3, 3, 3],
+                 strides=[2, 2])
+        c = conv(numpy_xp, a, w["w3"], w["b"], auto_pad="NOTSET", group=1, pads=[1, 1, 1, 1],
+                 strides=[2, 2])
+        d = conv(numpy_xp, c, w["w1"], auto_pad="NOTSET", group=1, strides=[2, 2])
+        e = conv(numpy_xp, d, w["ws"], auto_pad="NOTSET", group=1, pads=[1, 1, 1, 1])
+        want = conv(numpy_xp, e, w["wg"], w["b32"], auto_pad="NOTSET", group=1,
+                    pads=[1, 1, 1, 1])
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(again, want)
+
+
+def test_a_workspace_too_small_for_the_input_is_left_alone(rng):
+    from ep_host.kernels.conv import conv
+    from ep_host_cpu.xp import numpy_xp
+
+    x = rng.standard_normal((1, 4, 9, 9)).astype(np.float32)
+    w = rng.standard_normal((4, 4, 3, 3)).astype(np.float32)
+    small = np.full(64, 7, np.uint8)
+    got = conv(numpy_xp, x, w, auto_pad="NOTSET", group=1, strides=[2, 2], workspace=small)
+    want = conv(numpy_xp, x, w, auto_pad="NOTSET", group=1, strides=[2, 2])
+    np.testing.assert_array_equal(got, want)
+    assert (small == 7).all()
+    big = np.full(1 << 16, 7, np.uint8)
+    got = conv(numpy_xp, x, w, auto_pad="NOTSET", group=1, strides=[2, 2], workspace=big)
+    np.testing.assert_array_equal(got, want)
+    assert (big != 7).any()  # it was used

@@ -93,6 +93,9 @@ class CudaKernel(Kernel):
     def adopt_prepacked(self, key: str, state: Any) -> None:
         self.inner.adopt_prepacked(key, state)
 
+    def workspace(self, inputs: Any) -> Any:
+        return self.inner.workspace(inputs)
+
     def run(self, *inputs: Any, **kwargs: Any) -> Any:
         if self.stream is None:
             return self.inner.run(*inputs, **kwargs)
