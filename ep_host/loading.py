@@ -31,7 +31,14 @@ from ep_host.graph import (
     paused_gc,
     scan_nodes,
 )
-from ep_host.tensors import check_initializer, checked_element_count, readonly, tensor_to_array
+from ep_host.prepacked import content_identity
+from ep_host.tensors import (
+    check_initializer,
+    checked_element_count,
+    raw_identity,
+    readonly,
+    tensor_to_array,
+)
 
 # Initializers up to this size stay in the shape-inference copy, so data propagation can read
 # shape-like constants (a Reshape's target); bigger ones become typed graph inputs there.
@@ -341,6 +348,13 @@ class Model:
             self._constants[key] = array
         return array
 
+
+    def constant_identity(self, value: ValueView) -> tuple[str, tuple[int, ...], str]:
+        """Constant ``value``'s content identity (``content_identity`` of its array), from its
+        raw bytes where they are the array's: a constant another session shares is then never
+        read into an array here."""
+        found = raw_identity(value._tensor)
+        return found if found is not None else content_identity(value.value)
 
     def hold_constant(self, value: ValueView, array: np.ndarray) -> None:
         """Keep ``array``, whose contents equal constant ``value``'s data (another session's

@@ -33,7 +33,6 @@ from ep_host.prepacked import (
     PrepackedContainer,
     PrepackedUse,
     SharedState,
-    content_identity,
     offer_prepacked,
 )
 from ep_host.plugin_calls import is_user_interrupt, sigint
@@ -338,10 +337,9 @@ class _Builder:
             return self.slots[(value.name, device.name)]
         if value.is_constant and value.name not in self.home:
             s = self.slot(value.name, device)
-            data = value.value  # the host's own errors (bad raw data) pass as they are
             container = getattr(self.source, "prepacked", None)
             key = None
-            if container is not None and getattr(data, "nbytes", 0) >= SHARED_CONSTANT_BYTES:
+            if container is not None and value.nbytes >= SHARED_CONSTANT_BYTES:
                 key = (device.name, "constant", self.identity(value))
                 held = container.get(key)
                 if held is not None:  # another session's copy of equal contents
@@ -350,6 +348,7 @@ class _Builder:
                     if device.is_host:  # the model's own copy is freed
                         self.graph.model.hold_constant(value, held.state)
                     return s
+            data = value.value  # the host's own errors (bad raw data) pass as they are
             since = sigint.received
             try:
                 constant = device.upload(data)
@@ -497,7 +496,7 @@ class _Builder:
         """A constant's content identity, worked out once per constant of the plan."""
         found = self.identities.get(value.name)
         if found is None:
-            found = self.identities[value.name] = content_identity(value.value)
+            found = self.identities[value.name] = self.graph.model.constant_identity(value)
         return found
 
     def expected(self, values: Sequence[ValueView | None],

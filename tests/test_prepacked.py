@@ -224,3 +224,30 @@ def test_sessions_hold_one_copy_of_each_constant_of_equal_contents(host, packer)
     assert not weight(second).flags.writeable
     x = np.ones((2, 32), np.float32)
     np.testing.assert_array_equal(second.run(None, {"x": x})[0], alone.run(None, {"x": x})[0])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, np.int8, np.uint16,
+                                   np.int64, np.bool_])
+def test_a_constants_identity_from_its_raw_bytes_is_its_arrays(dtype):
+    from ep_host.tensors import raw_identity
+
+    array = (np.random.default_rng(2).standard_normal((3, 5)) * 9).astype(dtype)
+    tensor = numpy_helper.from_array(array, "t")
+    assert tensor.HasField("raw_data")
+    assert raw_identity(tensor) == content_identity(array)
+
+
+def test_typed_data_has_no_raw_identity():
+    from ep_host.tensors import raw_identity
+
+    assert raw_identity(helper.make_tensor("t", TensorProto.FLOAT, [2], [1.0, 2.0])) is None
+
+
+def test_a_shared_constant_is_never_read_into_an_array_by_the_second_session(host, packer):
+    big = np.random.default_rng(1).standard_normal((32, 32)).astype(np.float32)
+    model = matmul_model(big)
+    first = session(host, model, share_prepacked=True)
+    second = session(host, model, share_prepacked=True)
+    assert len(first.model._constants) == 1  # read once, by the first
+    held = list(second.model._constants.values())
+    assert len(held) == 1 and np.shares_memory(held[0], first.model._constants.popitem()[1])
