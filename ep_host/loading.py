@@ -6,6 +6,7 @@ a copy of the model that carries only small initializers. ``Model`` holds the lo
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 from collections.abc import Mapping
@@ -144,6 +145,29 @@ def return_freed_memory() -> None:
 
 
 _malloc_trim: Any = None
+
+COLLECT_AFTER_BYTES = 64 << 20
+"""From this size on, a model loaded and then replaced (optimized into another) is collected at
+once: its views refer to each other, so it would stay, weights and all, until the next
+collection (BERT-base: 415 MB, collected in 0.2 s)."""
+
+
+def collect_replaced(source: Any, replaced: bool) -> None:
+    """After the caller dropped the model it loaded from ``source`` (a path or bytes; a
+    ``Model`` or ``ModelProto`` is the caller's own) and ``replaced`` it, free it now if big."""
+    if not replaced:
+        return
+    if isinstance(source, bytes | bytearray | memoryview):
+        size = len(source)
+    elif isinstance(source, str | os.PathLike):
+        try:
+            size = os.path.getsize(source)
+        except OSError:
+            return
+    else:
+        return
+    if size >= COLLECT_AFTER_BYTES:
+        gc.collect()
 
 # ---------------------------------------------------------------------------------------------
 # The model

@@ -34,7 +34,7 @@ from ep_host.errors import (
 from ep_host.graph import GraphView, NodeView
 from ep_host.kernel import Kernel
 from ep_host.limits import MAX_TENSOR_BYTES
-from ep_host.loading import Model, load_model
+from ep_host.loading import Model, collect_replaced, load_model
 from ep_host.optimize import optimize
 from ep_host.ort_api import (
     IOBinding,
@@ -325,9 +325,8 @@ class InferenceSession:
     ``ep_host.optimize.PASSES``; ``()`` for none); ``disable_optimizations``: passes to skip.
     ``device_graphs``: record each partition of every provider whose device can capture as a
     device graph (per provider: the provider option ``enable_device_graph``).
-    ``share_prepacked``: share the state kernels build from constants (packed weights) with
-    every other kernel and session in this process that shares it, by the constants' contents
-    and the kernel's packing key (see ``Kernel.prepacked``): two sessions of one model hold one
+    ``share_prepacked``: share constants and what kernels pack from them (``Kernel.prepacked``)
+    with the process's other sharing sessions, by contents: two sessions of one model hold one
     copy. Default: ``SessionOptions.share_prepacked`` (off).
     """
 
@@ -383,6 +382,9 @@ class InferenceSession:
         loaded = declare_output_types(self._host, loaded, chosen)
         with memory_stage("optimization", loaded.label, len(loaded.graph.nodes)):
             self._model = optimize(loaded, optimizations, disable_optimizations)
+        replaced = self._model is not loaded
+        del loaded
+        collect_replaced(model, replaced)
         self._options = gather_provider_options(self._host, providers, provider_options)
         self._device_plans: dict[Any, PlanRun] = {}
         self._runtime = _Runtime(self._model, self._host, chosen, self._options, strategy,
@@ -399,8 +401,7 @@ class InferenceSession:
 
     @property
     def prepacked(self) -> list[PrepackedUse]:
-        """With ``share_prepacked``: each state a kernel of the main graph offered, and whether
-        it adopted one that another kernel or session had shared. Empty otherwise."""
+        """With ``share_prepacked``: each state a kernel offered, and whether it adopted one."""
         return list(self._plan.prepacked)
 
     @property
