@@ -23,7 +23,7 @@ from ep_host.errors import (
     RunCancelledError,
 )
 from ep_host.hookspecs import hookimpl, hookspec
-from ep_host.kernel import FunctionKernel, Kernel
+from ep_host.kernel import FunctionKernel, Kernel, Workspace
 from ep_host.limits import check_allocation
 from ep_host.match import (
     CaptureSupport,
@@ -107,7 +107,7 @@ __all__ = [
     "ModelValidationError", "NodeArg", "NodeView", "NotSupportedError", "OrtValue",
     "PartitionView", "PlacementError", "ProviderContext", "ProviderError", "ProviderInfo",
     "ReasonCode", "ResourceLimitError", "RunCancelledError", "RunOptions", "SessionOptions",
-    "ValueView", "cache_dir", "deny", "dtype", "check_allocation", "element_count",
+    "ValueView", "Workspace", "cache_dir", "deny", "dtype", "check_allocation", "element_count",
     "family_factors", "get_all_providers", "get_available_providers", "get_device", "hookimpl",
     "hookspec", "load_model", "node_model",
     "record_kernel_variant", "require", "structural_input_bytes",

@@ -24,7 +24,7 @@ def cmd_completion(args: argparse.Namespace) -> int:
     for action in _every_action(parser):
         kind = _path_kind(action)
         if kind:
-            setattr(action, "complete", path_kinds[kind])  # what shtab reads
+            action.complete = path_kinds[kind]  # what shtab reads
     sys.stdout.write(shtab.complete(parser, shell=args.shell))
     return 0
 

@@ -99,9 +99,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 def calibrate_nodes(args: argparse.Namespace, host: Any, providers: list[str]) -> int:
     """``ep-host calibrate --model``: every node timed on every provider that claims it."""
     from ep_host import calibrate, node_times
-    from ep_host.report import Output, fmt_us
-
     from ep_host.calibration import machine_load, measured_under
+    from ep_host.report import Output, fmt_us
 
     table = calibrate.node_table(args.model, providers, host=host)
     before = machine_load()

@@ -165,8 +165,34 @@ def ep_host_create_kernel(node: NodeView, context: ProviderContext) -> Kernel:
         once with the node's constant inputs and ``kernel.run(*inputs)`` on every run; ``run``
         returns one array per node output, on this provider's device.
 
+    Two optional kernel methods, asked once after ``prepare``:
+
+    - **Shared prepacked constants.** ``kernel.prepacked()`` returns ``{packing_key:
+      (input_indices, state)}``: the state ``prepare`` built from those constant inputs, and a
+      key naming everything else it depends on (op, attributes, layout, dtype). In a session
+      with ``share_prepacked=True`` (or ``SessionOptions.share_prepacked``), the host keys it by
+      device, packing key and the inputs' contents (dtype, shape, SHA-256 of the bytes), so two
+      sessions of one file, or two nodes reading equal weights, match; the first state offered
+      is kept in a process-wide container while a session uses it, and every later kernel gets
+      it through ``kernel.adopt_prepacked(packing_key, state)`` and drops its own. The same
+      container shares constants of 4 KiB and more by contents. A shared state must never be
+      written by ``run``; a key that leaves out something the state depends on is a wrong
+      answer. ``session.prepacked`` lists what each kernel offered and adopted.
+    - **Workspaces.** ``kernel.workspace(inputs)`` gets one ``(numpy dtype, shape)`` per input
+      (``None`` for an omitted one) and returns an :class:`ep_host.Workspace` (``nbytes``,
+      ``lifetime="run"`` or ``"session"``) or ``None``. The host allocates it once on the
+      kernel's device (``Device.empty``; numpy on the host) and calls ``run(*inputs,
+      workspace=buffer)`` (and ``call``) with a ``uint8`` array of at least ``nbytes``: per-run
+      workspaces of a device share one arena sized to the largest, one per concurrent run,
+      holding garbage; a session workspace is the kernel's own, kept between runs, and its
+      calls are serialised. The kernel must never return the workspace or a view of it, and
+      must still compute right without one (it then allocates itself).
+
     Raising, or returning something that is not a ``Kernel``, fails session creation with an
-    error that names the node and this provider.
+    error that names the node and this provider. So do raising in ``prepacked``,
+    ``adopt_prepacked`` or ``workspace``, offering a state built from an input that is not
+    constant, and asking for anything but a ``Workspace`` of ``nbytes >= 0`` (one over the
+    session's ``max_tensor_bytes`` is a ``ResourceLimitError``).
 
     Example::
 

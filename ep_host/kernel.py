@@ -3,9 +3,24 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ep_host.match import CaptureSupport
+
+WORKSPACE_LIFETIMES = ("run", "session")
+
+
+@dataclass(frozen=True, slots=True)
+class Workspace:
+    """Scratch memory a kernel asks the host for (see :meth:`Kernel.workspace`): ``nbytes``
+    bytes, living for one run (``"run"``: its contents are garbage when ``run`` is called, and
+    the host may hand the same memory to other kernels between calls) or for the session
+    (``"session"``: one buffer of this kernel's own, kept from run to run; the host serialises
+    the kernel's calls)."""
+
+    nbytes: int
+    lifetime: str = "run"
 
 
 class Kernel:
@@ -45,6 +60,47 @@ class Kernel:
     def capture_support(self) -> CaptureSupport:
         """Whether ``run`` can be recorded into a device graph. Default: no."""
         return CaptureSupport.no("{} does not declare capture support", type(self).__name__)
+
+    # -- shared prepacked constants (optional) -------------------------------------------------
+
+    def prepacked(self) -> Mapping[str, tuple[Sequence[int], Any]]:
+        """The state :meth:`prepare` built from constant inputs, offered for sharing: packing
+        key -> (the input indices it was built from, the state). Default: nothing to share.
+
+        The packing key names everything besides those inputs' contents that the state depends
+        on (op, attributes, layout, dtype: ``"Conv-11/group=1/f32"``); two kernels that give the
+        same key for inputs of equal contents must build interchangeable states. In a session
+        with ``share_prepacked=True`` the host asks after ``prepare``; when another kernel on
+        the same device already shared a state under that key for equal inputs (same dtype,
+        shape and bytes), it hands that state to :meth:`adopt_prepacked`, else it keeps this
+        one for the next kernel. A shared state is used by several kernels, sessions and
+        threads at once: never change what ``run`` reads from it.
+        """
+        return {}
+
+    # -- workspaces (optional) -----------------------------------------------------------------
+
+    def workspace(self, inputs: Sequence[tuple[Any, tuple[Any, ...] | None] | None]
+                  ) -> Workspace | None:
+        """The scratch memory ``run`` needs for inputs of these types, or ``None`` (default):
+        none, or not known ahead (the kernel allocates what it needs itself).
+
+        Asked once when the session is created, after :meth:`prepare`, with one ``(numpy
+        dtype, shape)`` per input (``None`` for an omitted optional input; a shape holds ints
+        for static dims and strings for symbolic ones, or is ``None`` when the rank is
+        unknown). The host allocates the :class:`Workspace` once on the kernel's device (a
+        one-dimensional ``uint8`` array of at least ``nbytes``: numpy on the host, the device's
+        own array type elsewhere, through ``Device.empty``) and passes it to every call as
+        ``run(*inputs, workspace=buffer)`` (``call`` too). A kernel must still compute right,
+        allocating itself, when a call's inputs need more than the buffer holds (shapes the
+        model did not state) or when it gets no ``workspace=`` at all.
+        """
+        return None
+
+    def adopt_prepacked(self, key: str, state: Any) -> None:
+        """Take ``state``, which a kernel offered under packing ``key`` (see :meth:`prepacked`)
+        for inputs equal to this kernel's, in place of the one ``prepare`` built (drop that
+        one, so its memory is freed). Called only for keys this kernel's ``prepacked`` gave."""
 
 
 class FunctionKernel(Kernel):

@@ -77,6 +77,8 @@ class SessionOptions:
     ``log_verbosity_level``, ``logid``, the memory switches (``enable_cpu_mem_arena``,
     ``enable_mem_pattern``, ``enable_mem_reuse``), ``use_deterministic_compute`` (ep-host's
     kernels are deterministic), ``use_per_session_threads`` and session config entries.
+    ep-host's own: ``share_prepacked`` (what ``InferenceSession(share_prepacked=...)`` sets when
+    not given; onnxruntime shares prepacked weights through a ``PrepackedWeightsContainer``).
     Refused with :class:`NotSupportedError` when the session is created or the method called:
     ``optimized_model_filepath``, custom-op libraries, added initializers and free-dimension
     overrides. Setting an attribute onnxruntime does not have raises ``AttributeError``, as
@@ -88,7 +90,7 @@ class SessionOptions:
         "execution_mode", "execution_order", "enable_profiling", "profile_file_prefix",
         "log_severity_level", "log_verbosity_level", "logid", "enable_cpu_mem_arena",
         "enable_mem_pattern", "enable_mem_reuse", "use_deterministic_compute",
-        "use_per_session_threads", "optimized_model_filepath", "_config",
+        "use_per_session_threads", "optimized_model_filepath", "share_prepacked", "_config",
     )
 
     def __init__(self) -> None:
@@ -108,6 +110,7 @@ class SessionOptions:
         self.use_deterministic_compute = False
         self.use_per_session_threads = True
         self.optimized_model_filepath = ""
+        self.share_prepacked = False
         self._config: dict[str, str] = {}
 
     def add_session_config_entry(self, key: str, value: str) -> None:
@@ -634,7 +637,7 @@ def device_plan(plan: Plan, inputs: Mapping[str, Device], outputs: Mapping[str, 
             plan.output_slots):
         return plan, where
     keep = frozenset({*plan.constants, *input_slots.values(), *output_slots.values(),
-                      *plan.outer_slots.values()})
+                      *plan.outer_slots.values(), *plan.arenas})
     return replace(plan, steps=tuple(steps), releases=release_points(steps, keep),
                    n_slots=n_slots, input_slots=MappingProxyType(input_slots),
                    output_slots=MappingProxyType(output_slots), keep=keep), where

@@ -2,8 +2,8 @@
 
 Every value gets a slot per device and layout it lives in; a step is a kernel (over one node, or a
 group of nodes), a device copy or a layout conversion, with its input and output slots, the slots
-that die after it and the dtypes and shapes its outputs must have. A plan is built once per (sub)graph and never changed by
-running it; ``ep_host.runloop`` defines what running a step means.
+that die after it and the dtypes and shapes its outputs must have. A plan is built once per
+(sub)graph and never changed by running it; ``ep_host.runloop`` defines what running a step means.
 """
 
 from __future__ import annotations
@@ -30,17 +30,25 @@ from ep_host.layouts import (
     conversion_axes,
     conversion_cost_us,
     converted_shape,
+    has_layouts,
     input_layout,
     output_layout,
-    has_layouts,
     shown,
 )
 from ep_host.partitions import Group, compiling_groups, execution_order, partition_view, readers
 from ep_host.placement import Placement
 from ep_host.plugin_calls import is_user_interrupt, sigint
+from ep_host.prepacked import (
+    SHARED_CONSTANT_BYTES,
+    PrepackedContainer,
+    PrepackedUse,
+    SharedState,
+    offer_prepacked,
+)
 from ep_host.provider import HOST, Device
 from ep_host.runloop import CompiledSteps, StepChecks, array_kind, read_only
 from ep_host.transfers import implied_transfers
+from ep_host.workspaces import allocate_workspace, asked_workspace
 
 if TYPE_CHECKING:
     from ep_host.subgraph import PartitionView
@@ -57,7 +65,9 @@ class Step:
     ``inputs``/``outputs``: value slots (``-1`` for an omitted optional value); ``expect``: per
     output, the numpy dtype, shape (``None`` where unknown) and array kind the kernel must
     return; ``output_names``: the values the outputs are;
-    ``scope``: (outer name, slot) pairs a node's bodies read; ``copy``: (source, destination)
+    ``scope``: (outer name, slot) pairs a node's bodies read; ``workspace``: (slot, bytes) of the
+    scratch memory the kernel asked for, passed as ``workspace=`` (bytes 0: the whole slot, a
+    session workspace; else the first bytes of the run's arena); ``copy``: (source, destination)
     devices of a copy step; ``lock``: set when the kernel is not thread-safe; ``span``: the trace
     span's arguments (what placement estimated).
     """
@@ -76,6 +86,7 @@ class Step:
     lock: Any = None
     span: Mapping[str, Any] = field(default_factory=dict)
     output_names: tuple[str, ...] = ()
+    workspace: tuple[int, int] | None = None
 
     @property
     def subject(self) -> str:
@@ -97,7 +108,11 @@ class Plan:
     its node to the next claimant, in a new placement value). ``outer_slots``: values read from an
     enclosing graph (a control-flow body's outer scope). ``keep``: slots that are never freed or
     written into (inputs, constants, outputs). ``device_graphs``: what became of each device
-    partition whose provider asked for device graphs.
+    partition whose provider asked for device graphs. ``prepacked``: with ``share_prepacked``,
+    each state a kernel offered (see :class:`PrepackedUse`); ``shared_constants``: the holders of
+    the constants shared by contents; holding them keeps them alive. ``arenas``: per device, the
+    slot of the per-run workspace arena and its size (the largest ``"run"`` workspace a kernel on
+    the device asked for); each run takes an arena of its own.
     """
 
     label: str
@@ -113,6 +128,9 @@ class Plan:
     constants: Mapping[int, Any]
     keep: frozenset[int]
     device_graphs: tuple[PartitionCapture, ...] = ()
+    prepacked: tuple[PrepackedUse, ...] = ()
+    shared_constants: tuple[SharedState, ...] = ()
+    arenas: Mapping[int, tuple[Device, int]] = field(default_factory=dict)
 
 
 class KernelSource(Protocol):
@@ -121,6 +139,7 @@ class KernelSource(Protocol):
     checks: StepChecks
     tracer: Tracer | None
     max_tensor_bytes: int | None
+    prepacked: PrepackedContainer | None  # the container when the session shares, else None
 
     def create_kernel(self, node: NodeView, provider: str, placement: Placement) -> Kernel: ...
 
@@ -305,6 +324,10 @@ class _Builder:
         self.partitions = 0  # partitions compiled so far, for their names
         self.wrong_dims, self.wrong_rank = shapes_inference_gets_wrong(placement.table.nodes)
         self.expects: dict[tuple[Any, ...], tuple[tuple[Any, Any, Any], ...]] = {}
+        self.prepacked: list[PrepackedUse] = []
+        self.held_constants: list[SharedState] = []  # constants shared by contents
+        self.arenas: dict[str, list[Any]] = {}  # device name -> [slot, device, bytes]
+        self.identities: dict[str, tuple[str, tuple[int, ...], str]] = {}  # constant -> content
 
     def expect(self, value: ValueView | None, device: Device) -> tuple[Any, Any, Any]:
         expect = expected_output(value, device)
@@ -328,11 +351,29 @@ class _Builder:
         if key in self.slots:
             return self.slots[key]
         if value.is_constant and value.name not in self.home:
+            container = getattr(self.source, "prepacked", None)
+            key = None
+            if layout is None and container is not None and (
+                    value.nbytes >= SHARED_CONSTANT_BYTES):
+                key = (device.name, "constant", self.identity(value))
+                held = container.get(key)
+                if held is not None:  # another session's copy of equal contents
+                    s = self.slot(value.name, device)
+                    self.constants[s] = held.state
+                    self.held_constants.append(held)
+                    if device.is_host:  # the model's own copy is freed
+                        self.graph.model.hold_constant(value, held.state)
+                    return s
             data = value.value  # the host's own errors (bad raw data) pass as they are
             if layout is not None:  # converted once, here, like the upload
                 axes = conversion_axes(None, layout, data.ndim)
                 data = np.ascontiguousarray(np.transpose(data, axes))
-            return self.constant(value, device, layout, data)
+            s = self.constant(value, device, layout, data)
+            if key is not None:
+                held, _ = container.share(key, self.constants[s])
+                self.constants[s] = held.state
+                self.held_constants.append(held)
+            return s
         src, src_layout = self.home[value.name]
         if src_layout != layout:
             return self.convert(value, device, src_layout, layout, provider)
@@ -407,7 +448,7 @@ class _Builder:
                     "computed")
             output_slots[v.name] = self.fetch(v, HOST)
         keep = frozenset({*self.constants, *output_slots.values(), *input_slots.values(),
-                          *outer_slots.values()})
+                          *outer_slots.values(), *(a[0] for a in self.arenas.values())})
         steps = self.steps if self.body else self.record_partitions(keep)
         return Plan(
             label=self.label, graph_name=graph.name, placement=self.placement,
@@ -417,7 +458,9 @@ class _Builder:
             output_names=tuple(v.name for v in graph.outputs),
             output_slots=MappingProxyType(output_slots),
             constants=MappingProxyType(self.constants), keep=keep,
-            device_graphs=tuple(self.device_graphs))
+            device_graphs=tuple(self.device_graphs), prepacked=tuple(self.prepacked),
+            shared_constants=tuple(self.held_constants),
+            arenas=MappingProxyType({a[0]: (a[1], a[2]) for a in self.arenas.values()}))
 
     def node_step(self, node: NodeView, provider: str) -> Step:
         kernel, provider = self.kernel(node, provider)
@@ -448,6 +491,10 @@ class _Builder:
             raise KernelError(
                 f"{self.label}: provider {provider!r} failed to prepare the kernel "
                 f"for node {node.name!r}: {describe_exception(exc)}") from exc
+        container = getattr(self.source, "prepacked", None)
+        if container is not None and type(kernel).prepacked is not Kernel.prepacked and constants:
+            self.share_prepacked(container, kernel, node, provider, device)
+        workspace, own = self.workspace(kernel, node, provider, device)
         out_slots = []
         layouts = [output_layout(answer, k) for k in range(len(node.outputs))]
         for value, layout in zip(node.outputs, layouts, strict=True):
@@ -464,9 +511,45 @@ class _Builder:
         return Step(node.name, node.qualified_op, "node", (node,), kernel, provider,
                     tuple(in_slots), tuple(out_slots),
                     expect=expect, scope=scope,
-                    lock=None if kernel.thread_safe else threading.Lock(),
+                    lock=None if kernel.thread_safe and not own else threading.Lock(),
+                    workspace=workspace,
                     span=NodeSpan(node, provider, device.name, answer.cost),
                     output_names=tuple(v.name if v is not None else "" for v in node.outputs))
+
+    def share_prepacked(self, container: PrepackedContainer, kernel: Kernel, node: NodeView,
+                        provider: str, device: Device) -> None:
+        """Offer each state ``kernel`` built from constants; adopt equal ones shared before."""
+        self.prepacked.extend(offer_prepacked(container, kernel, node, provider, device.name,
+                                              self.identity, self.label))
+
+    def workspace(self, kernel: Kernel, node: NodeView, provider: str,
+                  device: Device) -> tuple[tuple[int, int] | None, bool]:
+        """The step's ``workspace`` (slot, bytes) for what ``kernel`` asks, and whether it is
+        the kernel's own: a session workspace, allocated here, whose calls are serialised. A
+        per-run request only raises its device's arena size: each run takes an arena."""
+        asked = asked_workspace(kernel, node, provider, self.label,
+                                self.source.max_tensor_bytes)
+        if asked is None or asked.nbytes == 0 or (device.empty is None and not device.is_host):
+            return None, False  # nothing to give, or a device that gives no workspaces
+        # a device graph replays fixed addresses: its kernels keep their workspace
+        recorded = not self.body and self.source.wants_device_graph(provider)
+        if asked.lifetime == "session" or recorded:
+            s = self.slot(f"\0workspace of {node.name}", device)  # no value has such a name
+            self.constants[s] = allocate_workspace(device, asked.nbytes, node, self.label)
+            return (s, 0), True
+        arena = self.arenas.get(device.name)
+        if arena is None:
+            arena = self.arenas[device.name] = [self.slot(f"\0arena of {device.name}", device),
+                                                device, 0]
+        arena[2] = max(arena[2], asked.nbytes)
+        return (arena[0], asked.nbytes), False
+
+    def identity(self, value: ValueView) -> tuple[str, tuple[int, ...], str]:
+        """A constant's content identity, worked out once per constant of the plan."""
+        found = self.identities.get(value.name)
+        if found is None:
+            found = self.identities[value.name] = self.graph.model.constant_identity(value)
+        return found
 
     def expected(self, values: Sequence[ValueView | None],
                  device: Device) -> tuple[tuple[Any, Any, Any], ...]:
@@ -619,7 +702,9 @@ class _Builder:
         report = PartitionCapture(provider, device.name, [s.name for s in part])
         self.device_graphs.append(report)
         produced = {s for step in part for s in step.outputs if s >= 0}
-        reads = [s for step in part for s in step.inputs if s >= 0 and s not in produced]
+        reads = [s for step in part
+                 for s in (*step.inputs, *(step.workspace[:1] if step.workspace else ()))
+                 if s >= 0 and s not in produced]
         inputs = list(dict.fromkeys(s for s in reads if s not in self.constants))
         reason = why_not(part, device)
         if not reason:

@@ -31,6 +31,10 @@ class Device:
     that runs a partition on fixed buffers) once and returns a function that replays it. Both
     are ``None`` when the device has no such thing.
 
+    ``empty``: a function ``empty(nbytes)`` returning an uninitialised one-dimensional
+    ``uint8`` array of ``nbytes`` on the device, through the device's own allocator (kernels'
+    workspaces); ``None`` on the host (numpy) or on a device that gives no workspaces.
+
     ``array_type``: the class (or tuple of classes) of the device's arrays, such as
     ``cupy.ndarray``; a kernel on the device whose output is not one fails the run. ``None``: the
     host refuses only what is no array on any device (a list, a generator...). Host arrays are
@@ -46,10 +50,22 @@ class Device:
     synchronize: Any = None
     capture: Any = None
     array_type: Any = None
+    empty: Any = None
 
     @property
     def is_host(self) -> bool:
         return self.kind == "cpu"
+
+    def allocate(self, nbytes: int) -> Any:
+        """``nbytes`` of uninitialised memory on this device as a ``uint8`` array (a kernel's
+        workspace), or ``None`` when the device gives none."""
+        if self.empty is not None:
+            return self.empty(nbytes)
+        if not self.is_host:
+            return None
+        import numpy as np  # the host's arrays; the module stays free of array libraries
+
+        return np.empty(nbytes, np.uint8)
 
     def copy_cost_us(self, nbytes: int) -> float:
         """Estimated time to move ``nbytes`` between this device and the host."""

@@ -446,6 +446,10 @@ class CompiledSteps:
         if step.scope:
             scope = "scope={" + ", ".join(f"{n!r}: {ref(s)}" for n, s in step.scope) + "}"
         live = [s for s in step.outputs if s >= 0]
+        if step.workspace is not None:
+            slot, nbytes = step.workspace
+            args = ", ".join(a for a in (args, f"workspace={ref(slot)}"
+                                         + (f"[:{nbytes}]" if nbytes else "")) if a)
         if kernel.call is not None and len(step.outputs) == 1 and live and not scope:
             k = self._bind(names, "k", kernel.call)
             out = step.outputs[0]
@@ -532,6 +536,8 @@ def _carried(steps: Sequence[Step], inputs: Sequence[int], outputs: Sequence[int
         for s in step.inputs:
             if s >= 0:
                 last[s] = i
+        if step.workspace is not None:
+            last[step.workspace[0]] = i
         for _, s in step.scope:
             last[s] = i
         for s in step.outputs:
@@ -587,7 +593,9 @@ class PlanRun:
         self.plan = plan
         self.checks = checks
         self.tracer = tracer
-        self._inputs = [*plan.input_slots.values(), *plan.outer_slots.values()]
+        self._inputs = [*plan.input_slots.values(), *plan.outer_slots.values(), *plan.arenas]
+        # per device arena: its slot, device, size and the arenas no run holds now
+        self._arenas = [(s, device, nbytes, []) for s, (device, nbytes) in plan.arenas.items()]
         self._outputs = [plan.output_slots[n] for n in plan.output_names]
         self._index = {n: i for i, n in enumerate(plan.output_names)}
         self.plain = self._compile(cancellable=False)
@@ -609,6 +617,22 @@ class PlanRun:
         values = {plan.input_slots[name]: value for name, value in feeds.items()}
         for name, s in plan.outer_slots.items():
             values[s] = scope[name]  # type: ignore[index]
+        if self._arenas:
+            for s, device, nbytes, free in self._arenas:  # each run takes arenas of its own
+                try:
+                    values[s] = free.pop()
+                except IndexError:
+                    values[s] = device.allocate(nbytes)
+            try:
+                return self._run(values, names, cancel)
+            finally:
+                for s, _, _, free in self._arenas:
+                    free.append(values[s])
+        return self._run(values, names, cancel)
+
+    def _run(self, values: dict[int, Any], names: Sequence[str] | None,
+             cancel: Any) -> list[Any]:
+        plan = self.plan
         if cancel is None:
             cancel = CURRENT_RUN.get()
         if cancel is None:

@@ -34,7 +34,7 @@ from ep_host.errors import (
 from ep_host.graph import GraphView, NodeView
 from ep_host.kernel import Kernel
 from ep_host.limits import MAX_TENSOR_BYTES
-from ep_host.loading import Model, load_model
+from ep_host.loading import Model, collect_replaced, load_model
 from ep_host.optimize import optimize
 from ep_host.ort_api import (
     IOBinding,
@@ -53,6 +53,7 @@ from ep_host.ort_api import (
 )
 from ep_host.placement import Placement, choose
 from ep_host.plan import Plan, Step, build_plan
+from ep_host.prepacked import SHARED_PREPACKED, PrepackedUse
 from ep_host.provider import HOST, Device
 from ep_host.runloop import PlanRun, RunToken, StepChecks, read_only
 from ep_host.subgraph import PartitionView
@@ -181,8 +182,9 @@ class _Runtime:
     def __init__(self, model: Model, host: Host, providers: list[str],
                  options: dict[str, dict[str, Any]], strategy: str,
                  tracer: Tracer | None = None, max_tensor_bytes: int | None = None,
-                 device_graphs: bool = False, threads: int = 0):
+                 device_graphs: bool = False, threads: int = 0, share_prepacked: bool = False):
         self.tracer = tracer
+        self.prepacked = SHARED_PREPACKED if share_prepacked else None
         self.threads = threads
         self.max_tensor_bytes = max_tensor_bytes
         self.model = model
@@ -323,6 +325,9 @@ class InferenceSession:
     ``ep_host.optimize.PASSES``; ``()`` for none); ``disable_optimizations``: passes to skip.
     ``device_graphs``: record each partition of every provider whose device can capture as a
     device graph (per provider: the provider option ``enable_device_graph``).
+    ``share_prepacked``: share constants and what kernels pack from them (``Kernel.prepacked``)
+    with the process's other sharing sessions, by contents: two sessions of one model hold one
+    copy. Default: ``SessionOptions.share_prepacked`` (off).
     """
 
     def __init__(
@@ -343,6 +348,7 @@ class InferenceSession:
         optimizations: Iterable[str] | None = None,
         disable_optimizations: Iterable[str] = (),
         device_graphs: bool = False,
+        share_prepacked: bool | None = None,
     ):
         sess_options, providers, provider_options = session_arguments(
             sess_options, providers, provider_options)
@@ -356,6 +362,9 @@ class InferenceSession:
         self._threads = BlasThreads(default_threads() if intra_op_num_threads is None
                                     else intra_op_num_threads)
         self._sess_options.intra_op_num_threads = self._threads.threads
+        if share_prepacked is None:
+            share_prepacked = bool(self._sess_options.share_prepacked)
+        self._sess_options.share_prepacked = bool(share_prepacked)
         if max_tensor_bytes is None:
             max_tensor_bytes = max_tensor_bytes_from_env()
         self._run_timeout = run_timeout_from_env()
@@ -373,11 +382,14 @@ class InferenceSession:
         loaded = declare_output_types(self._host, loaded, chosen)
         with memory_stage("optimization", loaded.label, len(loaded.graph.nodes)):
             self._model = optimize(loaded, optimizations, disable_optimizations)
+        replaced = self._model is not loaded
+        del loaded
+        collect_replaced(model, replaced)
         self._options = gather_provider_options(self._host, providers, provider_options)
         self._device_plans: dict[Any, PlanRun] = {}
         self._runtime = _Runtime(self._model, self._host, chosen, self._options, strategy,
                                  self.tracer, max_tensor_bytes, device_graphs,
-                                 self._threads.threads)
+                                 self._threads.threads, self._sess_options.share_prepacked)
         placement = self._runtime.place(self._model.graph, pins)
         self._plan, self._run = self._runtime.plan(self._model.graph, placement)
         # a kernel that failed to build moved its node: the plan's placement is the one that runs
@@ -386,6 +398,11 @@ class InferenceSession:
     @property
     def _steps(self) -> tuple[Step, ...]:
         return self._plan.steps
+
+    @property
+    def prepacked(self) -> list[PrepackedUse]:
+        """With ``share_prepacked``: each state a kernel offered, and whether it adopted one."""
+        return list(self._plan.prepacked)
 
     @property
     def device_graphs(self) -> list[PartitionCapture]:

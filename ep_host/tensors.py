@@ -5,6 +5,9 @@ raw-data length or value count). External data is read through ``ep_host.externa
 
 from __future__ import annotations
 
+import hashlib
+import math
+import sys
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -165,3 +168,26 @@ def sparse_to_dense(sp: onnx.SparseTensorProto, model: Model | None) -> TensorPr
     dense = np.zeros(count, dtype=values.dtype)
     dense[flat] = values
     return onnx.numpy_helper.from_array(dense.reshape(dims), name)
+
+
+# Types whose raw data is exactly the bytes of the numpy array read from it (little-endian).
+_NATIVE_RAW = frozenset({
+    TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BOOL,
+    TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64,
+    TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64,
+})
+
+
+def raw_identity(t: TensorProto) -> tuple[str, tuple[int, ...], str] | None:
+    """``ep_host.prepacked.content_identity`` of the array ``t`` holds, worked out from its raw
+    bytes without reading them into an array; ``None`` where the raw bytes are not exactly the
+    array's (typed or external data, packed or exotic types, a big-endian machine)."""
+    if (sys.byteorder != "little" or t.data_location == TensorProto.EXTERNAL
+            or t.data_type not in _NATIVE_RAW or not t.HasField("raw_data")):
+        return None
+    np_dtype = to_dtype(t.data_type).numpy
+    shape = tuple(int(d) for d in t.dims)
+    raw = t.raw_data
+    if np_dtype is None or len(raw) != math.prod(shape) * np_dtype.itemsize:
+        return None
+    return np_dtype.str, shape, hashlib.sha256(raw).hexdigest()

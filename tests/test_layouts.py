@@ -129,8 +129,8 @@ def test_a_kernel_that_reads_the_models_layout_for_one_input_gets_it(host):
     nhwc = NHWCProvider(layouts=["NHWC", None])  # Add: r in NHWC, y as the model has it
     host.register(nhwc, name="nhwc")
     host.register(InlineProvider("cpu", ops=("Neg", "Relu")), name="cpu")
-    session = InferenceSession(relu_add_model().SerializeToString(), providers=["nhwc", "cpu"],
-                               host=host, pins={"add": "nhwc", "relu": "cpu"})
+    InferenceSession(relu_add_model().SerializeToString(), providers=["nhwc", "cpu"],
+                      host=host, pins={"add": "nhwc", "relu": "cpu"})
     assert nhwc.seen_shapes["add"] == ([(2, 4, 5, 3), tuple(SHAPE)], [(2, 4, 5, 3)])
 
 

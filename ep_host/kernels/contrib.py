@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ep_host import require
-from ep_host.kernels.conv import check_conv, conv, conv_flops, prepare_conv
+from ep_host.kernels.conv import check_conv, conv, conv_flops, conv_workspace, prepare_conv
 from ep_host.kernels.elementwise import gelu_of
 from ep_host.kernels.registry import kernel
 
@@ -756,13 +756,13 @@ def _prepare_fused_conv(xp, constants, *, group=1, **_):  # group: the schema-le
 
 
 @kernel("FusedConv", 1, domain=MS, dtypes=HALF_FLOATS | {"float64"}, check=_check_fused_conv,
-        flops=conv_flops, prepare=_prepare_fused_conv, family="conv")
+        flops=conv_flops, prepare=_prepare_fused_conv, family="conv", workspace=conv_workspace)
 def fused_conv(xp, x, w, b=None, z=None, *, activation, activation_params=None,
                auto_pad="NOTSET", group=1, dilations=None, kernel_shape=None, pads=None,
-               strides=None, packed=None, packed_bias=None):
+               strides=None, packed=None, packed_bias=None, workspace=None):
     y = conv(xp, x, w, b, auto_pad=auto_pad, group=group, dilations=dilations,
              kernel_shape=kernel_shape, pads=pads, strides=strides, packed=packed,
-             packed_bias=packed_bias)  # a fresh array: the activation runs in place
+             packed_bias=packed_bias, workspace=workspace)  # fresh: the activation runs in place
     params = list(activation_params or ())
     if activation == "Relu":
         xp.maximum(y, 0, out=y)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import itertools
 import math
 
-from ep_host import element_count, record_kernel_variant, require
+from ep_host import Workspace, element_count, record_kernel_variant, require
 from ep_host.kernels.conv_geometry import (
     check_window_attributes,
     check_window_geometry,
@@ -171,17 +171,33 @@ def _winograd_tiles(c, m, group, kernel, out, strides, dilations):
     return tiles if fits else 0
 
 
-def _conv_winograd(xp, x, u, bias, out, begin):
+def winograd_buffers(n, c, m, out):
+    """The shapes of the buffers :func:`_conv_winograd` computes in, in order: the padded
+    input by column parity, its four row transforms, the transformed tiles, their products
+    with the weights, the two row sums of the output transform and the output tiles."""
+    th, tw = -(-out[0] // 2), -(-out[1] // 2)
+    row = (n, th, 2, tw + 1, c)
+    return ((n, 2 * th + 2, 2, tw + 1, c), row, row, row, row, (4, 4, n, th, tw, c),
+            (16, n * th * tw, m), (4, n, th, tw, m), (4, n, th, tw, m), (n, th, 2, tw, 2, m))
+
+
+def _conv_winograd(xp, x, u, bias, out, begin, workspace=None):
     """Winograd F(2x2, 3x3) on ``x`` (n, C, H, W) with transformed weights ``u`` (16, C, M);
-    ``bias`` (M,) or None. Returns (n, M) + ``out``, contiguous."""
+    ``bias`` (M,) or None. Returns (n, M) + ``out``, contiguous. ``workspace``: the host's
+    scratch memory for the buffers of :func:`winograd_buffers`, else they are allocated."""
     n, c, h, w = x.shape
     m = u.shape[2]
     (oh, ow), (pt, pl) = out, begin
     th, tw = -(-oh // 2), -(-ow // 2)
+    bufs = carve(workspace, winograd_buffers(n, c, m, out), x.dtype)
+    if bufs is None:
+        bufs = (xp.zeros(winograd_buffers(n, c, m, out)[0], dtype=x.dtype),) + (None,) * 9
+    else:
+        bufs[0].fill(0)
     # The padded input channels-last with its columns split by parity, so that every tile
     # view below has a long contiguous inner run: pad[n, row, p, j, c] = padded[n, c, row,
     # 2j + p]. Rows and columns past the input are zeros (padding and the last tile's tail).
-    pad = xp.zeros((n, 2 * th + 2, 2, tw + 1, c), dtype=x.dtype)
+    pad = bufs[0]
     rows = x.transpose(0, 2, 3, 1)
     for p in (0, 1):
         first = (pl - p + 1) // 2  # the first j with 2j + p inside the input
@@ -190,8 +206,9 @@ def _conv_winograd(xp, x, u, bias, out, begin):
         pad[:, pt:pt + h, p, first:first + count] = rows[:, :, src::2]
     # B^T d B: rows (d0 - d2, d1 + d2, d2 - d1, d1 - d3), then the same over columns.
     r = [pad[:, a:a + 2 * th:2] for a in range(4)]
-    rt = (r[0] - r[2], r[1] + r[2], r[2] - r[1], r[1] - r[3])
-    v = xp.empty((4, 4, n, th, tw, c), dtype=x.dtype)
+    rt = (xp.subtract(r[0], r[2], out=bufs[1]), xp.add(r[1], r[2], out=bufs[2]),
+          xp.subtract(r[2], r[1], out=bufs[3]), xp.subtract(r[1], r[3], out=bufs[4]))
+    v = bufs[5] if bufs[5] is not None else xp.empty((4, 4, n, th, tw, c), dtype=x.dtype)
     for a, t in enumerate(rt):
         d0, d1 = t[:, :, 0, :tw], t[:, :, 1, :tw]
         d2, d3 = t[:, :, 0, 1:], t[:, :, 1, 1:]
@@ -199,17 +216,17 @@ def _conv_winograd(xp, x, u, bias, out, begin):
         xp.add(d1, d2, out=v[a, 1])
         xp.subtract(d2, d1, out=v[a, 2])
         xp.subtract(d1, d3, out=v[a, 3])
-    prod = xp.matmul(v.reshape(16, n * th * tw, c), u)  # (16, tiles, M)
+    prod = xp.matmul(v.reshape(16, n * th * tw, c), u, out=bufs[6])  # (16, tiles, M)
     if bias is not None:  # product (1, 1) reaches each of the four outputs with weight 1
         prod[5] += bias
     prod = prod.reshape(4, 4, n, th, tw, m)
     # A^T m A: rows (m0 + m1 + m2, m1 - m2 - m3), then the same over columns.
-    s0 = prod[0] + prod[1]
+    s0 = xp.add(prod[0], prod[1], out=bufs[7])
     s0 += prod[2]
-    s1 = prod[1] - prod[2]
+    s1 = xp.subtract(prod[1], prod[2], out=bufs[8])
     s1 -= prod[3]
-    tiles = xp.empty((n, th, 2, tw, 2, m), dtype=x.dtype)  # (n, i, p, j, q, M)
-    for p, s in enumerate((s0, s1)):
+    tiles = bufs[9] if bufs[9] is not None else xp.empty((n, th, 2, tw, 2, m), dtype=x.dtype)
+    for p, s in enumerate((s0, s1)):  # tiles: (n, i, p, j, q, M)
         y0, y1 = tiles[:, :, p, :, 0], tiles[:, :, p, :, 1]
         xp.add(s[0], s[1], out=y0)
         y0 += s[2]
@@ -217,6 +234,29 @@ def _conv_winograd(xp, x, u, bias, out, begin):
         y1 -= s[3]
     grid = tiles.reshape(n, 2 * th, 2 * tw, m)[:, :oh, :ow]
     return xp.ascontiguousarray(grid.transpose(0, 3, 1, 2))
+
+
+SCRATCH_ALIGN = 64  # bytes: each buffer carved from a workspace starts on a cache line
+
+
+def _aligned(nbytes):
+    return -(-nbytes // SCRATCH_ALIGN) * SCRATCH_ALIGN
+
+
+def carve(workspace, shapes, dtype):
+    """Arrays of ``shapes`` and ``dtype`` one after the other in the host's workspace, or
+    ``None`` when there is none or it is too small."""
+    if workspace is None:
+        return None
+    sizes = [_aligned(math.prod(shape) * dtype.itemsize) for shape in shapes]
+    if workspace.nbytes < sum(sizes):
+        return None
+    out, at = [], 0
+    for shape, size in zip(shapes, sizes, strict=True):
+        count = math.prod(shape)
+        out.append(workspace[at:at + count * dtype.itemsize].view(dtype).reshape(shape))
+        at += size
+    return out
 
 
 def _conv_variant(c, m, group, kernel, out, strides, dilations, begin, end):
@@ -333,11 +373,13 @@ def _conv_depthwise(xp, x, weights, plan):
     return y.reshape((n, c * k) + tuple(out))
 
 
-def _conv_im2col(xp, x, weights, group, kernel, out, strides, dilations, begin, end):
+def _conv_im2col(xp, x, weights, group, kernel, out, strides, dilations, begin, end,
+                 workspace=None):
     n, c = x.shape[:2]
     padded = pad_spatial(xp, x, begin, end)
+    into = scratch(workspace, (n, c) + tuple(kernel) + tuple(out), padded.dtype)
     if strides[-1] > 1 and kernel[-1] >= STRIDED_COLUMNS_MIN_KERNEL:
-        cols = _strided_columns(xp, padded, kernel, out, strides, dilations)
+        cols = _strided_columns(xp, padded, kernel, out, strides, dilations, into)
     else:
         st = padded.strides
         view = xp.lib.stride_tricks.as_strided(
@@ -347,9 +389,52 @@ def _conv_im2col(xp, x, weights, group, kernel, out, strides, dilations, begin, 
             + tuple(a * d for a, d in zip(st[2:], dilations, strict=True))
             + tuple(a * s for a, s in zip(st[2:], strides, strict=True)),
         )
-        cols = view  # copied by the reshape below
+        if into is None:
+            cols = view  # copied by the reshape below
+        else:
+            into[...] = view  # the im2col copy, into the host's workspace
+            cols = into
     cols = cols.reshape(n, group, weights.shape[-1], math.prod(out))  # the im2col copy
     return xp.matmul(weights, cols)
+
+
+def scratch(workspace, shape, dtype):
+    """The first bytes of the host's workspace (a ``uint8`` array) as an array of ``shape`` and
+    ``dtype``, or ``None`` when there is none or it is too small (shapes the model did not
+    state): the caller then allocates."""
+    bufs = carve(workspace, (shape,), dtype)
+    return None if bufs is None else bufs[0]
+
+
+def conv_workspace(xp, inputs, *, group=1, auto_pad="NOTSET", dilations=None, pads=None,
+                   strides=None, **_):
+    """The scratch memory a Conv of static input and weight shapes computes in on every run:
+    Winograd's buffers, im2col's columns, or a strided 1x1's subsampled input; ``None`` for
+    the other variants."""
+    x, w = inputs[0], inputs[1]
+    if x is None or w is None or x[0] is None or x[1] is None or w[1] is None:
+        return None
+    (x_dtype, x_shape), w_shape = x, w[1]
+    if len(x_shape) < 3 or len(w_shape) != len(x_shape) or not all(
+            isinstance(d, int) and d > 0 for d in (*x_shape, *w_shape)):
+        return None
+    try:
+        plan = ConvPlan(tuple(x_shape), tuple(w_shape), group, auto_pad, dilations, pads,
+                        strides)
+    except (ValueError, ZeroDivisionError, IndexError):  # refused by the run, with its error
+        return None
+    n, c = x_shape[:2]
+    item = xp.dtype(_conv_work_type(xp, xp.dtype(x_dtype))).itemsize
+    if plan.variant == "winograd":
+        shapes = winograd_buffers(n, c, w_shape[0], plan.out)
+        return Workspace(sum(_aligned(math.prod(shape) * item) for shape in shapes), "run")
+    if plan.variant == "im2col":
+        count = n * c * math.prod(plan.kernel) * math.prod(plan.out)
+    elif plan.variant == "1x1" and any(s != 1 for s in plan.strides):
+        count = n * c * math.prod(plan.out)
+    else:
+        return None
+    return Workspace(count * item, "run")
 
 
 # Split by phase, a strided last axis copies faster from a kernel this wide: measured one
@@ -358,10 +443,10 @@ def _conv_im2col(xp, x, weights, group, kernel, out, strides, dilations, begin, 
 STRIDED_COLUMNS_MIN_KERNEL = 5
 
 
-def _strided_columns(xp, padded, kernel, out, strides, dilations):
+def _strided_columns(xp, padded, kernel, out, strides, dilations, into=None):
     """im2col's columns (n, c, *kernel, *out) when the last axis has a stride: that axis split
     by phase first (phase[..., q, j] = padded[..., s * j + q]), so that each tap along it copies
-    contiguous runs instead of every s-th element."""
+    contiguous runs instead of every s-th element. ``into``: where to write them, if given."""
     n, c = padded.shape[:2]
     s, d, k = strides[-1], dilations[-1], kernel[-1]
     width = padded.shape[-1]
@@ -370,7 +455,8 @@ def _strided_columns(xp, padded, kernel, out, strides, dilations):
     for q in range(s):
         part = padded[..., q::s]
         phase[..., q, :part.shape[-1]] = part
-    cols = xp.empty((n, c) + tuple(kernel) + tuple(out), dtype=padded.dtype)
+    cols = into if into is not None else xp.empty((n, c) + tuple(kernel) + tuple(out),
+                                                  dtype=padded.dtype)
     st = phase.strides
     lead = len(kernel) - 1
     for t in range(k):
@@ -387,15 +473,16 @@ def _strided_columns(xp, padded, kernel, out, strides, dilations):
 
 
 @kernel("Conv", 1, 11, dtypes=FLOATS, check=check_conv, flops=conv_flops,
-        prepare=prepare_conv, family="conv")
+        prepare=prepare_conv, family="conv", workspace=conv_workspace)
 @kernel("Conv", 22, dtypes=FLOATS_BF16, check=check_conv, flops=conv_flops,
-        prepare=prepare_conv, family="conv")
+        prepare=prepare_conv, family="conv", workspace=conv_workspace)
 def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None, pads=None,
-         strides=None, packed=None, packed_bias=None):
+         strides=None, packed=None, packed_bias=None, workspace=None):
     """Variants by geometry (recorded on the trace span): ``1x1``, ``depthwise``, ``shifted``
     (stride 1: a GEMM per tap on shifted views), ``winograd`` (3x3, stride 1, 32+ channels) and
     ``im2col``; ``packed``/``packed_bias`` are the constant weight and bias prepared once (see
-    :class:`ConvWeights`), which also keep the :class:`ConvPlan` per input shape."""
+    :class:`ConvWeights`), which also keep the :class:`ConvPlan` per input shape;
+    ``workspace``: the host's scratch memory for im2col's columns (:func:`conv_workspace`)."""
     dtype = x.dtype
     work = _conv_work_type(xp, dtype)
     x = x.astype(work, copy=False)
@@ -410,20 +497,25 @@ def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None
     variant, out = plan.variant, plan.out
     record_kernel_variant(variant, plan.reason, *plan.args)
     if variant == "winograd":
-        y = _conv_winograd(xp, x, weights.winograd(xp), b, out, plan.begin)
+        y = _conv_winograd(xp, x, weights.winograd(xp), b, out, plan.begin, workspace)
         return y.astype(dtype, copy=False)
     n, c = x.shape[:2]
     m = w.shape[0]
     if variant == "1x1":
-        y = xp.matmul(weights.gemm, x[plan.picked].reshape(n, group, c // group,
-                                                          math.prod(out)))
+        picked = x[plan.picked]
+        into = None if picked.flags.c_contiguous else scratch(workspace, picked.shape,
+                                                                 picked.dtype)
+        if into is not None:  # a strided 1x1's subsample, copied into the host's workspace
+            into[...] = picked
+            picked = into
+        y = xp.matmul(weights.gemm, picked.reshape(n, group, c // group, math.prod(out)))
     elif variant == "depthwise":
         y = _conv_depthwise(xp, x, weights, plan)
     elif variant == "shifted":
         y = _conv_shifted(xp, x, weights.taps, group, plan.flat)
     else:
         y = _conv_im2col(xp, x, weights.gemm, group, plan.kernel, out, plan.strides,
-                         plan.dilations, plan.begin, plan.end)
+                         plan.dilations, plan.begin, plan.end, workspace)
     y = y.reshape((n, m) + out)
     if b is not None:
         bias = b.reshape(plan.bias_shape)

@@ -15,7 +15,7 @@ from typing import Any
 
 import onnx
 
-from ep_host import Decline, FunctionKernel, Kernel, NodeView, deny, require
+from ep_host import Decline, FunctionKernel, Kernel, NodeView, Workspace, deny, require
 
 DEFAULT_DOMAIN = "ai.onnx"
 
@@ -56,6 +56,9 @@ class KernelSpec:
     kernel calls that function itself, one Python call less per run.
     ``family``: the op family whose calibrated factors a provider prices the kernel with
     ("conv", "matmul", "elementwise", ...), or ``None`` (never calibrated).
+    ``workspace(xp, inputs, **kwargs)``: the :class:`ep_host.Workspace` the kernel needs for
+    inputs of these ``(dtype, shape)`` (see ``Kernel.workspace``; ``kwargs`` as the kernel gets
+    them, prepared constants included), or ``None``; the function then gets ``workspace=``.
     """
 
     domain: str
@@ -76,6 +79,7 @@ class KernelSpec:
     inplace: tuple[int, ...] = ()
     direct: str | None = None
     family: str | None = None
+    workspace: Callable[..., Workspace | None] | None = None
 
     def make(self, xp: Any, node: NodeView, context: Any = None) -> Kernel:
         attrs = node.attributes
@@ -142,10 +146,10 @@ class RegistryKernel(FunctionKernel):
         else:  # an in-place kernel also takes out=, a dead input the host hands over
             call = partial(fn, xp, **kwargs)
 
-        def run(*inputs: Any) -> Any:
+        def run(*inputs: Any, **given: Any) -> Any:
             # A tuple is several outputs; anything else (an array, a list = a sequence, None =
-            # an empty optional) is the one output.
-            out = call(*inputs)
+            # an empty optional) is the one output. ``given``: the host's workspace=.
+            out = call(*inputs, **given)
             if type(out) is tuple:
                 return out
             return (xp.asarray(out) if isinstance(out, generic) else out,)
@@ -157,17 +161,52 @@ class RegistryKernel(FunctionKernel):
         if self.spec.prepare is not None and constants:
             extra = self.spec.prepare(self.xp, constants, **self.kwargs)
             if extra:
+                self._packing = (self._packing_key(), tuple(sorted(constants)), tuple(extra))
                 self.kwargs = {**self.kwargs, **extra}
                 self._bind()
 
-    def run(self, *inputs: Any) -> Any:
-        return self.fn(*inputs)
+    _packing: tuple[str | None, tuple[int, ...], tuple[str, ...]] | None = None
+
+    def _packing_key(self) -> str | None:
+        """What the prepared state depends on besides the constants: the namespace, the op
+        version and every keyword argument (attributes), or ``None`` when an argument is not a
+        plain value (then nothing is shared)."""
+        attrs = _sharing_key(self.kwargs)
+        if attrs is None:
+            return None
+        spec = self.spec
+        shown = ";".join(f"{name}={kind.__name__}:{text}" for name, kind, text in attrs)
+        return (f"{getattr(self.xp, '__name__', type(self.xp).__name__)}/{spec.domain}/"
+                f"{spec.op_type}-{spec.since_version}/{shown}")
+
+    def prepacked(self) -> Mapping[str, tuple[tuple[int, ...], Any]]:
+        """The keyword arguments ``prepare`` built (packed weights), under a key naming the op
+        version, the namespace and the attributes."""
+        if self._packing is None or self._packing[0] is None:
+            return {}
+        key, indices, names = self._packing
+        return {key: (indices, {name: self.kwargs[name] for name in names})}
+
+    def adopt_prepacked(self, key: str, state: Any) -> None:
+        if self._packing is None or key != self._packing[0]:
+            raise KeyError(f"{self.name}: no prepacked state under {key!r}")
+        self.kwargs = {**self.kwargs, **state}
+        self._bind()
+
+    def run(self, *inputs: Any, **given: Any) -> Any:
+        return self.fn(*inputs, **given)
+
+    def workspace(self, inputs: Any) -> Workspace | None:
+        if self.spec.workspace is None:
+            return None
+        return self.spec.workspace(self.xp, inputs, **self.kwargs)
 
 
 def _keyword_attributes(fn: Callable[..., Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     names, required = [], []
     for p in inspect.signature(fn).parameters.values():
-        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name != "out":  # out=: in-place
+        # out=: a donated buffer; workspace=: the host's scratch memory; neither an attribute
+        if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in ("out", "workspace"):
             names.append(p.name)
             if p.default is inspect.Parameter.empty:
                 required.append(p.name)
@@ -207,6 +246,7 @@ class Registry:
         inplace: Iterable[int] = (),
         direct: str | None = None,
         family: str | None = None,
+        workspace: Callable[..., Workspace | None] | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register ``fn`` for ``op_type`` at each listed ``since_version``; stackable.
 
@@ -226,6 +266,7 @@ class Registry:
                     bind=bind, attributes=attributes, required=required,
                     kernel_class=kernel_class, containers=containers or subgraphs,
                     prepare=prepare, inplace=tuple(inplace), direct=direct, family=family,
+                    workspace=workspace,
                 ))
             return fn
 

@@ -1,6 +1,7 @@
 """The EP author kit without pytest: one-node and custom-op models, random feeds, a provider's
-outputs compared with onnx's reference evaluator or a numpy function, and the layout conversions
-a session holds (for a provider computing in NHWC)."""
+outputs compared with onnx's reference evaluator or a numpy function, the layout conversions a
+session holds (for a provider computing in NHWC), and the checks of its kernels' prepacked
+constants and workspaces."""
 
 from __future__ import annotations
 
@@ -181,3 +182,59 @@ def layout_conversions(session: Any) -> list[tuple[str, str]]:
     node order: for a provider that computes in a layout of its own, the proof that its kernels
     ran in it (each graph input and output converted at the boundary) and were fed correctly."""
     return [(t.tensor, t.layouts) for t in session.placement.transfers if t.converts]
+
+
+def same_bits(expected: Any, actual: Any) -> bool:
+    """Whether two outputs are equal bit for bit: dtype, shape and bytes (-0.0 is not 0.0, NaN
+    payloads count); sequences item by item; strings and objects by value."""
+    if isinstance(expected, list | tuple) or isinstance(actual, list | tuple):
+        return (isinstance(expected, list | tuple) and isinstance(actual, list | tuple)
+                and len(expected) == len(actual)
+                and all(same_bits(e, a) for e, a in zip(expected, actual, strict=True)))
+    expected, actual = np.asarray(expected), np.asarray(actual)
+    if expected.dtype != actual.dtype or expected.shape != actual.shape:
+        return False
+    if expected.dtype.hasobject:
+        return bool(np.array_equal(expected, actual))
+    return np.ascontiguousarray(expected).tobytes() == np.ascontiguousarray(actual).tobytes()
+
+
+def kernel_contract_problems(model: Any, providers: Sequence[str],
+                             feeds: Mapping[str, Any] | None = None,
+                             **session_args: Any) -> list[str]:
+    """What in ``providers``' kernels breaks the contract of prepacked constants and workspaces
+    on ``model``, as sentences (``[]``: nothing). Every output must be the same bits in a
+    session's first run, in its second run (per-run workspaces then hold the first run's data),
+    and in two sessions with ``share_prepacked=True``, the second adopting what the first
+    offered; and each state the first offered must be adopted by the second."""
+    from ep_host import InferenceSession
+
+    data = model.SerializeToString() if hasattr(model, "SerializeToString") else model
+    proto = model if isinstance(model, onnx.ModelProto) else onnx.load_from_string(data)
+    feeds = dict(random_feeds(proto) if feeds is None else feeds)
+    alone = InferenceSession(data, providers=list(providers), **session_args)
+    names = [o.name for o in alone.get_outputs()]
+    want = alone.run(None, feeds)
+    first = InferenceSession(data, providers=list(providers), share_prepacked=True,
+                             **session_args)
+    second = InferenceSession(data, providers=list(providers), share_prepacked=True,
+                              **session_args)
+    problems = []
+    for label, got in (
+            ("the second run of a session (its workspaces hold the first run's data)",
+             alone.run(None, feeds)),
+            ("a session sharing prepacked constants", first.run(None, feeds)),
+            ("a second session adopting them", second.run(None, feeds)),
+            ("the first sharing session, after the second ran", first.run(None, feeds))):
+        for name, w, g in zip(names, want, got, strict=True):
+            if not same_bits(w, g):
+                problems.append(f"output {name!r} of {label} differs from a session's first "
+                                "run without sharing")
+    adopted = {(u.node, u.key) for u in second.prepacked if u.adopted}
+    for use in first.prepacked:
+        if (use.node, use.key) not in adopted:
+            problems.append(f"node {use.node!r} on {use.provider!r}: the state offered under "
+                            f"packing key {use.key!r} was not adopted by a second session of "
+                            "the same model (does the key name something that differs between "
+                            "sessions?)")
+    return problems

@@ -116,6 +116,25 @@ def assert_matches_reference(ep_host_provider: str, ep_session: Callable[..., An
     return check
 
 
+@pytest.fixture
+def assert_kernel_contract(ep_host_provider: str) -> Callable[..., None]:
+    """``assert_kernel_contract(model, feeds=None, *, also=())``: fail unless the provider's
+    kernels keep the contract of shared prepacked constants and workspaces on ``model``: the
+    same output bits in a session's first and second runs and in two sessions that share
+    prepacked constants, and every offered state adopted by the second session (see
+    :func:`ep_host.testing.kit.kernel_contract_problems`)."""
+    from ep_host.testing.kit import kernel_contract_problems
+
+    def check(model: Any, feeds: Mapping[str, Any] | None = None, *,
+              also: Sequence[str] = ()) -> None:
+        problems = kernel_contract_problems(model, [ep_host_provider, *also], feeds)
+        if problems:
+            pytest.fail(f"provider {ep_host_provider!r} breaks the kernel contract: "
+                        + "; ".join(problems), pytrace=False)
+
+    return check
+
+
 # ---------------------------------------------------------------------------------------------
 # Conformance cases as test items
 # ---------------------------------------------------------------------------------------------

@@ -26,6 +26,11 @@ def cuda_device(cupy: ModuleType, stream: Any, figures: DeviceFigures, index: in
         with stream:
             return cupy.asarray(array)
 
+    def empty(nbytes: int) -> Any:
+        """Kernels' workspaces, from CuPy's memory pool (the device's allocator)."""
+        with stream:
+            return cupy.empty(nbytes, dtype=cupy.uint8)
+
     def to_host(array: Any) -> Any:
         return cupy.asnumpy(array, stream=stream)  # blocks until the copy is done
 
@@ -56,7 +61,7 @@ def cuda_device(cupy: ModuleType, stream: Any, figures: DeviceFigures, index: in
 
     return Device(name=f"cuda:{index}", kind="cuda", link_gbps=figures.link_gbps,
                   link_latency_us=figures.link_latency_us, to_host=to_host, from_host=from_host,
-                  synchronize=stream.synchronize, capture=capture)
+                  synchronize=stream.synchronize, capture=capture, empty=empty)
 
 
 def _host_copy(array: Any) -> Any:

@@ -87,6 +87,15 @@ class CudaKernel(Kernel):
     def prepare(self, constants: Any) -> None:
         self.inner.prepare(constants)
 
+    def prepacked(self) -> Any:
+        return self.inner.prepacked()
+
+    def adopt_prepacked(self, key: str, state: Any) -> None:
+        self.inner.adopt_prepacked(key, state)
+
+    def workspace(self, inputs: Any) -> Any:
+        return self.inner.workspace(inputs)
+
     def run(self, *inputs: Any, **kwargs: Any) -> Any:
         if self.stream is None:
             return self.inner.run(*inputs, **kwargs)

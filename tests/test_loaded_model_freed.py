@@ -1,0 +1,54 @@
+"""A session that loads a big model and optimizes it into another frees the model as loaded at
+once (its views refer to each other, so it would otherwise stay, weights and all, until Python's
+next cyclic collection)."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+from hostkit import make_model
+from onnx import TensorProto, helper, numpy_helper
+
+from ep_host import InferenceSession, loading, session
+
+
+@pytest.fixture
+def loads(monkeypatch):
+    """Weak references to each model the session loads."""
+    seen = []
+    real = session.load_model
+
+    def load_model(*args, **kwargs):
+        model = real(*args, **kwargs)
+        seen.append(weakref.ref(model))
+        return model
+
+    monkeypatch.setattr(session, "load_model", load_model)
+    return seen
+
+
+def conv_relu_model():
+    """Conv then Relu: the optimizer fuses them, so the session runs another model."""
+    w = np.ones((2, 1, 1, 1), np.float32)
+    return make_model([helper.make_node("Conv", ["x", "w"], ["c"]),
+                       helper.make_node("Relu", ["c"], ["y"])],
+                      [("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+                      [("y", TensorProto.FLOAT, [1, 2, 2, 2])],
+                      initializers=[numpy_helper.from_array(w, "w")]).SerializeToString()
+
+
+@pytest.mark.parametrize(("threshold", "freed"), [(0, True), (1 << 40, False)])
+def test_a_replaced_model_is_freed_at_once_from_the_threshold_on(loads, monkeypatch, threshold,
+                                                                   freed):
+    monkeypatch.setattr(loading, "COLLECT_AFTER_BYTES", threshold)
+    gc.disable()
+    try:
+        created = InferenceSession(conv_relu_model(), providers=["cpu"])
+        assert created.model.optimizations  # the session runs the optimized model
+        (loaded,) = loads
+        assert (loaded() is None) is freed
+    finally:
+        gc.enable()
