@@ -130,7 +130,7 @@ def test_a_kernel_that_reads_the_models_layout_for_one_input_gets_it(host):
     host.register(nhwc, name="nhwc")
     host.register(InlineProvider("cpu", ops=("Neg", "Relu")), name="cpu")
     InferenceSession(relu_add_model().SerializeToString(), providers=["nhwc", "cpu"],
-                      host=host, pins={"add": "nhwc", "relu": "cpu"})
+                     host=host, pins={"add": "nhwc", "relu": "cpu"})
     assert nhwc.seen_shapes["add"] == ([(2, 4, 5, 3), tuple(SHAPE)], [(2, 4, 5, 3)])
 
 
