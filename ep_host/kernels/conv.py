@@ -417,10 +417,20 @@ def _strided_columns(xp, padded, kernel, out, strides, dilations):
         prepare=prepare_conv, family="conv")
 def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None, pads=None,
          strides=None, packed=None, packed_bias=None):
-    """Variants by geometry (recorded on the trace span): ``1x1``, ``depthwise``, ``shifted``
-    (stride 1: a GEMM per tap on shifted views), ``winograd`` (3x3, stride 1, 32+ channels) and
+    """Variants by geometry (recorded on the trace span): ``direct`` (depthwise and grouped,
+    where the provider's namespace compiles them), ``1x1``, ``depthwise``, ``shifted`` (stride
+    1: a GEMM per tap on shifted views), ``winograd`` (3x3, stride 1, 32+ channels) and
     ``im2col``; ``packed``/``packed_bias`` are the constant weight and bias prepared once (see
     :class:`ConvWeights`), which also keep the :class:`ConvPlan` per input shape."""
+    return convolve(xp, x, w, b, auto_pad=auto_pad, group=group, dilations=dilations,
+                    pads=pads, strides=strides, packed=packed, packed_bias=packed_bias)[0]
+
+
+def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, packed, packed_bias,
+             clamp=None):
+    """:func:`conv`'s work, and whether ``clamp`` (lo, hi), a fused activation, was applied
+    too: ``(y, clamped)``. Only the ``direct`` variant applies it (in the same pass); with the
+    others the caller applies its activation to ``y``, a fresh array."""
     dtype = x.dtype
     work = _conv_work_type(xp, dtype)
     x = x.astype(work, copy=False)
@@ -436,15 +446,15 @@ def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None
     record_kernel_variant(variant, plan.reason, *plan.args)
     if variant == "winograd":
         y = _conv_winograd(xp, x, weights.winograd(xp), b, out, plan.begin)
-        return y.astype(dtype, copy=False)
+        return y.astype(dtype, copy=False), False
     n, c = x.shape[:2]
     m = w.shape[0]
     if variant == "direct":
         y = xp.empty((n, m) + out, dtype=work)
         bias = b if b is not None else weights.zero_bias(xp)
         xp.grouped_conv2d(xp.ascontiguousarray(x), weights.direct(), bias, y, plan.direct,
-                          group)
-        return y.astype(dtype, copy=False)
+                          group, clamp)
+        return y.astype(dtype, copy=False), clamp is not None
     if variant == "1x1":
         y = xp.matmul(weights.gemm, x[plan.picked].reshape(n, group, c // group,
                                                           math.prod(out)))
@@ -464,7 +474,7 @@ def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None
             y = y + bias
     elif not y.flags.c_contiguous and work == dtype:
         y = xp.ascontiguousarray(y)
-    return y.astype(dtype, copy=False)
+    return y.astype(dtype, copy=False), False
 
 
 class ConvPlan:

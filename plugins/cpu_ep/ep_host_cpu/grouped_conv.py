@@ -39,8 +39,8 @@ def phase_conv2d(x, w, bias, y, offsets, row_base, col_first, col_count, col_des
                  length, group, lo, hi, clamp):
     """y[b, o] = bias[o] + sum over the group's input channels and the taps of w[o, ci, t] times
     the input shifted by tap t, via the phase buffer (see the module's docstring and
-    :class:`PhaseGeometry` for the arguments). With ``clamp`` the result is limited to [lo, hi]
-    (a NaN stays NaN)."""
+    :class:`PhaseGeometry` for the arguments). With ``clamp`` the result is min(max(y, lo), hi)
+    (Clip's rule; a NaN stays NaN)."""
     n, _, h, width = x.shape
     m, cg, taps = w.shape
     oh, ow = y.shape[2], y.shape[3]
@@ -98,11 +98,11 @@ def phase_conv2d(x, w, bias, y, offsets, row_base, col_first, col_count, col_des
                     cells = grid[r * wq:]
                     for j in range(ow):
                         out[j] = cells[j]
-                    if clamp:
+                    if clamp:  # min(max(v, lo), hi): all hi where lo > hi
                         for j in range(ow):
                             if out[j] < lo:
                                 out[j] = lo
-                            elif out[j] > hi:
+                            if out[j] > hi:
                                 out[j] = hi
 
 
