@@ -147,6 +147,9 @@ def prepare_conv(xp, constants, *, group, **_):
     w = constants.get(1)
     if w is not None and w.ndim >= 3:
         extra["packed"] = ConvWeights(xp, w, group)
+        direct = getattr(xp, "grouped_conv2d", None)
+        if direct is not None and _may_run_direct(w.shape, group):
+            direct.ready(extra["packed"].gemm.dtype)  # compiled (or loaded) now, not in a run
     b = constants.get(2)
     if b is not None:
         extra["packed_bias"] = xp.ascontiguousarray(b.astype(_conv_work_type(xp, b.dtype)))
@@ -239,11 +242,16 @@ def _conv_winograd(xp, x, u, bias, out, begin):
 DIRECT_MAX_GROUP_CHANNELS = 16
 
 
+def _may_run_direct(w_shape, group):
+    """Whether a weight of this shape is one the ``direct`` variant takes (where compiled)."""
+    return (group > 1 and len(w_shape) == 4 and w_shape[1] <= DIRECT_MAX_GROUP_CHANNELS
+            and math.prod(w_shape[2:]) > 1)
+
+
 def _conv_variant(c, m, group, kernel, out, strides, dilations, begin, end, direct=False):
     """The variant for this geometry, with the reason template and its arguments; ``direct``:
-    the provider's namespace offers compiled direct loops for 2-D grouped convolutions."""
-    if (direct and group > 1 and len(kernel) == 2 and c // group <= DIRECT_MAX_GROUP_CHANNELS
-            and math.prod(kernel) > 1):
+    the provider's namespace has compiled loops for this weight (see :func:`_may_run_direct`)."""
+    if direct:
         return "direct", "group {} ({} input and {} output channels per group): direct loops " \
             "over {} taps, compiled", (group, c // group, m // group, math.prod(kernel))
     tiles = _winograd_tiles(c, m, group, kernel, out, strides, dilations)
@@ -495,7 +503,7 @@ class ConvPlan:
         direct = getattr(xp, "grouped_conv2d", None)
         self.variant, self.reason, self.args = _conv_variant(
             c, m, group, kernel, self.out, self.strides, self.dilations, self.begin, self.end,
-            group > 1 and n_spatial == 2 and direct is not None and direct.ready(work))
+            direct is not None and _may_run_direct(w_shape, group) and direct.ready(work))
         one_filter = self.variant == "depthwise" and w_shape[0] == c and all(
             s == 1 for s in self.strides)
         self.flat = FlatGeometry(x_shape, self.begin, self.end, kernel, self.out,
