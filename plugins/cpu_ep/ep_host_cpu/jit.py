@@ -3,9 +3,12 @@
 (``NUMBA_CACHE_DIR`` wins when set), and ``EP_HOST_NUMBA=0`` keeping every kernel on its numpy
 path.
 
-Measured on this project's machine (one thread, numba 0.68.1): ``import numba`` costs about
-0.2 s, compiling the grouped convolution for float32 and float64 about 1.5 s the first time, and
-loading both from the disk cache in a fresh process about 0.05 s.
+Measured here (numba 0.68.1; a 2-core machine, quiet / under a load of 8): ``import numba``
+0.19 / 0.55-0.85 s; compiling the grouped convolution for float32 the first time 2.6 / 6-6.8 s
+(float64, compiled only when a float64 model asks, 4.7 s more under load); reading the float32
+one back from the disk cache in a fresh process, numba's code generator starting with it,
+0.47 / 0.9-1.3 s (float64 then 0.02 s). A process pays this once, when it first makes a Conv
+that runs on the compiled loops (at session creation, see ``conv.prepare_conv``).
 """
 
 from __future__ import annotations
