@@ -32,9 +32,11 @@ def check(y, x):
     assert y.dtype == np.float32 and y.shape == x.shape
     finite = ~np.isnan(x)
     assert np.isnan(y[~finite]).all()
-    normal = want[finite] >= np.finfo(np.float32).tiny  # below, float32 keeps fewer digits
+    tiny = np.finfo(np.float32).tiny
+    normal = want[finite] >= tiny
     np.testing.assert_allclose(y[finite][normal], want[finite][normal], rtol=4e-7, atol=0)
-    np.testing.assert_allclose(y[finite][~normal], want[finite][~normal], rtol=0, atol=3e-45)  # 2 ulps
+    # below float32's smallest normal number: the value, or 0 as under flush-to-zero
+    np.testing.assert_allclose(y[finite][~normal], want[finite][~normal], rtol=0, atol=tiny)
 
 
 def test_float32s_over_the_whole_range_match_float64(path):
@@ -56,6 +58,13 @@ def test_the_large_float32_case_runs_compiled_only_on_the_numba_path(path, rng, 
     y = sigmoid(numpy_xp, x)
     assert len(calls) == (1 if path == "numba" else 0)
     check(y, x)
+
+
+def test_values_around_the_smallest_normal_result(path):
+    x = np.float32(-87.33654) + np.arange(-200, 200, dtype=np.float32) * np.float32(8e-6)
+    y = sigmoid(numpy_xp, np.tile(x, 50))[:400]  # large enough for the compiled loop
+    check(y, x)
+    assert (y[x > -87.3365] > 0).all()
 
 
 def test_in_place_and_into_a_donated_buffer(rng):
