@@ -488,7 +488,8 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
 class ConvPlan:
     """A Conv's work for one input shape, worked out once and kept on its prepared weights (a
     Python-level cost of about 50 us per call otherwise): output size and padding, the variant
-    and its reason, and the flat padded geometry the stride-1 variants read."""
+    and its reason, the flat padded geometry the stride-1 variants read, and the ``direct``
+    variant's buffer geometry (from the provider's ``xp.grouped_conv2d.geometry``)."""
 
     __slots__ = ("kernel", "strides", "dilations", "out", "begin", "end", "variant", "reason",
                  "args", "flat", "direct", "picked", "bias_shape")
