@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import warnings
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -56,7 +57,9 @@ def numba_module() -> Any:
         os.environ["NUMBA_CACHE_DIR"] = numba_cache_dir()
     try:
         import numba
-    except ImportError:
+    except Exception as exc:  # absent, or broken (a numpy or llvmlite it does not support)
+        warnings.warn(f"CPU EP: numba cannot be imported ({type(exc).__name__}: {exc}); "
+                      "convolutions and Sigmoid run on numpy", RuntimeWarning, stacklevel=2)
         return None
     if not numba.config.CACHE_DIR:  # imported before us, without a cache directory
         numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
@@ -66,11 +69,19 @@ def numba_module() -> Any:
 def compiled(py_func: Any, signatures: Callable[[Any], list[Any]]) -> Any:
     """``py_func`` compiled by numba for ``signatures(numba)`` (eagerly: read from the disk
     cache when an earlier process compiled it), one thread, floating-point contraction (FMA)
-    allowed and no other fast-math; ``None`` when numba is not wanted or not importable."""
+    allowed and no other fast-math; ``None`` (numpy's path) when numba is not wanted, cannot be
+    imported or cannot compile it, the last two with a warning."""
     if not numba_wanted():
         return None
     numba = numba_module()
     if numba is None:
         return None
-    return numba.njit(signatures(numba), cache=True, nogil=True,
-                      fastmath={"contract"})(py_func)
+    try:
+        return numba.njit(signatures(numba), cache=True, nogil=True,
+                          fastmath={"contract"})(py_func)
+    except Exception as exc:  # a numba that cannot compile it: numpy's path, said once
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        warnings.warn(f"CPU EP: numba cannot compile {py_func.__qualname__} "
+                      f"({type(exc).__name__}: {first}); it runs on numpy",
+                      RuntimeWarning, stacklevel=2)
+        return None

@@ -238,3 +238,15 @@ print("numba" in sys.modules)
 def test_numba_is_imported_only_when_a_grouped_conv_is_made(switch, imported, tmp_path):
     assert python_with(MAKE_SESSION, EP_HOST_NUMBA=switch,
                        EP_HOST_CACHE_DIR=str(tmp_path)) == imported
+
+
+def test_a_kernel_numba_cannot_compile_runs_on_numpy_with_a_warning(monkeypatch):
+    from ep_host_cpu import jit
+
+    monkeypatch.setenv("EP_HOST_NUMBA", "1")
+
+    def untypable(x):
+        return x.no_such_attribute
+
+    with pytest.warns(RuntimeWarning, match="numba cannot compile .*untypable.* runs on numpy"):
+        assert jit.compiled(untypable, lambda numba: ["float32(float32)"]) is None
