@@ -5,7 +5,11 @@ numpy's BLAS: OPENBLAS_NUM_THREADS=1 etc., set before numpy loads). Runs alterna
 two, so load on the machine hits both alike; the ratio of medians is printed per model, with
 the geometric mean over the models.
 
-    .venv/bin/python bench/latency.py [--repeat 20] [--models resnet50,bert,...] [--json FILE]
+    .venv/bin/python bench/latency.py [--repeat 20] [--models resnet50,bert,...] [--corpus]
+                                      [--json FILE]
+
+``--corpus`` adds the real exports of bench/corpus.py (built beforehand); with ``--models`` only
+the named ones of both sets run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
+import sys  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -38,7 +43,8 @@ def add_chain(n: int = 10_000) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-def model_set(names: list[str] | None) -> dict[str, tuple[onnx.ModelProto, dict]]:
+def model_set(names: list[str] | None,
+              corpus: bool = False) -> dict[str, tuple[onnx.ModelProto, dict]]:
     out: dict[str, tuple[onnx.ModelProto, dict]] = {}
     for name in models.LIGHT_MODELS:
         if names and name not in names:
@@ -53,6 +59,11 @@ def model_set(names: list[str] | None) -> dict[str, tuple[onnx.ModelProto, dict]
         out["gpt2"] = (m, models.gpt2_inputs(m))
     if not names or "add_chain" in names:
         out["add_chain"] = (add_chain(), {"v0": np.zeros(1, np.float32)})
+    if corpus:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import corpus as real_models  # bench/corpus.py: real exports, built in their own venv
+
+        out.update(real_models.load_corpus(names))
     return out
 
 
@@ -60,6 +71,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--models", help="comma-separated subset")
+    parser.add_argument("--corpus", action="store_true",
+                        help="add the real exports of bench/corpus.py (built beforehand)")
     parser.add_argument("--json", help="write the numbers here")
     args = parser.parse_args()
     import onnxruntime
@@ -69,9 +82,10 @@ def main() -> None:
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     rows = []
-    for name, (model, feeds) in model_set(args.models.split(",") if args.models else None).items():
+    names = args.models.split(",") if args.models else None
+    for name, (model, feeds) in model_set(names, args.corpus).items():
         data = model.SerializeToString()
-        ours = InferenceSession(data, providers=["cpu"])
+        ours = InferenceSession(data, providers=["cpu"], intra_op_num_threads=1)
         theirs = onnxruntime.InferenceSession(data, options, providers=["CPUExecutionProvider"])
         ours.run(None, feeds)
         theirs.run(None, feeds)

@@ -54,20 +54,40 @@ def _close(value: float | None, target: float) -> bool:
 
 
 def conv_activation_fusion(rw: Rewriter) -> int:
+    """A Conv read only by a Relu, or by a Clip with both bounds given as constants (MobileNet's
+    ReLU6), becomes a FusedConv with that activation."""
     fused = 0
     for conv in rw.live():
         if not is_op(conv, "Conv") or rw.dtype(conv.output[0]) not in (np.float32, np.float64):
             continue
-        relu = rw.only_consumer(conv.output[0])
-        if not is_op(relu, "Relu"):
+        act = rw.only_consumer(conv.output[0])
+        if is_op(act, "Relu"):
+            params = None
+        elif is_op(act, "Clip"):
+            params = _clip_bounds(rw, act)
+            if params is None:
+                continue
+        else:
             continue
         name = rw.fresh(f"{conv.name}::FusedConv")
-        node = helper.make_node("FusedConv", list(conv.input), [relu.output[0]], name=name,
-                                domain=MS_DOMAIN, activation="Relu")
+        node = helper.make_node("FusedConv", list(conv.input), [act.output[0]], name=name,
+                                domain=MS_DOMAIN, activation=act.op_type)
+        if params is not None:
+            node.attribute.append(helper.make_attribute("activation_params", params))
         node.attribute.extend(conv.attribute)
-        _fuse(rw, [conv, relu], node)
+        _fuse(rw, [conv, act], node)
         fused += 1
     return fused
+
+
+def _clip_bounds(rw: Rewriter, clip: NodeProto) -> list[float] | None:
+    """A Clip's (min, max) when both are given: as scalar constant inputs (version 11 on) or as
+    attributes (before); else None (a missing bound's default differs between versions)."""
+    if len(clip.input) == 3 and all(clip.input[1:]):
+        bounds = [_scalar(rw, name) for name in clip.input[1:]]
+    else:
+        bounds = [node_attribute(clip, "min"), node_attribute(clip, "max")]
+    return None if any(b is None for b in bounds) else [float(b) for b in bounds]
 
 
 # -- GELU ------------------------------------------------------------------------------------------

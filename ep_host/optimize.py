@@ -17,8 +17,8 @@ provider claims it, the capability walk places those nodes instead, as it does a
 - ``channel_affine_folding``: a Mul or Add by a per-channel constant after a Conv or an
   inference-mode BatchNormalization (a Caffe-style Scale layer) is folded into its weights and
   bias.
-- ``conv_activation_fusion``: a Conv whose output only a Relu reads becomes one
-  ``com.microsoft::FusedConv`` that applies the Relu to its own output in place.
+- ``conv_activation_fusion``: a Conv whose output only a Relu, or a Clip with both bounds
+  constant, reads becomes one ``com.microsoft::FusedConv`` that applies it to its own output.
 - ``gelu_fusion``: the exact GELU written out as Div/Mul, Erf, Add, Mul, Mul becomes one
   ``com.microsoft::Gelu``.
 - ``layer_norm_fusion``: LayerNormalization written out (ReduceMean, Sub, Pow or Mul,

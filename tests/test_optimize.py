@@ -266,6 +266,35 @@ def test_conv_then_relu_becomes_one_fused_conv(tmp_path):
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize(("group", "w_shape"), [(1, (4, 3, 3, 3)), (3, (6, 1, 3, 3))])
+@pytest.mark.parametrize(("bounds", "fused"), [
+    ((0.0, 6.0), True), ((0.5, -0.5), True),  # min > max: every value is max
+    ((-1.0, None), False),  # a missing bound: its default differs between Clip's versions
+])
+def test_conv_then_clip_with_both_bounds_becomes_one_fused_conv(group, w_shape, bounds, fused):
+    names = ["c"] + [n if v is not None else "" for n, v in zip(["lo", "hi"], bounds,
+                                                                 strict=True)]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1],
+                              group=group),
+             helper.make_node("Clip", names, ["y"], name="clip")]
+    inits = [const("w", RNG.standard_normal(w_shape) * 3), const("b", RNG.standard_normal(6)
+                                                                 [:w_shape[0]])]
+    inits += [const(n, np.array(v)) for n, v in zip(["lo", "hi"], bounds, strict=True)
+              if v is not None]
+    model = make_model(nodes, [("x", F, [1, 3, 8, 8])], [("y", F, [1, w_shape[0], 8, 8])],
+                       initializers=inits)
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations.get("conv_activation_fusion", 0) == int(fused)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+    lo = -np.inf if bounds[0] is None else bounds[0]
+    hi = np.inf if bounds[1] is None else bounds[1]
+    if lo > hi:
+        assert (got[0] == np.float32(hi)).all()
+    else:
+        assert ((got[0] >= lo) & (got[0] <= hi)).all() and got[0].min() == lo
+
+
 def test_why_and_explain_find_a_node_by_its_name_in_the_model_as_written(tmp_path, capsys):
     path = tmp_path / "m.onnx"
     path.write_bytes(conv_bn_model().SerializeToString())

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from ep_host import require
-from ep_host.kernels.conv import check_conv, conv, conv_flops, conv_workspace, prepare_conv
+from ep_host.kernels.conv import check_conv, conv_flops, conv_workspace, convolve, prepare_conv
 from ep_host.kernels.elementwise import gelu_of
 from ep_host.kernels.registry import kernel
 
@@ -760,10 +760,14 @@ def _prepare_fused_conv(xp, constants, *, group=1, **_):  # group: the schema-le
 def fused_conv(xp, x, w, b=None, z=None, *, activation, activation_params=None,
                auto_pad="NOTSET", group=1, dilations=None, kernel_shape=None, pads=None,
                strides=None, packed=None, packed_bias=None, workspace=None):
-    y = conv(xp, x, w, b, auto_pad=auto_pad, group=group, dilations=dilations,
-             kernel_shape=kernel_shape, pads=pads, strides=strides, packed=packed,
-             packed_bias=packed_bias, workspace=workspace)  # fresh: the activation runs in place
     params = list(activation_params or ())
+    clamp = (0.0, math.inf) if activation == "Relu" else tuple(params) if activation == "Clip" \
+        else None
+    y, clamped = convolve(xp, x, w, b, auto_pad=auto_pad, group=group, dilations=dilations,
+                          pads=pads, strides=strides, packed=packed, packed_bias=packed_bias,
+                          clamp=clamp, workspace=workspace)  # fresh: the activation runs in place
+    if clamped:
+        return y
     if activation == "Relu":
         xp.maximum(y, 0, out=y)
     elif activation == "LeakyRelu":

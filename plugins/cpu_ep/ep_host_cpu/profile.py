@@ -2,7 +2,8 @@
 and the GFLOP/s this EP's own convolution kernels reach per ``conv_kind``.
 
 Measured once per machine (about 1 s) and cached as JSON under the user cache directory
-(``EP_HOST_CACHE_DIR`` overrides it), keyed by host, CPU and numpy version.
+(``EP_HOST_CACHE_DIR`` overrides it), keyed by host, CPU, numpy version and whether numba's
+compiled kernels are used (``ep_host_cpu.jit``).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import numpy as np
 
 from ep_host import ProviderContext, cache_dir, load_model
 from ep_host.kernels import REGISTRY, ConvCase, ConvSpeeds, best_seconds, cached_figures
+from ep_host_cpu.jit import numba_wanted
 from ep_host_cpu.xp import numpy_xp
 
-PROFILE_VERSION = 2
+PROFILE_VERSION = 3  # 3: depthwise and grouped convolutions compiled by numba
 
 
 @dataclass(frozen=True)
@@ -32,7 +34,7 @@ class MachineProfile(ConvSpeeds):
 
 def _machine_key() -> str:
     raw = "|".join([platform.node(), platform.machine(), platform.processor(), str(os.cpu_count()),
-                    np.__version__, str(PROFILE_VERSION)])
+                    np.__version__, str(PROFILE_VERSION), f"numba={numba_wanted()}"])
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 

@@ -68,3 +68,24 @@ def test_an_unmeasured_kind_falls_back_to_peak():
     assert old.conv_gflops("grouped") == 90.0 and old.conv_gflops(None) == 90.0
     assert dataclasses.replace(old, grouped_conv_gflops=4.0).conv_gflops("grouped") == 4.0
 
+
+
+@pytest.mark.parametrize(("switch", "variant"), [("1", "direct"), ("0", "depthwise")])
+def test_the_grouped_cases_are_timed_on_the_variant_a_session_runs(monkeypatch, switch,
+                                                                     variant):
+    from ep_host.tracing import Tracer
+
+    monkeypatch.setenv("EP_HOST_NUMBA", switch)
+    case = next(c for c in CONV_CASES if c.kind == "grouped" and c.w_shape[2] == 5)
+    tracer = Tracer()
+    with tracer.span("case") as span:
+        assert profile.time_conv(case) > 0
+    assert span.args["kernel_variant"] == variant  # numba's, else numpy's
+
+
+def test_the_profile_is_kept_apart_with_and_without_numba(monkeypatch):
+    keys = set()
+    for switch in ("1", "0"):
+        monkeypatch.setenv("EP_HOST_NUMBA", switch)
+        keys.add(profile._machine_key())
+    assert len(keys) == 2

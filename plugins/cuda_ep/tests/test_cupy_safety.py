@@ -19,6 +19,8 @@ HOST_MODULES = {"np", "numpy", "scipy", "ml_dtypes"}
 UNREACHABLE = {
     "_to_strings makes object arrays": "Cast to string: string tensors are declined (dtype)",
     "dropout uses xp.random, not in CUPY_NAMES": "training-mode Dropout is declined (attribute)",
+    "convolve uses xp.grouped_conv2d, not in CUPY_NAMES": "Conv's direct variant is chosen only "
+    "where the namespace has grouped_conv2d (the CPU EP's numba loops)",
 }
 
 

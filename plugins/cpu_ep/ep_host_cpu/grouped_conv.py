@@ -1,0 +1,181 @@
+"""Depthwise and grouped 2-D convolution as loops compiled by numba, bound on the CPU EP's
+namespace as ``xp.grouped_conv2d`` for the library's Conv (which keeps its numpy variants when
+numba is absent or switched off, see :mod:`ep_host_cpu.jit`).
+
+Each input channel is copied once into a zero-padded buffer split by stride phase (plane
+``(py, px)`` holds the padded input's rows ``py, py + sh, ...`` and columns ``px, px + sw,
+...``), so that every kernel tap reads one contiguous run of that buffer at a fixed offset, for
+any stride, dilation and padding. An output channel is then a few long multiply-adds over its
+flattened output grid (four taps per pass), computed on the phase planes' width and cut to the
+output's. Measured one thread against onnxruntime's own kernels: 144 channels 56 x 56 3x3 0.34
+against 0.31 ms (numpy: 1.6 ms), 96 channels 56 x 56 7x7 0.71 against 0.74 ms (numpy: 11 ms).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ep_host_cpu.jit import compiled, numba_wanted
+
+
+def signature(numba: Any, dtype: Any) -> Any:
+    """The types :func:`phase_conv2d` is compiled for at ``dtype`` (float32 or float64): inputs
+    read-only (a writable array passes too), the output and every array C-contiguous."""
+    types = numba.types
+    t = numba.from_dtype(dtype)
+
+    def array(ndim, item=t, readonly=True):
+        return types.Array(item, ndim, "C", readonly=readonly)
+
+    index = array(1, types.int64)
+    return types.void(array(4), array(3), array(1), array(4, readonly=False), index, index,
+                      index, index, index, types.int64, types.int64, types.int64, types.int64,
+                      t, t, types.boolean)
+
+
+def phase_conv2d(x, w, bias, y, offsets, row_base, col_first, col_count, col_dest, sw, wq,
+                 length, group, lo, hi, clamp):
+    """y[b, o] = bias[o] + sum over the group's input channels and the taps of w[o, ci, t] times
+    the input shifted by tap t, via the phase buffer (see the module's docstring and
+    :class:`PhaseGeometry` for the arguments). With ``clamp`` the result is min(max(y, lo), hi)
+    (Clip's rule; a NaN stays NaN)."""
+    n, _, h, width = x.shape
+    m, cg, taps = w.shape
+    oh, ow = y.shape[2], y.shape[3]
+    mg = m // group
+    size = oh * wq
+    buf = np.zeros((cg, length), dtype=x.dtype)  # the padding stays zero: rewritten alike
+    grid = np.empty(size, dtype=x.dtype)
+    for b in range(n):
+        for g in range(group):
+            for ci in range(cg):  # explicit loops: a slice assignment checks for overlap
+                dst = buf[ci]
+                for ih in range(h):
+                    src = x[b, g * cg + ci, ih]
+                    base = row_base[ih]
+                    if sw == 1:
+                        seg = dst[base + col_dest[0]:]
+                        for t in range(width):
+                            seg[t] = src[t]
+                        continue
+                    for px in range(sw):
+                        seg = dst[base + col_dest[px]:]
+                        part = src[col_first[px]:]
+                        if sw == 2:  # a constant stride the compiler vectorizes
+                            for t in range(col_count[px]):
+                                seg[t] = part[2 * t]
+                        else:
+                            for t in range(col_count[px]):
+                                seg[t] = part[t * sw]
+            for mo in range(mg):
+                o = g * mg + mo
+                start = bias[o]
+                for p in range(size):
+                    grid[p] = start
+                for ci in range(cg):
+                    src = buf[ci]
+                    wt = w[o, ci]
+                    t = 0
+                    while t + 4 <= taps:
+                        a0 = src[offsets[t]:offsets[t] + size]
+                        a1 = src[offsets[t + 1]:offsets[t + 1] + size]
+                        a2 = src[offsets[t + 2]:offsets[t + 2] + size]
+                        a3 = src[offsets[t + 3]:offsets[t + 3] + size]
+                        w0, w1, w2, w3 = wt[t], wt[t + 1], wt[t + 2], wt[t + 3]
+                        for p in range(size):
+                            grid[p] += w0 * a0[p] + w1 * a1[p] + w2 * a2[p] + w3 * a3[p]
+                        t += 4
+                    while t < taps:
+                        a0 = src[offsets[t]:offsets[t] + size]
+                        w0 = wt[t]
+                        for p in range(size):
+                            grid[p] += w0 * a0[p]
+                        t += 1
+                for r in range(oh):
+                    out = y[b, o, r]
+                    cells = grid[r * wq:]
+                    for j in range(ow):
+                        out[j] = cells[j]
+                    if clamp:  # min(max(v, lo), hi): all hi where lo > hi
+                        for j in range(ow):
+                            if out[j] < lo:
+                                out[j] = lo
+                            if out[j] > hi:
+                                out[j] = hi
+
+
+@dataclass(frozen=True)
+class PhaseGeometry:
+    """One input shape's phase buffer, worked out once: each tap's offset into a channel's
+    buffer (``offsets``); where input row ``ih`` starts in it (``row_base``); per column phase
+    ``px``, the first input column of that phase, how many there are and where they go
+    relative to their row (``col_first``, ``col_count``, ``col_dest``); the column stride, a
+    phase plane's width and the buffer's length per channel."""
+
+    offsets: Any
+    row_base: Any
+    col_first: Any
+    col_count: Any
+    col_dest: Any
+    stride: int
+    width: int
+    length: int
+
+
+def phase_geometry(x_shape, w_shape, strides, dilations, begin, end, out) -> PhaseGeometry:
+    (h, width), (kh, kw), (sh, sw), (dh, dw) = x_shape[2:], w_shape[2:], strides, dilations
+    hq = -(-(h + begin[0] + end[0]) // sh)
+    wq = -(-(width + begin[1] + end[1]) // sw)
+    plane = hq * wq
+    offsets = [((i * dh) % sh * sw + (k * dw) % sw) * plane + (i * dh) // sh * wq + (k * dw) // sw
+               for i in range(kh) for k in range(kw)]
+    rows = [(ih + begin[0]) % sh * sw * plane + (ih + begin[0]) // sh * wq for ih in range(h)]
+    first = [(px - begin[1]) % sw for px in range(sw)]
+    count = [max(0, -(-(width - f) // sw)) for f in first]
+    dest = [px * plane + (f + begin[1]) // sw for px, f in enumerate(first)]
+    length = max(sh * sw * plane, max(offsets) + out[0] * wq)
+
+    def int64s(values):
+        return np.array(values, dtype=np.int64)
+
+    return PhaseGeometry(int64s(offsets), int64s(rows), int64s(first), int64s(count),
+                         int64s(dest), sw, wq, length)
+
+
+class GroupedConv2d:
+    """``xp.grouped_conv2d``: :meth:`ready` says at plan time whether the compiled loops are
+    used for a dtype (numba installed and wanted, float32 or float64), :meth:`geometry` works out
+    an input shape's buffer once, and calling it computes into a given output. The loops are
+    compiled for a dtype, or read from numba's disk cache, the first time :meth:`ready` says yes
+    for it."""
+
+    DTYPES = ("float32", "float64")
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, Any] = {}
+
+    def ready(self, dtype: Any) -> bool:
+        name = np.dtype(dtype).name
+        if name not in self.DTYPES or not numba_wanted():
+            return False
+        found = self._compiled.get(name)
+        if found is None:
+            found = self._compiled[name] = compiled(
+                phase_conv2d, lambda numba: [signature(numba, np.dtype(name))]) or False
+        return bool(found)
+
+    geometry = staticmethod(phase_geometry)
+
+    def __call__(self, x, w, bias, y, geometry: PhaseGeometry, group: int, clamp=None):
+        """Convolve ``x`` (n, C, H, W) with ``w`` (M, C/group, taps) plus ``bias`` (M,) into
+        ``y`` (n, M, oh, ow), all C-contiguous and of one float type, ``clamp`` (lo, hi) or None.
+        Call only after :meth:`ready` said yes for that type."""
+        lo, hi = clamp if clamp is not None else (0.0, 0.0)
+        g = geometry
+        self._compiled[y.dtype.name](x, w, bias, y, g.offsets, g.row_base, g.col_first,
+                                     g.col_count, g.col_dest, g.stride, g.width, g.length,
+                                     group, lo, hi, clamp is not None)
+        return y

@@ -1,0 +1,103 @@
+"""A float32 logistic sigmoid compiled by numba, bound on the CPU EP's namespace as
+``xp.compiled_sigmoid`` for the library's Sigmoid on large float32 tensors (EfficientNet's SiLU
+activations); numpy's exp-based passes otherwise, and with ``EP_HOST_NUMBA=0``.
+
+numba calls libm's scalar ``expf`` (3.7 ns an element here, against numpy's vectorized exp at
+1.3 ns), so the exponential is written out in a form the compiler vectorizes:
+``exp(-|x|) = exp(h)^2`` with ``h = -|x| / 2`` clamped to [TAIL / 2, 0], ``exp(h) = 2^k *
+p(r)``, ``k`` the nearest integer to ``h / ln 2``, ``r = h - k ln
+2`` (ln 2 in two parts) and ``p`` the Taylor polynomial of degree 7 (its error below 3e-8 on
+|r| <= ln 2 / 2); ``2^k`` is built from its exponent bits in a scratch buffer. Then
+``sigmoid(x) = 1 / (1 + e)`` for x >= 0 and ``e / (1 + e)`` below. Below ``TAIL`` (-87.34)
+the result, smaller than float32's smallest normal number, is 0, as under flush-to-zero:
+computing with subnormal numbers ran 7x slower (random-weight exports are full of large
+activations), and the error is below 1.2e-38. Measured on 2,000,001 values in [-110, 110]
+against float64: at most 2.9e-7 relative error (about 2.5 float32 ulps) elsewhere; NaN stays
+NaN, +-inf give 1 and 0. 1.2M values: 2.0 ms, against 8.6 ms for numpy's passes and 0.5 ms
+for onnxruntime's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ep_host_cpu.jit import compiled, numba_wanted
+
+CHUNK = 2048  # elements per pass: the scratch buffers stay in the L1 cache
+LOG2E = np.float32(1.4426950408889634)
+LN2_HIGH = np.float32(0.693145751953125)  # ln 2 = LN2_HIGH + LN2_LOW, the first exact in float32
+LN2_LOW = np.float32(1.428606765330187e-06)
+TAYLOR = tuple(np.float32(1 / f) for f in (5040, 720, 120, 24, 6, 2))
+TAIL = np.float32(-87.33654)  # log of float32's smallest normal number, 1.1754944e-38
+HALF_TAIL = np.float32(-43.66827)
+
+
+def sigmoid_float32(x, y):
+    """y = 1 / (1 + exp(-x)) elementwise (see the module's docstring); x and y flat float32."""
+    one = np.float32(1)
+    bits = np.empty(CHUNK, dtype=np.int32)
+    scale = bits.view(np.float32)
+    poly = np.empty(CHUNK, dtype=np.float32)
+    size = x.size
+    for start in range(0, size, CHUNK):
+        m = min(CHUNK, size - start)
+        xs = x[start:start + m]
+        ys = y[start:start + m]
+        for i in range(m):
+            h = np.float32(-0.5) * abs(xs[i])
+            if h < HALF_TAIL:  # also -inf; a NaN passes
+                h = HALF_TAIL
+            k = np.int32(h * LOG2E - np.float32(0.5))  # h <= 0: truncation rounds to nearest
+            n = np.float32(k)
+            r = h - n * LN2_HIGH - n * LN2_LOW
+            p = TAYLOR[0]
+            p = p * r + TAYLOR[1]
+            p = p * r + TAYLOR[2]
+            p = p * r + TAYLOR[3]
+            p = p * r + TAYLOR[4]
+            p = p * r + TAYLOR[5]
+            p = p * r + one
+            p = p * r + one
+            poly[i] = p
+            bits[i] = (k + np.int32(127)) << np.int32(23)  # 2^k, k in [-63, 0]
+        for i in range(m):
+            s = poly[i] * scale[i]
+            e = s * s
+            v = xs[i]
+            value = (e if v < 0 else one) / (one + e)
+            if v < TAIL:  # a NaN keeps its value
+                value = np.float32(0)
+            ys[i] = value
+
+
+def signature(numba: Any) -> list[Any]:
+    array = numba.types.Array(numba.types.float32, 1, "C")
+    return [numba.types.void(numba.types.Array(numba.types.float32, 1, "C", readonly=True),
+                             array)]
+
+
+class CompiledSigmoid:
+    """``xp.compiled_sigmoid``: :meth:`ready` says whether the compiled loop is used (numba
+    installed and wanted; compiled, or read from numba's disk cache, the first time it says
+    yes); calling it computes a float32 array's sigmoid into ``out`` or a new array."""
+
+    MIN_SIZE = 16384  # below, numpy's passes cost about the same and nothing is compiled
+
+    def __init__(self) -> None:
+        self._compiled: Any = None
+
+    def ready(self) -> bool:
+        if not numba_wanted():
+            return False
+        if self._compiled is None:
+            self._compiled = compiled(sigmoid_float32, signature) or False
+        return bool(self._compiled)
+
+    def __call__(self, x, out=None):
+        flat = np.ascontiguousarray(x).reshape(-1)
+        y = np.empty(x.shape, dtype=np.float32) if out is None or not out.flags.c_contiguous \
+            else out
+        self._compiled(flat, y.reshape(-1))
+        return y
