@@ -74,10 +74,14 @@ def resolve_passes(passes: Iterable[str] | None = None,
 
 
 def optimize(model: Model, passes: Iterable[str] | None = None,
-             disable: Iterable[str] = ()) -> Model:
+             disable: Iterable[str] = (), *, in_place: bool = False) -> Model:
     """``model`` rewritten by ``passes`` (default all but ``disable``), as a new model; the
     model itself when no pass changed anything. The new model's ``optimizations`` maps each
-    pass that changed the graph to its rewrite count."""
+    pass that changed the graph to its rewrite count.
+
+    ``in_place``: the new model takes over ``model.proto`` and rewrites it, rather than a copy
+    (a copy copies every weight it keeps); for a caller that loaded ``model`` itself and drops
+    it, since ``model.proto`` is then the rewritten graph."""
     names = resolve_passes(passes, disable)
     if not names or not model.graph.nodes:
         return model
@@ -89,7 +93,7 @@ def optimize(model: Model, passes: Iterable[str] | None = None,
             applied[name] = count
     if not applied:
         return model
-    return _rebuild(model, rw, applied)
+    return _rebuild(model, rw, applied, in_place)
 
 
 def _copy_fields(src: Any, dst: Any, skip: frozenset[str]) -> None:
@@ -107,25 +111,33 @@ def _copy_fields(src: Any, dst: Any, skip: frozenset[str]) -> None:
             setattr(dst, field.name, value)
 
 
-def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int]) -> Model:
-    # the model's fields but its graph, and the graph's but its nodes and initializers: the
-    # weights are copied once, only those still read
-    proto = onnx.ModelProto()
-    _copy_fields(model.proto, proto, frozenset({"graph"}))
+def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool) -> Model:
     source = model.proto.graph
+    if in_place:
+        proto = model.proto
+    else:
+        # the model's fields but its graph, and the graph's but its nodes and initializers: the
+        # weights are copied once, only those still read
+        proto = onnx.ModelProto()
+        _copy_fields(model.proto, proto, frozenset({"graph"}))
+        _copy_fields(source, proto.graph, frozenset({"node", "initializer"}))
     graph = proto.graph
-    _copy_fields(source, graph, frozenset({"node", "initializer"}))
     live = list(rw.live())
-    graph.node.extend(live)
+    was_initializer = {t.name for t in source.initializer}
     read = {i for n in live for i in node_reads(n)} | {o.name for o in graph.output}
     for nodes in rw.unfused.values():
         read |= {i for n in nodes for i in node_reads(n)}
-    was_initializer = {t.name for t in source.initializer}
-    graph.initializer.extend(t for t in source.initializer if t.name in read)
+    if in_place:
+        del graph.node[:]
+        # the initializers still read moved to the front, in order, and the rest cut off:
+        # sorting moves the messages, where copying them would copy their data
+        graph.initializer.sort(key=lambda t: t.name not in read)
+        kept = sum(1 for t in graph.initializer if t.name in read)
+        del graph.initializer[kept:]
+    else:
+        graph.initializer.extend(t for t in source.initializer if t.name in read)
+    graph.node.extend(live)
     graph.initializer.extend(t for name, t in rw.initializers.items() if name in read)
-    inputs = [vi for vi in graph.input if vi.name in read or vi.name not in was_initializer]
-    del graph.input[:]
-    graph.input.extend(inputs)
     produced = {o for n in live for o in n.output if o}
     value_info = [vi for vi in graph.value_info if vi.name in produced]
     # the types loading inferred, for every value that survives: onnx cannot infer through the

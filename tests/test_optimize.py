@@ -362,3 +362,39 @@ def test_explain_no_longer_lists_constant_nodes(tmp_path, capsys):
     assert main(["explain", str(path), "--providers", "cpu", "--all", "--no-optimize"]) == 0
     out = capsys.readouterr().out
     assert [name for name in sorted(CONSTANT_NODES) if name not in out] == [], out
+
+
+def test_in_place_rewrites_the_loaded_proto_and_keeps_the_weights_it_had():
+    written = conv_bn_model()  # the batch norm folds away, with the weights only it read
+    written.graph.node.append(helper.make_node("Add", ["y", "k"], ["z"], name="add_k"))
+    written.graph.output.append(helper.make_tensor_value_info("z", F, [1, 4, 8, 8]))
+    written.graph.initializer.extend([const("k", RNG.standard_normal(8)),
+                                      const("unread", np.ones(3))])
+    copied = optimize(load_model(written))
+    loaded = load_model(written.SerializeToString())
+    original = {t.name: t for t in loaded.proto.graph.initializer}
+    rewritten = optimize(loaded, in_place=True)
+    assert rewritten.proto is loaded.proto
+    kept = list(rewritten.proto.graph.initializer)
+    # the same weights, in the same order, as the copying rebuild; the unread one dropped
+    assert [t.name for t in kept] == [t.name for t in copied.proto.graph.initializer]
+    assert not {"unread", "s", "bb", "m", "v"} & {t.name for t in kept}
+    # a weight the rewrite still reads is the very message loading parsed, not a copy
+    assert [t for t in kept if t.name == "k"][0] is original["k"]
+    assert [n.name for n in rewritten.graph.nodes] == [n.name for n in copied.graph.nodes]
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    want = onnxruntime.InferenceSession(written.SerializeToString(),
+                                        providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = InferenceSession(rewritten, providers=["cpu"]).run(None, {"x": x})
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_without_in_place_the_model_as_loaded_is_left_as_it_was():
+    written = conv_bn_model()
+    loaded = load_model(written.SerializeToString())
+    before = loaded.proto.SerializeToString()
+    optimized = optimize(loaded)
+    assert optimized.proto is not loaded.proto
+    assert loaded.proto.SerializeToString() == before
+    assert [n.op_type for n in loaded.graph.nodes] == ["Conv", "BatchNormalization", "Relu"]
