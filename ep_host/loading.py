@@ -176,6 +176,7 @@ class Model:
             os.path.dirname(os.path.abspath(path)) if path else None
         )
         self.warnings: list[str] = []
+        self.shapes_inferred = infer_shapes  # by onnx's inference, else the types it declares
         # set by ep_host.optimize on the model it returns: pass -> rewrites, and each fused
         # node's original nodes (placed instead when no provider claims the fused node)
         self.optimizations: dict[str, int] = {}

@@ -59,6 +59,7 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "matmul_add_fusion": matmul_add_fusion,
 }
 DEFAULT_PASSES = tuple(PASSES)
+REINFER_AFTER = frozenset({"constant_lifting", "constant_folding"})
 
 
 def resolve_passes(passes: Iterable[str] | None = None,
@@ -138,6 +139,9 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
         graph.initializer.extend(t for t in source.initializer if t.name in read)
     graph.node.extend(live)
     graph.initializer.extend(t for name, t in rw.initializers.items() if name in read)
+    inputs = [vi for vi in graph.input if vi.name in read or vi.name not in was_initializer]
+    del graph.input[:]
+    graph.input.extend(inputs)
     produced = {o for n in live for o in n.output if o}
     value_info = [vi for vi in graph.value_info if vi.name in produced]
     # the types loading inferred, for every value that survives: onnx cannot infer through the
@@ -152,7 +156,10 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     if any(node_domain(n) == MS_DOMAIN for n in live) and not any(
             normalize_domain(o.domain) == MS_DOMAIN for o in proto.opset_import):
         proto.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
-    out = Model(proto, path=model.path, base_dir=model.base_dir)
+    # inference again only where folding made new constants it may see through (a shape now
+    # known); fusions and weight folds keep every type the value_info above states
+    infer = model.shapes_inferred and bool(applied.keys() & REINFER_AFTER)
+    out = Model(proto, path=model.path, base_dir=model.base_dir, infer_shapes=infer)
     # the rewritten graph's unknown dims replace the written one's
     kept = [w for w in model.warnings if w != model.unknown_dims_warning]
     out.warnings = [*kept, *out.warnings]

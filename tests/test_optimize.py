@@ -370,6 +370,7 @@ def test_in_place_rewrites_the_loaded_proto_and_keeps_the_weights_it_had():
     written.graph.output.append(helper.make_tensor_value_info("z", F, [1, 4, 8, 8]))
     written.graph.initializer.extend([const("k", RNG.standard_normal(8)),
                                       const("unread", np.ones(3))])
+    written.graph.input.append(helper.make_tensor_value_info("unread", F, [3]))  # IR 3 style
     copied = optimize(load_model(written))
     loaded = load_model(written.SerializeToString())
     original = {t.name: t for t in loaded.proto.graph.initializer}
@@ -379,6 +380,7 @@ def test_in_place_rewrites_the_loaded_proto_and_keeps_the_weights_it_had():
     # the same weights, in the same order, as the copying rebuild; the unread one dropped
     assert [t.name for t in kept] == [t.name for t in copied.proto.graph.initializer]
     assert not {"unread", "s", "bb", "m", "v"} & {t.name for t in kept}
+    assert [i.name for i in rewritten.proto.graph.input] == ["x"]  # an unread weight's goes too
     # a weight the rewrite still reads is the very message loading parsed, not a copy
     assert [t for t in kept if t.name == "k"][0] is original["k"]
     assert [n.name for n in rewritten.graph.nodes] == [n.name for n in copied.graph.nodes]
@@ -398,3 +400,14 @@ def test_without_in_place_the_model_as_loaded_is_left_as_it_was():
     assert optimized.proto is not loaded.proto
     assert loaded.proto.SerializeToString() == before
     assert [n.op_type for n in loaded.graph.nodes] == ["Conv", "BatchNormalization", "Relu"]
+
+
+def test_a_fusion_keeps_the_type_and_shape_of_every_value_that_survives():
+    written = load_model(gelu_model("half_first"))
+    fused = optimize(written)
+    assert fused.optimizations == {"gelu_fusion": 1}
+    assert [n.op_type for n in fused.graph.nodes] == ["Gelu"]
+    for name, value in fused.graph.values.items():
+        before = written.graph.values[name]
+        assert (value.kind, value.dtype, value.shape) == (before.kind, before.dtype, before.shape)
+    assert fused.graph.values["y"].shape == (2, 16)
