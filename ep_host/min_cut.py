@@ -5,6 +5,7 @@ It works on provider indices; :mod:`ep_host.strategies.optimal` turns its answer
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -487,16 +488,37 @@ def optimal_assignment(problem: PlacementObjective, best: list[int], best_us: fl
     greedy_arr = np.asarray(greedy, dtype=np.int64)
     starts = [greedy, priority] + [  # and each device taking every node it can
         np.where(choice[loc] >= 0, choice[loc], greedy_arr).tolist() for loc in used]
+    cuts = _MoveCache(problem)  # searches that meet ask the same moves from there on
     for start in dict.fromkeys(map(tuple, starts)):  # each distinct start once
-        found = _local_search(problem, choice, used, np.asarray(start, dtype=np.int64))
+        found = _local_search(problem, choice, used, np.asarray(start, dtype=np.int64), cuts)
         us = problem.total_us(found)
         if us < best_us:
             best, best_us = found, us
     return best, best_us
 
 
+class _MoveCache:
+    """:meth:`PlacementObjective.move` remembered by its labels (a 128-bit digest of them): a
+    move is a deterministic function of its labels, and local searches from different starts
+    that reach the same assignment ask the same moves again. A digest collision could at worst
+    propose a poorer candidate, which the exact total then rejects."""
+
+    def __init__(self, problem: PlacementObjective):
+        self.problem = problem
+        self.known: dict[bytes, Any] = {}
+
+    def move(self, lab0: Any, lab1: Any) -> Any:
+        digest = hashlib.blake2b(np.asarray(lab0, dtype=np.int64).tobytes(), digest_size=16)
+        digest.update(np.asarray(lab1, dtype=np.int64).tobytes())
+        key = digest.digest()
+        y = self.known.get(key)
+        if y is None:
+            y = self.known[key] = np.asarray(self.problem.move(lab0, lab1), dtype=bool)
+        return y
+
+
 def _local_search(problem: PlacementObjective, choice: dict[int, Any], used: list[int],
-                  start: Any) -> list[int]:
+                  start: Any, cuts: _MoveCache) -> list[int]:
     """From ``start``, alpha-expansion and alpha-beta swap moves over the ``used`` locations
     until none improves the exact total (at most 32 rounds)."""
     current, current_us = start, problem.total_us(start)
@@ -516,7 +538,7 @@ def _local_search(problem: PlacementObjective, choice: dict[int, Any], used: lis
                 lab1 = np.where(inside, choice[alpha], -1)
             if (lab1 < 0).all():
                 continue
-            y = np.asarray(problem.move(lab0, lab1), dtype=bool)
+            y = cuts.move(lab0, lab1)
             moved = np.where(y & (lab1 >= 0), lab1, np.where(lab0 >= 0, lab0, current))
             us = problem.total_us(moved)
             if us < current_us - 1e-9 * max(1.0, current_us):

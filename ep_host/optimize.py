@@ -151,6 +151,11 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
         view = model.graph.values.get(name)
         if view is not None and view.kind == "tensor" and view.dtype is not None:
             value_info.append(helper.make_tensor_value_info(name, view.dtype.code, view.shape))
+    for out in graph.output:  # an output the model leaves untyped: typed as inference found it
+        view = model.graph.values.get(out.name)
+        if (not out.type.WhichOneof("value") and view is not None and view.kind == "tensor"
+                and view.dtype is not None):
+            out.type.CopyFrom(helper.make_tensor_type_proto(view.dtype.code, view.shape))
     del graph.value_info[:]
     graph.value_info.extend(value_info)
     if any(node_domain(n) == MS_DOMAIN for n in live) and not any(

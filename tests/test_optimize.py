@@ -5,6 +5,7 @@ nodes it replaced."""
 import math
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 import scipy.special
@@ -403,10 +404,15 @@ def test_without_in_place_the_model_as_loaded_is_left_as_it_was():
 
 
 def test_a_fusion_keeps_the_type_and_shape_of_every_value_that_survives():
-    written = load_model(gelu_model("half_first"))
+    model = gelu_model("half_first")
+    model.graph.node.append(helper.make_node("Neg", ["y"], ["untyped"], name="neg"))
+    model.graph.output.append(helper.make_value_info("untyped", onnx.TypeProto()))
+    written = load_model(model)
     fused = optimize(written)
     assert fused.optimizations == {"gelu_fusion": 1}
-    assert [n.op_type for n in fused.graph.nodes] == ["Gelu"]
+    assert [n.op_type for n in fused.graph.nodes] == ["Gelu", "Neg"]
+    # an output the model declares without a type keeps the type inference gave it
+    assert fused.graph.values["untyped"].shape == (2, 16)
     for name, value in fused.graph.values.items():
         before = written.graph.values[name]
         assert (value.kind, value.dtype, value.shape) == (before.kind, before.dtype, before.shape)
