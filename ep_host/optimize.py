@@ -138,7 +138,7 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     else:
         graph.initializer.extend(t for t in source.initializer if t.name in read)
     graph.node.extend(live)
-    graph.initializer.extend(t for name, t in rw.initializers.items() if name in read)
+    graph.initializer.extend(rw.new_initializers(read))
     inputs = [vi for vi in graph.input if vi.name in read or vi.name not in was_initializer]
     del graph.input[:]
     graph.input.extend(inputs)
