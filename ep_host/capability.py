@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -157,11 +157,13 @@ def ask(
     node: NodeView,
     context: ProviderContext,
     checked: dict[int, tuple[KernelMatch, KernelMatch]] | None = None,
+    caller: Callable[..., list[Any]] | None = None,
 ) -> KernelMatch:
     """One provider's answer for one node, its faults turned into declines.
 
     ``checked`` (by ``id``) holds claims already validated: a provider that returns the same
-    immutable ``KernelMatch`` for many nodes has it checked once. Under the command's
+    immutable ``KernelMatch`` for many nodes has it checked once. ``caller``: what calls the
+    hook (``Host.batch_caller``; default the record's pluggy caller). Under the command's
     supervising parent the call is marked; the caller clears the marker after its batch."""
     if record.status != "available":
         return unavailable_answer(record)
@@ -170,7 +172,7 @@ def ask(
     if marker is not None:  # left by the caller once per batch: the next call overwrites it
         marker.enter(record.marker_heads["ep_host_supports_op"], node.name)
     try:
-        answers = record.callers["ep_host_supports_op"](node=node, context=context)
+        answers = (caller or record.callers["ep_host_supports_op"])(node=node, context=context)
     except Decline as d:
         return declined(d)
     except MemoryError:  # the host is out of memory, not the provider at fault
@@ -218,9 +220,12 @@ def provider_answers(
     declines at once, and the stuck thread is abandoned (Python cannot interrupt it).
     """
     seconds = host.hook_timeout
-    if seconds is None or record.status != "available":
+    if record.status != "available":
+        return [unavailable_answer(record)] * len(nodes)
+    caller = host.batch_caller(record, "ep_host_supports_op")
+    if seconds is None:
         try:
-            return [ask(host, record, n, context, checked) for n in nodes]
+            return [ask(host, record, n, context, checked, caller) for n in nodes]
         finally:
             if plugin_calls.marker is not None:
                 plugin_calls.marker.leave()
@@ -234,7 +239,7 @@ def provider_answers(
             for n in nodes:
                 if abandoned.is_set():  # a call stuck past the limit: ask nothing more
                     break
-                results.append(ask(host, record, n, context, checked))
+                results.append(ask(host, record, n, context, checked, caller))
         except BaseException as exc:  # strict mode's ProviderError: re-raised by the caller
             failure.append(exc)
         finally:

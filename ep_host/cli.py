@@ -510,7 +510,8 @@ def load_model_and_host(args: argparse.Namespace) -> tuple[Any, Any]:
     model = declare_output_types(host, model, select_providers(host, requested))
     if not getattr(args, "no_optimize", False):
         with status("optimizing the graph"):
-            model = optimize(model, disable=getattr(args, "disable_optimization", ()))
+            model = optimize(model, disable=getattr(args, "disable_optimization", ()),
+                             in_place=True)
     for warning in model.warnings:
         say(f"warning: {warning}")
     return model, host

@@ -147,6 +147,7 @@ class Host:
         self.records: dict[str, ProviderRecord] = {}
         self.entry_point_names: set[str] = set()  # every provider entry point seen, loaded or not
         trace = env_flag("EP_HOST_TRACE_PLUGINS") if trace_plugins is None else trace_plugins
+        self.traced = False  # hook calls monitored (EP_HOST_TRACE_PLUGINS): always through pluggy
         if trace:
             self._enable_trace()
 
@@ -404,6 +405,25 @@ class Host:
                 marker.leave()
         return answers[0] if answers else None
 
+    def batch_caller(self, record: ProviderRecord, hook: str) -> Callable[..., list[Any]]:
+        """What calls ``hook`` on ``record``'s provider alone, for a batch of calls made now:
+        ``record.callers[hook]``, or, where pluggy would call exactly one plain implementation
+        (no wrapper, no monitoring), that implementation directly, with the same arguments and
+        the same answer list; pluggy's own dispatch costs more than a short hook."""
+        caller = record.callers[hook]
+        if self.traced:
+            return caller
+        impls = caller.get_hookimpls()
+        if len(impls) != 1 or impls[0].hookwrapper or getattr(impls[0], "wrapper", False):
+            return caller
+        function, names = impls[0].function, tuple(impls[0].argnames)
+
+        def call(**kwargs: Any) -> list[Any]:
+            answer = function(*[kwargs[name] for name in names])
+            return [] if answer is None else [answer]
+
+        return call
+
     def providers(self, order: Iterable[str] | None = None) -> list[ProviderRecord]:
         """Records in the user's ``order`` (names not listed follow, sorted), all statuses."""
         order = list(order or ())
@@ -429,3 +449,4 @@ class Host:
             print(f"[ep-host]   {hook_name} <- {names} answered {shown}", file=sys.stderr)
 
         self.pm.add_hookcall_monitoring(before, after)
+        self.traced = True

@@ -103,6 +103,9 @@ def constant_folding(rw: Rewriter) -> int:
     for node in rw.live():
         if node_domain(node) != DEFAULT_DOMAIN or node.op_type in NOT_FOLDED:
             continue
+        if node.op_type not in ("Shape", "Size") and not all(
+                rw.is_const(i) for i in node.input if i):
+            continue  # neither a shape read nor all-constant inputs: nothing to fold
         if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
             continue
         outputs = [o for o in node.output if o]
@@ -251,9 +254,10 @@ def channel_affine_folding(rw: Rewriter) -> int:
             continue
         for x in node.input:
             producer = rw.producer.get(x)
+            if producer is None or producer.op_type not in ("Conv", "BatchNormalization"):
+                continue  # the cheap test first: most Mul and Add follow neither
             other = other_input(node, x)
-            if (producer is None or other is None or rw.only_consumer(x) is not node
-                    or not rw.is_const(other)):
+            if other is None or rw.only_consumer(x) is not node or not rw.is_const(other):
                 continue
             if is_op(producer, "Conv"):
                 done = _fold_into_conv(rw, producer, node, x, other)

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto
 
+from ep_host.dtypes import dtype
 from ep_host.errors import ModelLoadError, ModelValidationError, ResourceLimitError, memory_stage
 from ep_host.graph import (
     CONSTANT_OP,
@@ -125,6 +126,21 @@ def _too_big(label: str, size: int) -> str:
             "(2 GiB); store its weights as external data")
 
 
+def _small_tensor(t: TensorProto) -> bool:
+    """Whether ``t`` takes at most ``INFERENCE_KEEP_BYTES`` serialized. Its dims decide first
+    when they already ask for more (raw data: the type's storage; typed fields: at least a byte
+    an element), since ``ByteSize`` walks the whole payload, about 1 ms per megabyte."""
+    count = 1
+    for d in t.dims:
+        count *= max(d, 0)
+    least = count
+    if t.HasField("raw_data"):
+        try:
+            least = dtype(t.data_type).storage_bytes(count)
+        except ValueError:  # an unknown type: measured
+            least = 0
+    return least <= INFERENCE_KEEP_BYTES and t.ByteSize() <= INFERENCE_KEEP_BYTES
+
 TRIM_AFTER_NODES = 10_000
 
 
@@ -192,6 +208,7 @@ class Model:
             os.path.dirname(os.path.abspath(path)) if path else None
         )
         self.warnings: list[str] = []
+        self.shapes_inferred = infer_shapes  # by onnx's inference, else the types it declares
         # set by ep_host.optimize on the model it returns: pass -> rewrites, and each fused
         # node's original nodes (placed instead when no provider claims the fused node)
         self.optimizations: dict[str, int] = {}
@@ -289,8 +306,7 @@ class Model:
         sg = src.graph
         initializers = list(sg.initializer)
         external = TensorProto.EXTERNAL
-        small = [t.data_location != external and t.ByteSize() <= INFERENCE_KEEP_BYTES
-                 for t in initializers]
+        small = [t.data_location != external and _small_tensor(t) for t in initializers]
         if all(small) and not sg.sparse_initializer:
             return src
         for i, t in enumerate(initializers):  # shape tensors stored outside: read them in

@@ -5,6 +5,7 @@ It works on provider indices; :mod:`ep_host.strategies.optimal` turns its answer
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -541,56 +542,74 @@ def optimal_assignment(problem: PlacementObjective, best: list[int], best_us: fl
     used = [loc for loc in dict.fromkeys(problem.prov_group) if any(loc in r for r in reps)]
     if len(used) < 2:
         return best, best_us
+    # each used group's cheapest provider per node (-1: the group may not run it)
+    choice = {loc: np.asarray([r.get(loc, -1) for r in reps], dtype=np.int64) for loc in used}
     if len(used) == 2:
         first, other = used
-        lab1 = [r.get(first, -1) for r in reps]  # the cut puts ties on the sink side: user's first
-        lab0 = [r.get(other, -1) for r in reps]
-        y = problem.move(lab0, lab1)
-        cut = [lab1[n] if y[n] else lab0[n] for n in range(len(y))]
+        lab1 = choice[first]  # the cut puts ties on the sink side: the user's first
+        lab0 = choice[other]
+        y = np.asarray(problem.move(lab0, lab1), dtype=bool)
+        cut = np.where(y, lab1, lab0).tolist()
         us = problem.total_us(cut)
         return (cut, us) if us <= best_us + 1e-9 * max(1.0, best_us) else (best, best_us)
+    greedy_arr = np.asarray(greedy, dtype=np.int64)
     starts = [greedy, priority] + [  # and each device taking every node it can
-        [r.get(loc, g) for r, g in zip(reps, greedy, strict=True)] for loc in used]
+        np.where(choice[loc] >= 0, choice[loc], greedy_arr).tolist() for loc in used]
+    cuts = _MoveCache(problem)  # searches that meet ask the same moves from there on
     for start in dict.fromkeys(map(tuple, starts)):  # each distinct start once
-        found = _local_search(problem, reps, used, list(start))
+        found = _local_search(problem, choice, used, np.asarray(start, dtype=np.int64), cuts)
         us = problem.total_us(found)
         if us < best_us:
             best, best_us = found, us
     return best, best_us
 
 
-def _local_search(problem: PlacementObjective, reps: list[dict[int, int]], used: list[int],
-                  start: list[int]) -> list[int]:
+class _MoveCache:
+    """:meth:`PlacementObjective.move` remembered by its labels (a 128-bit digest of them): a
+    move is a deterministic function of its labels, and local searches from different starts
+    that reach the same assignment ask the same moves again. A digest collision could at worst
+    propose a poorer candidate, which the exact total then rejects."""
+
+    def __init__(self, problem: PlacementObjective):
+        self.problem = problem
+        self.known: dict[bytes, Any] = {}
+
+    def move(self, lab0: Any, lab1: Any) -> Any:
+        digest = hashlib.blake2b(np.asarray(lab0, dtype=np.int64).tobytes(), digest_size=16)
+        digest.update(np.asarray(lab1, dtype=np.int64).tobytes())
+        key = digest.digest()
+        y = self.known.get(key)
+        if y is None:
+            y = self.known[key] = np.asarray(self.problem.move(lab0, lab1), dtype=bool)
+        return y
+
+
+def _local_search(problem: PlacementObjective, choice: dict[int, Any], used: list[int],
+                  start: Any, cuts: _MoveCache) -> list[int]:
     """From ``start``, alpha-expansion and alpha-beta swap moves over the ``used`` locations
     until none improves the exact total (at most 32 rounds)."""
-    current, current_us = list(start), problem.total_us(start)
-    prov_loc = problem.prov_group
+    current, current_us = start, problem.total_us(start)
+    group = np.asarray(problem.prov_group, dtype=np.int64)  # each provider's group
     moves = [(a, None) for a in used] + [
         (a, b) for i, a in enumerate(used) for b in used[i + 1:]]
     for _ in range(32):
         improved = False
         for alpha, beta in moves:
+            where = group[current]
             if beta is None:  # expansion: any node may move to alpha
                 lab0 = current
-                lab1 = [-1 if prov_loc[current[n]] == alpha else r.get(alpha, -1)
-                        for n, r in enumerate(reps)]
+                lab1 = np.where(where == alpha, -1, choice[alpha])
             else:  # swap: nodes on alpha or beta choose between the two
-                lab0, lab1 = [], []
-                for n, r in enumerate(reps):
-                    if prov_loc[current[n]] in (alpha, beta):
-                        a, b = r.get(beta, -1), r.get(alpha, -1)
-                    else:
-                        a, b = current[n], -1
-                    lab0.append(a)
-                    lab1.append(b)
-            if all(x < 0 for x in lab1):
+                inside = (where == alpha) | (where == beta)
+                lab0 = np.where(inside, choice[beta], current)
+                lab1 = np.where(inside, choice[alpha], -1)
+            if (lab1 < 0).all():
                 continue
-            y = problem.move(lab0, lab1)
-            moved = [lab1[n] if y[n] and lab1[n] >= 0 else lab0[n] if lab0[n] >= 0
-                     else current[n] for n in range(len(y))]
+            y = cuts.move(lab0, lab1)
+            moved = np.where(y & (lab1 >= 0), lab1, np.where(lab0 >= 0, lab0, current))
             us = problem.total_us(moved)
             if us < current_us - 1e-9 * max(1.0, current_us):
                 current, current_us, improved = moved, us, True
         if not improved:
             break
-    return current
+    return current.tolist()

@@ -59,6 +59,7 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "matmul_add_fusion": matmul_add_fusion,
 }
 DEFAULT_PASSES = tuple(PASSES)
+REINFER_AFTER = frozenset({"constant_lifting", "constant_folding"})
 
 
 def resolve_passes(passes: Iterable[str] | None = None,
@@ -74,10 +75,14 @@ def resolve_passes(passes: Iterable[str] | None = None,
 
 
 def optimize(model: Model, passes: Iterable[str] | None = None,
-             disable: Iterable[str] = ()) -> Model:
+             disable: Iterable[str] = (), *, in_place: bool = False) -> Model:
     """``model`` rewritten by ``passes`` (default all but ``disable``), as a new model; the
     model itself when no pass changed anything. The new model's ``optimizations`` maps each
-    pass that changed the graph to its rewrite count."""
+    pass that changed the graph to its rewrite count.
+
+    ``in_place``: the new model takes over ``model.proto`` and rewrites it, rather than a copy
+    (a copy copies every weight it keeps); for a caller that loaded ``model`` itself and drops
+    it, since ``model.proto`` is then the rewritten graph."""
     names = resolve_passes(passes, disable)
     if not names or not model.graph.nodes:
         return model
@@ -89,7 +94,7 @@ def optimize(model: Model, passes: Iterable[str] | None = None,
             applied[name] = count
     if not applied:
         return model
-    return _rebuild(model, rw, applied)
+    return _rebuild(model, rw, applied, in_place)
 
 
 def _copy_fields(src: Any, dst: Any, skip: frozenset[str]) -> None:
@@ -107,22 +112,33 @@ def _copy_fields(src: Any, dst: Any, skip: frozenset[str]) -> None:
             setattr(dst, field.name, value)
 
 
-def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int]) -> Model:
-    # the model's fields but its graph, and the graph's but its nodes and initializers: the
-    # weights are copied once, only those still read
-    proto = onnx.ModelProto()
-    _copy_fields(model.proto, proto, frozenset({"graph"}))
+def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool) -> Model:
     source = model.proto.graph
+    if in_place:
+        proto = model.proto
+    else:
+        # the model's fields but its graph, and the graph's but its nodes and initializers: the
+        # weights are copied once, only those still read
+        proto = onnx.ModelProto()
+        _copy_fields(model.proto, proto, frozenset({"graph"}))
+        _copy_fields(source, proto.graph, frozenset({"node", "initializer"}))
     graph = proto.graph
-    _copy_fields(source, graph, frozenset({"node", "initializer"}))
     live = list(rw.live())
-    graph.node.extend(live)
+    was_initializer = {t.name for t in source.initializer}
     read = {i for n in live for i in node_reads(n)} | {o.name for o in graph.output}
     for nodes in rw.unfused.values():
         read |= {i for n in nodes for i in node_reads(n)}
-    was_initializer = {t.name for t in source.initializer}
-    graph.initializer.extend(t for t in source.initializer if t.name in read)
-    graph.initializer.extend(t for name, t in rw.initializers.items() if name in read)
+    if in_place:
+        del graph.node[:]
+        # the initializers still read moved to the front, in order, and the rest cut off:
+        # sorting moves the messages, where copying them would copy their data
+        graph.initializer.sort(key=lambda t: t.name not in read)
+        kept = sum(1 for t in graph.initializer if t.name in read)
+        del graph.initializer[kept:]
+    else:
+        graph.initializer.extend(t for t in source.initializer if t.name in read)
+    graph.node.extend(live)
+    graph.initializer.extend(rw.new_initializers(read))
     inputs = [vi for vi in graph.input if vi.name in read or vi.name not in was_initializer]
     del graph.input[:]
     graph.input.extend(inputs)
@@ -135,12 +151,20 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int]) -> Model:
         view = model.graph.values.get(name)
         if view is not None and view.kind == "tensor" and view.dtype is not None:
             value_info.append(helper.make_tensor_value_info(name, view.dtype.code, view.shape))
+    for out in graph.output:  # an output the model leaves untyped: typed as inference found it
+        view = model.graph.values.get(out.name)
+        if (not out.type.WhichOneof("value") and view is not None and view.kind == "tensor"
+                and view.dtype is not None):
+            out.type.CopyFrom(helper.make_tensor_type_proto(view.dtype.code, view.shape))
     del graph.value_info[:]
     graph.value_info.extend(value_info)
     if any(node_domain(n) == MS_DOMAIN for n in live) and not any(
             normalize_domain(o.domain) == MS_DOMAIN for o in proto.opset_import):
         proto.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
-    out = Model(proto, path=model.path, base_dir=model.base_dir)
+    # inference again only where folding made new constants it may see through (a shape now
+    # known); fusions and weight folds keep every type the value_info above states
+    infer = model.shapes_inferred and bool(applied.keys() & REINFER_AFTER)
+    out = Model(proto, path=model.path, base_dir=model.base_dir, infer_shapes=infer)
     # the rewritten graph's unknown dims replace the written one's
     kept = [w for w in model.warnings if w != model.unknown_dims_warning]
     out.warnings = [*kept, *out.warnings]

@@ -26,8 +26,10 @@ class Rewriter:
             copy_node(node_proto(view)) for view in model.graph.nodes]
         self.views = {id(n): v for n, v in zip(self.nodes, model.graph.nodes, strict=True)}
         self.position = {id(n): i for i, n in enumerate(self.nodes)}
-        self.initializers: dict[str, TensorProto] = {}  # new ones, by name
-        self.constants: dict[str, np.ndarray] = {}  # values of the new ones
+        self.initializers: dict[str, TensorProto] = {}  # new ones taken as written, by name
+        # values of the new ones; those a pass computed become tensors only when the rewritten
+        # graph still reads them (a conv's weights folded twice are written once)
+        self.constants: dict[str, np.ndarray] = {}
         self.unfused: dict[str, list[NodeProto]] = {}
         self.merged: dict[str, str | None] = {}  # a removed node -> the node that does its work
         self.outputs = {v.name for v in model.graph.outputs}
@@ -99,7 +101,15 @@ class Rewriter:
 
     def add_constant(self, name: str, array: np.ndarray) -> None:
         self.constants[name] = array
-        self.initializers[name] = numpy_helper.from_array(array, name)
+        self.initializers.pop(name, None)
+
+    def new_initializers(self, wanted: set[str]) -> list[TensorProto]:
+        """The new initializers named in ``wanted``: those taken as written, then those
+        computed, as tensors."""
+        written = [t for name, t in self.initializers.items() if name in wanted]
+        return written + [numpy_helper.from_array(array, name)
+                          for name, array in self.constants.items()
+                          if name in wanted and name not in self.initializers]
 
     def add_initializer(self, tensor: TensorProto) -> None:
         """A new initializer taken as written; its value is read now unless the graph already
@@ -112,7 +122,8 @@ class Rewriter:
     def fresh(self, base: str) -> str:
         """A name no node or value uses yet."""
         name, k = base, 1
-        while name in self.names or name in self.values or name in self.initializers:
+        while (name in self.names or name in self.values or name in self.initializers
+               or name in self.constants):
             k += 1
             name = f"{base}_{k}"
         self.names.add(name)

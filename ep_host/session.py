@@ -380,8 +380,11 @@ class InferenceSession:
         self._host = host if host is not None else discover_host(names)
         chosen = [p for p in select_providers(self._host, names) if p not in set(exclude)]
         loaded = declare_output_types(self._host, loaded, chosen)
+        # a model this session parsed itself is rewritten in place: nobody else holds it
+        parsed_here = isinstance(model, str | os.PathLike | bytes | bytearray | memoryview)
         with memory_stage("optimization", loaded.label, len(loaded.graph.nodes)):
-            self._model = optimize(loaded, optimizations, disable_optimizations)
+            self._model = optimize(loaded, optimizations, disable_optimizations,
+                                   in_place=parsed_here)
         replaced = self._model is not loaded
         del loaded
         collect_replaced(model, replaced)

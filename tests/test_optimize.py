@@ -5,6 +5,7 @@ nodes it replaced."""
 import math
 
 import numpy as np
+import onnx
 import onnxruntime
 import pytest
 import scipy.special
@@ -391,3 +392,57 @@ def test_explain_no_longer_lists_constant_nodes(tmp_path, capsys):
     assert main(["explain", str(path), "--providers", "cpu", "--all", "--no-optimize"]) == 0
     out = capsys.readouterr().out
     assert [name for name in sorted(CONSTANT_NODES) if name not in out] == [], out
+
+
+def test_in_place_rewrites_the_loaded_proto_and_keeps_the_weights_it_had():
+    written = conv_bn_model()  # the batch norm folds away, with the weights only it read
+    written.graph.node.append(helper.make_node("Add", ["y", "k"], ["z"], name="add_k"))
+    written.graph.output.append(helper.make_tensor_value_info("z", F, [1, 4, 8, 8]))
+    written.graph.initializer.extend([const("k", RNG.standard_normal(8)),
+                                      const("unread", np.ones(3))])
+    written.graph.input.append(helper.make_tensor_value_info("unread", F, [3]))  # IR 3 style
+    copied = optimize(load_model(written))
+    loaded = load_model(written.SerializeToString())
+    original = {t.name: t for t in loaded.proto.graph.initializer}
+    rewritten = optimize(loaded, in_place=True)
+    assert rewritten.proto is loaded.proto
+    kept = list(rewritten.proto.graph.initializer)
+    # the same weights, in the same order, as the copying rebuild; the unread one dropped
+    assert [t.name for t in kept] == [t.name for t in copied.proto.graph.initializer]
+    assert not {"unread", "s", "bb", "m", "v"} & {t.name for t in kept}
+    assert [i.name for i in rewritten.proto.graph.input] == ["x"]  # an unread weight's goes too
+    # a weight the rewrite still reads is the very message loading parsed, not a copy
+    assert [t for t in kept if t.name == "k"][0] is original["k"]
+    assert [n.name for n in rewritten.graph.nodes] == [n.name for n in copied.graph.nodes]
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    want = onnxruntime.InferenceSession(written.SerializeToString(),
+                                        providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = InferenceSession(rewritten, providers=["cpu"]).run(None, {"x": x})
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_without_in_place_the_model_as_loaded_is_left_as_it_was():
+    written = conv_bn_model()
+    loaded = load_model(written.SerializeToString())
+    before = loaded.proto.SerializeToString()
+    optimized = optimize(loaded)
+    assert optimized.proto is not loaded.proto
+    assert loaded.proto.SerializeToString() == before
+    assert [n.op_type for n in loaded.graph.nodes] == ["Conv", "BatchNormalization", "Relu"]
+
+
+def test_a_fusion_keeps_the_type_and_shape_of_every_value_that_survives():
+    model = gelu_model("half_first")
+    model.graph.node.append(helper.make_node("Neg", ["y"], ["untyped"], name="neg"))
+    model.graph.output.append(helper.make_value_info("untyped", onnx.TypeProto()))
+    written = load_model(model)
+    fused = optimize(written)
+    assert fused.optimizations == {"gelu_fusion": 1}
+    assert [n.op_type for n in fused.graph.nodes] == ["Gelu", "Neg"]
+    # an output the model declares without a type keeps the type inference gave it
+    assert fused.graph.values["untyped"].shape == (2, 16)
+    for name, value in fused.graph.values.items():
+        before = written.graph.values[name]
+        assert (value.kind, value.dtype, value.shape) == (before.kind, before.dtype, before.shape)
+    assert fused.graph.values["y"].shape == (2, 16)

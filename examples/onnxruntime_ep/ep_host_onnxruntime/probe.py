@@ -7,6 +7,7 @@ one probe session per distinct signature, once per machine.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -66,7 +67,7 @@ def value_key(value: ValueView | None) -> Hashable:
     data = None
     if value.dtype is not None and value.shape is not None and all(
             isinstance(d, int) for d in value.shape):
-        count = int(np.prod(value.shape, dtype=np.int64))
+        count = math.prod(value.shape)
         numpy_dtype = value.dtype.numpy
         if (count <= SMALL_CONSTANT_ELEMENTS and numpy_dtype is not None
                 and numpy_dtype.kind in INTEGER_KINDS):
@@ -129,8 +130,8 @@ def classify(node: NodeView, error: BaseException) -> Verdict:
 
 def is_small(value: ValueView) -> bool:
     shape = value.shape
-    return shape is not None and all(isinstance(d, int) for d in shape) and int(
-        np.prod(shape, dtype=np.int64)) <= PROBE_CONSTANT_ELEMENTS
+    return shape is not None and all(isinstance(d, int) for d in shape) and math.prod(
+        shape) <= PROBE_CONSTANT_ELEMENTS
 
 
 def probe_model(node: NodeView) -> Any:

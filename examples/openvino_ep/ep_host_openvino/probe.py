@@ -7,6 +7,7 @@ by position, never by a node's value names.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
@@ -87,7 +88,7 @@ def _value_key(value: ValueView | None, with_constant: bool) -> Hashable:
     if with_constant and value.is_constant:
         small = (value.dtype is not None and not value.dtype.is_float and value.shape is not None
                  and all(isinstance(d, int) for d in value.shape)
-                 and int(np.prod(value.shape)) <= SMALL_CONSTANT)
+                 and math.prod(value.shape) <= SMALL_CONSTANT)
         key += ("constant", value.value.tobytes() if small else None)
     return key
 
