@@ -8,6 +8,7 @@ that places and compiles control-flow bodies with the same providers.
 from __future__ import annotations
 
 import contextvars
+import gc
 import os
 import sys
 import threading
@@ -373,6 +374,12 @@ class InferenceSession:
         loaded = declare_output_types(self._host, loaded, chosen)
         with memory_stage("optimization", loaded.label, len(loaded.graph.nodes)):
             self._model = optimize(loaded, optimizations, disable_optimizations)
+        if self._model is not loaded:
+            # the model as loaded holds its weights in its protobuf (freed only as a whole, and
+            # only once the cycles between the model and its views are collected): free it now,
+            # before the plan reads the optimized model's weights into arrays
+            del loaded
+            gc.collect()
         self._options = gather_provider_options(self._host, providers, provider_options)
         self._device_plans: dict[Any, PlanRun] = {}
         self._runtime = _Runtime(self._model, self._host, chosen, self._options, strategy,
