@@ -20,7 +20,8 @@ provider claims it, the capability walk places those nodes instead, as it does a
 - ``conv_activation_fusion``: a Conv whose output only a Relu reads becomes one
   ``com.microsoft::FusedConv`` that applies the Relu to its own output in place.
 - ``gelu_fusion``: the exact GELU written out as Div/Mul, Erf, Add, Mul, Mul becomes one
-  ``com.microsoft::Gelu``.
+  ``com.microsoft::Gelu``; GPT-2's tanh GELU (Pow or Mul for the cube, Mul, Add, Mul, Tanh,
+  Add, Mul, Mul) one ``com.microsoft::FastGelu``.
 - ``layer_norm_fusion``: LayerNormalization written out (ReduceMean, Sub, Pow or Mul,
   ReduceMean, Add, Sqrt, Div, Mul by a constant scale, optionally Add of a constant bias) over
   the last axis becomes one LayerNormalization (models of ai.onnx opset 17 on).
