@@ -141,7 +141,7 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int]) -> Model:
     if any(node_domain(n) == MS_DOMAIN for n in live) and not any(
             normalize_domain(o.domain) == MS_DOMAIN for o in proto.opset_import):
         proto.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
-    out = Model(proto, path=model.path, base_dir=model.base_dir)
+    out = Model(proto, path=model.path, base_dir=model.base_dir, held=model.held)
     # the rewritten graph's unknown dims replace the written one's
     kept = [w for w in model.warnings if w != model.unknown_dims_warning]
     out.warnings = [*kept, *out.warnings]
