@@ -69,6 +69,15 @@ def import_runtime(runtime: str) -> None:
 
 
 def peak_rss_bytes() -> int:
+    """This process's peak RSS: VmHWM (``ru_maxrss`` survives exec, so a child of a big parent
+    would report the parent's), or ``ru_maxrss`` where /proc is missing."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
 
