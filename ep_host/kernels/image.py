@@ -661,7 +661,54 @@ def _corners(xp, boxes, center_point_box):
     return xp.minimum(y1, y2), xp.minimum(x1, x2), xp.maximum(y1, y2), xp.maximum(x1, x2)
 
 
+SMALL_GROUP = 512  # boxes whose pairwise IoU matrix is computed at once
+
+
 def _greedy_keep(xp, corners, order, overlap: float, limit: int) -> list[int]:
+    """The boxes of `order` (best first) that greedy suppression keeps. Boxes whose x ranges
+    do not meet never suppress each other (their IoU is 0, and 0 <= a threshold >= 0), so the
+    boxes split into groups along x (a detector's batched NMS offsets each class apart) and
+    each group is suppressed alone, a small group through its whole IoU matrix at once."""
+    top, left, bottom, right = corners
+    if not overlap >= 0 or order.shape[0] <= 1:
+        return _greedy_keep_rows(xp, corners, order, overlap, limit)
+    by_left = xp.argsort(left[order], kind="stable")
+    reach = xp.maximum.accumulate(right[order][by_left])
+    starts = xp.nonzero(left[order][by_left][1:] >= reach[:-1])[0] + 1
+    groups = xp.split(by_left, starts.tolist())
+    if max(len(g) for g in groups) > SMALL_GROUP:
+        return _greedy_keep_rows(xp, corners, order, overlap, limit)
+    kept_positions: list[int] = []
+    for positions in groups:
+        positions = xp.sort(positions)  # best first within the group
+        if len(positions) == 1:
+            kept_positions.append(int(positions[0]))
+            continue
+        boxes = order[positions]
+        t, le, b, r = top[boxes], left[boxes], bottom[boxes], right[boxes]
+        area = (b - t) * (r - le)
+        h = xp.clip(xp.minimum(b[:, None], b[None]) - xp.maximum(t[:, None], t[None]), 0, None)
+        w = xp.clip(xp.minimum(r[:, None], r[None]) - xp.maximum(le[:, None], le[None]), 0,
+                    None)
+        inter = h * w
+        union = area[:, None] + area[None] - inter
+        ok = (area[:, None] > 0) & (area[None] > 0) & (union > 0)
+        suppresses = ~(xp.where(ok, inter / xp.where(ok, union, 1.0), 0.0) <= overlap)
+        suppressed = xp.zeros(len(positions), dtype=bool)
+        count = 0
+        for i in range(len(positions)):
+            if suppressed[i]:
+                continue
+            kept_positions.append(int(positions[i]))
+            count += 1
+            if count == limit:
+                break
+            suppressed |= suppresses[i]
+    kept_positions.sort()  # back to the order of `order`: best first
+    return [int(order[p]) for p in kept_positions[:limit]]
+
+
+def _greedy_keep_rows(xp, corners, order, overlap: float, limit: int) -> list[int]:
     """The boxes of `order` (best first) that greedy suppression keeps: each box in turn, unless
     a box kept before it overlaps it with an intersection over union above `overlap` (a box with
     no area overlaps nothing). Works on one kept box against the remaining candidates at a time,

@@ -238,6 +238,26 @@ def test_non_max_suppression_of_many_overlapping_boxes_matches_onnxruntime(rng):
                 out_type=TensorProto.INT64)
 
 
+@pytest.mark.parametrize("iou, least", [(0.5, None), (0.0, 0.2), (0.9, 0.6)])
+def test_non_max_suppression_of_boxes_grouped_apart_matches_onnxruntime(rng, iou, least):
+    """torchvision's batched NMS offsets each class's boxes apart along x and y: 60 groups of
+    200 boxes, with some boxes touching the next group's edge."""
+    groups, per = 60, 200
+    corner = rng.uniform(0, 80, (groups, per, 2))
+    size = rng.uniform(2, 30, (groups, per, 2))
+    corner[:, :5] = 100 - size[:, :5]  # right/bottom edges exactly on the group's border
+    offset = (np.arange(groups) * 100.0)[:, None, None]
+    boxes = np.concatenate([corner + offset, corner + size + offset], axis=2)
+    boxes = boxes.reshape(1, groups * per, 4).astype(np.float32)
+    scores = rng.uniform(0, 1, (1, 1, groups * per)).astype(np.float32)
+    scores[0, 0, ::7] = 0.5  # ties
+    consts = {"m": ints(2**62), "iou": floats(iou)}
+    if least is not None:
+        consts["least"] = floats(least)
+    matches_ort("NonMaxSuppression", {"boxes": boxes, "scores": scores}, consts, opset=11,
+                out_type=TensorProto.INT64)
+
+
 def test_non_max_suppression_memory_stays_linear_in_the_boxes():
     """SSD-lite's export suppresses 27,000 boxes in one call: a pairwise IoU matrix of them is
     5.8 GB. Here 4,000 disjoint boxes (every one kept, the most work) stay within a few MB."""
