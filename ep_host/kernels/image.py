@@ -621,7 +621,11 @@ def _roi_align(xp, x, rois, batch_indices, mode, height, width, ratio, scale, ha
                 bins = xp.broadcast_to(xp.arange(at.shape[0]).reshape(-1, 1), idx.shape)
                 xp.add.at(at, (bins, idx), w.astype(work))
             count = max(grid_h * grid_w, 1)
-            out[r] = xp.einsum("hy,cyx,wx->chw", rows, image, cols) / count
+            # only the rows and columns the samples touch: the roi's window of the image
+            y0, y1 = int(min(ys[0].min(), ys[1].min())), int(max(ys[0].max(), ys[1].max())) + 1
+            x0, x1 = int(min(xs[0].min(), xs[1].min())), int(max(xs[0].max(), xs[1].max())) + 1
+            window = xp.matmul(rows[:, y0:y1], image[:, y0:y1, x0:x1])  # (C, height, x1 - x0)
+            out[r] = xp.matmul(window, cols[:, x0:x1].T) / count
         else:  # the largest weighted corner over all samples of each bin
             best = None
             for yi, wy in ((ys[0], ys[2]), (ys[1], ys[3])):

@@ -216,6 +216,18 @@ def test_roi_align_matches_onnxruntime(rng, opset, transform, mode, ratio):
                 spatial_scale=0.8, **extra)
 
 
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align_of_many_small_rois_on_a_big_map_matches_onnxruntime(rng, mode):
+    """Each roi reads only its window of the map; rois inside, across the edge and outside."""
+    x = rng.standard_normal((2, 8, 40, 50)).astype(np.float32)
+    corner = rng.uniform(-5, 48, (64, 2))
+    rois = np.concatenate([corner, corner + rng.uniform(0.5, 15, (64, 2))], axis=1)
+    batches = rng.integers(0, 2, 64).astype(np.int64)
+    matches_ort("RoiAlign", {"x": x, "rois": rois.astype(np.float32)}, {"b": batches},
+                opset=16, mode=mode, output_height=7, output_width=7, sampling_ratio=0,
+                spatial_scale=0.9, coordinate_transformation_mode="half_pixel")
+
+
 @pytest.mark.parametrize("center_point_box", [0, 1])
 @pytest.mark.parametrize("iou, least", [(0.3, 0.2), (0.6, None), (0.0, None)])
 def test_non_max_suppression_matches_onnxruntime(rng, center_point_box, iou, least):
