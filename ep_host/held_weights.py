@@ -31,11 +31,6 @@ class HeldWeights:
     buffer: np.ndarray
     spans: dict[str, tuple[int, int]] = field(default_factory=dict)
 
-    def holds(self, name: str, raw_length: int) -> bool:
-        """Whether initializer ``name``, whose protobuf raw data is ``raw_length`` bytes, is kept
-        here (a tensor of another graph or a rewritten one carries its own data)."""
-        return raw_length == 0 and name in self.spans
-
     def array(self, name: str, data_type: int, dims: list[int]) -> np.ndarray:
         """The initializer's data: a view of the buffer, of its dtype and shape."""
         offset, length = self.spans[name]

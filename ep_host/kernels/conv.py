@@ -76,7 +76,8 @@ class ConvWeights:
     (:meth:`spread`, per output shape) and the Winograd weights (:meth:`winograd`). ``plans``
     keeps the node's :class:`ConvPlan` per input shape."""
 
-    __slots__ = ("gemm", "_tap_count", "_xp", "_taps", "_spread", "_winograd", "_per_channel", "plans")
+    __slots__ = ("gemm", "_tap_count", "_xp", "_taps", "_spread", "_winograd", "_per_channel",
+                 "plans")
 
     def __init__(self, xp, w, group):
         # the constant itself where it already is contiguous in the compute type: no copy
