@@ -89,6 +89,14 @@ TORCHVISION |= {
     "r3d_18": ("video", {}, (TensorSpec("input", (1, 3, 16, 112, 112)),)),
     "deeplabv3_mobilenet_v3_large": ("segmentation", {"weights_backbone": None}, _image(520)),
 }
+# detection: a list of one image in, the first image's boxes, scores and labels out
+DETECTION = {
+    "ssdlite320_mobilenet_v3_large": ({}, 320),
+    "retinanet_resnet50_fpn": ({"min_size": 512, "max_size": 512}, 512),
+    "fasterrcnn_mobilenet_v3_large_320_fpn": ({}, 320),
+}
+TORCHVISION |= {n: ("detection", {"weights_backbone": None} | kw, _image(size))
+                for n, (kw, size) in DETECTION.items()}
 TIMM = {"resnet26d": 224, "mobilevit_xs": 256, "convmixer_768_32": 224, "efficientnet_lite0": 224}
 # transformers: (model class, config class, config overrides, inputs)
 TRANSFORMERS = {
@@ -193,21 +201,61 @@ def ensure_venv(venv: Path) -> Path:
 
 def torchvision_without_ops():
     """Import torchvision; where its C extension cannot load (a CUDA build beside the CPU torch),
-    first define the two operators it registers fake kernels for, so the models still import.
-    Detection models need the real nms and fail then."""
+    first define its operators that models call (nms, roi_align) with plain torch
+    implementations, so that the models import and trace (their ONNX export maps the operators to
+    NonMaxSuppression and RoiAlign, as with the C extension)."""
     import torch
 
     folder = importlib.util.find_spec("torchvision").submodule_search_locations[0]
     try:
         torch.ops.load_library(os.path.join(folder, "_C.so"))
+        loaded = True
     except (OSError, RuntimeError):
+        loaded = False
         library = torch.library.Library("torchvision", "DEF")
         for op in ("nms", "qnms"):
             library.define(f"{op}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        library.define("roi_align(Tensor input, Tensor rois, float spatial_scale, "
+                       "SymInt pooled_height, SymInt pooled_width, int sampling_ratio, "
+                       "bool aligned) -> Tensor")
+        library.impl("nms", greedy_nms, "CPU")
         torchvision_without_ops.library = library  # registrations live as long as this object
     import torchvision
 
+    if not loaded:
+        from torchvision import extension
+
+        roi_align = importlib.import_module("torchvision.ops.roi_align")  # the module
+
+        torchvision_without_ops.library.impl("roi_align", roi_align._roi_align.__wrapped__, "CPU")
+        extension._has_ops = roi_align._has_ops = ops_defined  # the ops above stand in
     return torchvision
+
+
+def ops_defined() -> bool:
+    """torchvision's `_has_ops` where the ops are defined here (a def: TorchScript compiles it)."""
+    return True
+
+
+def greedy_nms(boxes, scores, iou_threshold: float):
+    """Non-maximum suppression in plain torch: the indices kept, by decreasing score."""
+    import torch
+
+    order = torch.argsort(scores, descending=True)
+    boxes = boxes[order]
+    x1, y1, x2, y2 = boxes.unbind(1)
+    areas = (x2 - x1).clamp(min=0) * (y2 - y1).clamp(min=0)
+    suppressed = torch.zeros(len(order), dtype=torch.bool)
+    keep = []
+    for i in range(len(order)):
+        if suppressed[i]:
+            continue
+        keep.append(i)
+        width = (torch.minimum(x2[i], x2) - torch.maximum(x1[i], x1)).clamp(min=0)
+        height = (torch.minimum(y2[i], y2) - torch.maximum(y1[i], y1)).clamp(min=0)
+        inter = width * height
+        suppressed |= inter / (areas[i] + areas - inter) > iou_threshold
+    return order[torch.tensor(keep, dtype=torch.long)]
 
 
 def example_tensors(spec: ModelSpec) -> tuple:
@@ -248,13 +296,17 @@ def build_torch_model(spec: ModelSpec):
             self.model = model
 
         def forward(self, *tensors):
-            if spec.group != "transformers":
+            if spec.options.get("module") == "detection":
+                out = self.model(list(tensors[0]))
+            elif spec.group != "transformers":
                 out = self.model(*tensors)
             else:
                 feeds = dict(zip(names, tensors, strict=True))
                 if "input_ids" in feeds and "attention_mask" not in feeds:
                     feeds["attention_mask"] = torch.ones_like(feeds["input_ids"])
                 out = self.model(**feeds, return_dict=False)
+            if spec.options.get("module") == "detection":
+                return out[0]["boxes"], out[0]["scores"], out[0]["labels"]
             if isinstance(out, dict):
                 out = next(iter(out.values()))
             return out[0] if isinstance(out, (tuple, list)) else out
@@ -272,15 +324,17 @@ def export_torch(spec: ModelSpec, path: Path) -> str:
     model = build_torch_model(spec).eval()
     args = example_tensors(spec)
     names = [t.name for t in spec.inputs]
+    outputs = ["boxes", "scores", "labels"] if spec.options.get("module") == "detection" else [
+        "output"]
     with torch.no_grad():
         try:
             torch.onnx.export(model, args, str(path), dynamo=False, opset_version=OPSET,
-                              input_names=names, output_names=["output"])
+                              input_names=names, output_names=outputs)
             return "torchscript"
         except Exception as exc:  # the export, not the run, decides: try the other exporter
             print(f"torchscript exporter failed: {first_line(exc)}; trying dynamo", flush=True)
         program = torch.onnx.export(model, args, dynamo=True, opset_version=OPSET,
-                                    input_names=names, output_names=["output"])
+                                    input_names=names, output_names=outputs)
         program.save(str(path))
     return "dynamo"
 

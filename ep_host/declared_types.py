@@ -108,7 +108,7 @@ def _with_types(model: Model, declared: dict[str, tuple[DType, Any]],
             out.CopyFrom(onnx.helper.make_tensor_value_info(out.name, dt.code, shape))
     graph.value_info.extend(onnx.helper.make_tensor_value_info(name, dt.code, shape)
                             for name, (dt, shape) in declared.items())
-    typed = Model(proto, path=model.path, base_dir=model.base_dir)
+    typed = Model(proto, path=model.path, base_dir=model.base_dir, held=model.held)
     typed.label = model.label
     typed.warnings[:0] = [*model.warnings, *warnings]
     return typed

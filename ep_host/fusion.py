@@ -96,14 +96,88 @@ def _clip_bounds(rw: Rewriter, clip: NodeProto) -> list[float] | None:
 SQRT2 = math.sqrt(2.0)
 
 
+TANH_GELU_SCALE = math.sqrt(2.0 / math.pi)
+TANH_GELU_CUBE = 0.044715
+
+
 def gelu_fusion(rw: Rewriter) -> int:
-    """``0.5 * x * (1 + erf(x / sqrt(2)))`` in its exported orders -> ``com.microsoft::Gelu``."""
+    """``0.5 * x * (1 + erf(x / sqrt(2)))`` in its exported orders -> ``com.microsoft::Gelu``;
+    GPT-2's ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3)))`` (the cube as Pow
+    or as two Muls) -> ``com.microsoft::FastGelu``."""
     fused = 0
-    for x, nodes, out in _matches(rw, "Erf", _match_gelu):
-        name = rw.fresh(f"{nodes[-1].name}::Gelu")
-        _fuse(rw, nodes, helper.make_node("Gelu", [x], [out], name=name, domain=MS_DOMAIN))
-        fused += 1
+    for op, matcher, fused_op in (("Erf", _match_gelu, "Gelu"),
+                                  ("Tanh", _match_tanh_gelu, "FastGelu")):
+        for x, nodes, out in _matches(rw, op, matcher):
+            name = rw.fresh(f"{nodes[-1].name}::{fused_op}")
+            _fuse(rw, nodes, helper.make_node(fused_op, [x], [out], name=name, domain=MS_DOMAIN))
+            fused += 1
     return fused
+
+
+def _only_read_by(rw: Rewriter, name: str, reader: NodeProto) -> NodeProto | None:
+    """The producer of ``name`` when ``reader`` is its only consumer, else ``None``."""
+    node = rw.producer.get(name)
+    return node if node is not None and rw.only_consumer(name) is reader else None
+
+
+def _scaled_by(rw: Rewriter, node: NodeProto | None, factor: float) -> str | None:
+    """The other operand of ``node`` when it is a Mul by the scalar ``factor``, else ``None``."""
+    if not is_op(node, "Mul"):
+        return None
+    return next((a for a in node.input
+                 if _close(_scalar(rw, other_input(node, a) or ""), factor)), None)
+
+
+def _cube_of(rw: Rewriter, name: str, reader: NodeProto) -> tuple[str, list[NodeProto]] | None:
+    """``(x, nodes)`` when ``name`` is x ** 3 (a Pow by 3, or x * x * x in either order) read
+    only by ``reader``."""
+    node = _only_read_by(rw, name, reader)
+    if is_op(node, "Pow") and _close(_scalar(rw, node.input[1]), 3.0):
+        return node.input[0], [node]
+    if not is_op(node, "Mul"):
+        return None
+    for square_name in node.input:
+        square = _only_read_by(rw, square_name, node)
+        x = other_input(node, square_name)
+        if is_op(square, "Mul") and list(square.input) == [x, x]:
+            return x, [square, node]
+    return None
+
+
+def _match_tanh_gelu(rw: Rewriter, tanh: NodeProto) -> tuple[str, list[NodeProto], str] | None:
+    scaled = _only_read_by(rw, tanh.input[0], tanh)
+    inner_name = _scaled_by(rw, scaled, TANH_GELU_SCALE)
+    inner = _only_read_by(rw, inner_name or "", scaled)
+    if not is_op(inner, "Add"):
+        return None
+    found = None
+    for term_name in inner.input:
+        term = _only_read_by(rw, term_name, inner)
+        cube_name = _scaled_by(rw, term, TANH_GELU_CUBE)
+        cube = _cube_of(rw, cube_name, term) if cube_name else None
+        if cube is not None and cube[0] == other_input(inner, term_name):
+            found = cube[0], [*cube[1], term]
+    if found is None:
+        return None
+    x, head = found
+    plus = rw.only_consumer(tanh.output[0])
+    if not is_op(plus, "Add") or not _close(
+            _scalar(rw, other_input(plus, tanh.output[0]) or ""), 1.0):
+        return None
+    mul = rw.only_consumer(plus.output[0])
+    if not is_op(mul, "Mul"):
+        return None
+    body = [*head, inner, scaled, tanh, plus, mul]
+    partner = other_input(mul, plus.output[0])
+    if partner == x:  # (x * (1 + tanh)) * 0.5
+        half = rw.only_consumer(mul.output[0])
+        if _scaled_by(rw, half, 0.5) != mul.output[0]:
+            return None
+        return x, [*body, half], half.output[0]
+    half = rw.producer.get(partner or "")
+    if rw.only_consumer(partner or "") is mul and _scaled_by(rw, half, 0.5) == x:
+        return x, [half, *body], mul.output[0]  # (0.5 * x) * (1 + tanh)
+    return None
 
 
 def _match_gelu(rw: Rewriter, erf: NodeProto) -> tuple[str, list[NodeProto], str] | None:

@@ -33,6 +33,7 @@ from ep_host.graph import (
     paused_gc,
     scan_nodes,
 )
+from ep_host.held_weights import SPLIT_MIN_FILE_BYTES, HeldWeights, read_aligned, split_weights
 from ep_host.prepacked import content_identity
 from ep_host.tensors import (
     check_initializer,
@@ -65,6 +66,7 @@ def load_model(
     ``base_dir`` for bytes and protos). Raises :class:`ModelLoadError` naming the file and fault.
     """
     path = None
+    held = None
     if isinstance(model, ModelProto):
         proto = model
     elif isinstance(model, bytes | bytearray | memoryview):
@@ -78,9 +80,13 @@ def load_model(
                 if size > MAX_PROTOBUF_BYTES:
                     raise ModelLoadError(_too_big(path, size))
                 with memory_stage("loading", path):
-                    data = f.read()
+                    data = (read_aligned(f, size) if size >= SPLIT_MIN_FILE_BYTES
+                            else f.read())
         except OSError as exc:
             raise ModelLoadError(f"cannot read model {path!r}: {exc.strerror or exc}") from exc
+        if isinstance(data, np.ndarray):  # big weights stay in this buffer, out of protobuf
+            split = split_weights(data)
+            data, held = split if split is not None else (memoryview(data), None)
         with memory_stage("loading", path, need=PARSED_BYTES_PER_BYTE * len(data)):
             proto = _parse(data, path)
             del data
@@ -97,7 +103,8 @@ def load_model(
             f"{onnx.IR_VERSION}, the newest this onnx {onnx.__version__} supports")
     with paused_gc(), memory_stage("loading", label, len(proto.graph.node)):
         try:
-            return Model(proto, path=path, base_dir=base_dir, infer_shapes=infer_shapes)
+            return Model(proto, path=path, base_dir=base_dir, infer_shapes=infer_shapes,
+                         held=held)
         except (ModelLoadError, ModelValidationError):
             raise
         except (ValueError, TypeError, KeyError, IndexError, AttributeError,
@@ -200,8 +207,12 @@ class Model:
         path: str | None = None,
         base_dir: str | None = None,
         infer_shapes: bool = True,
+        held: HeldWeights | None = None,
     ):
         self.proto = proto
+        # the main graph's big weights when they were kept out of ``proto`` (their initializers
+        # hold empty raw data there): pass it on to a model made from a copy of ``proto``
+        self.held = held
         self.path = path
         self.label = path or "<model bytes>"
         self.base_dir = base_dir if base_dir is not None else (
@@ -306,7 +317,9 @@ class Model:
         sg = src.graph
         initializers = list(sg.initializer)
         external = TensorProto.EXTERNAL
-        small = [t.data_location != external and _small_tensor(t) for t in initializers]
+        held = self.held.spans if self.held is not None else {}
+        small = [t.data_location != external and t.name not in held and _small_tensor(t)
+                 for t in initializers]
         if all(small) and not sg.sparse_initializer:
             return src
         for i, t in enumerate(initializers):  # shape tensors stored outside: read them in
@@ -378,7 +391,11 @@ class Model:
         array = self._constants.get(key)
         if array is None:
             try:
-                array = readonly(tensor_to_array(tensor, self))
+                if (self.held is not None and name in self.held.spans
+                        and len(tensor.raw_data) == 0):
+                    array = readonly(self.held.array(name, tensor.data_type, list(tensor.dims)))
+                else:
+                    array = readonly(tensor_to_array(tensor, self))
             except (ModelLoadError, ModelValidationError):
                 raise
             except Exception as exc:

@@ -20,7 +20,8 @@ provider claims it, the capability walk places those nodes instead, as it does a
 - ``conv_activation_fusion``: a Conv whose output only a Relu, or a Clip with both bounds
   constant, reads becomes one ``com.microsoft::FusedConv`` that applies it to its own output.
 - ``gelu_fusion``: the exact GELU written out as Div/Mul, Erf, Add, Mul, Mul becomes one
-  ``com.microsoft::Gelu``.
+  ``com.microsoft::Gelu``; GPT-2's tanh GELU (Pow or Mul for the cube, Mul, Add, Mul, Tanh,
+  Add, Mul, Mul) one ``com.microsoft::FastGelu``.
 - ``layer_norm_fusion``: LayerNormalization written out (ReduceMean, Sub, Pow or Mul,
   ReduceMean, Add, Sqrt, Div, Mul by a constant scale, optionally Add of a constant bias) over
   the last axis becomes one LayerNormalization (models of ai.onnx opset 17 on).
@@ -164,7 +165,8 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     # inference again only where folding made new constants it may see through (a shape now
     # known); fusions and weight folds keep every type the value_info above states
     infer = model.shapes_inferred and bool(applied.keys() & REINFER_AFTER)
-    out = Model(proto, path=model.path, base_dir=model.base_dir, infer_shapes=infer)
+    out = Model(proto, path=model.path, base_dir=model.base_dir, infer_shapes=infer,
+                held=model.held)
     # the rewritten graph's unknown dims replace the written one's
     kept = [w for w in model.warnings if w != model.unknown_dims_warning]
     out.warnings = [*kept, *out.warnings]

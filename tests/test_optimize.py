@@ -139,6 +139,50 @@ def test_gelu_fusion_makes_one_node_that_computes_the_same(order):
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
 
 
+def tanh_gelu_model(cube, order, *, cube_factor=0.044715):
+    """GPT-2's GELU as its exports write it: 0.5 x (1 + tanh(sqrt(2/pi) (x + c x^3)))."""
+    if cube == "pow":
+        cube_nodes = [helper.make_node("Pow", ["x", "c_three"], ["cube"])]
+    else:
+        cube_nodes = [helper.make_node("Mul", ["x", "x"], ["square"]),
+                      helper.make_node("Mul", ["square", "x"], ["cube"])]
+    body = [*cube_nodes,
+            helper.make_node("Mul", ["cube", "c_cube"], ["term"]),
+            helper.make_node("Add", ["x", "term"], ["inner"]),
+            helper.make_node("Mul", ["c_scale", "inner"], ["scaled"]),
+            helper.make_node("Tanh", ["scaled"], ["t"]),
+            helper.make_node("Add", ["t", "c_one"], ["plus"])]
+    if order == "half_first":
+        body = [helper.make_node("Mul", ["x", "c_half"], ["half"]), *body,
+                helper.make_node("Mul", ["half", "plus"], ["y"])]
+    else:
+        body += [helper.make_node("Mul", ["x", "plus"], ["xp"]),
+                 helper.make_node("Mul", ["xp", "c_half"], ["y"])]
+    inits = [const("c_three", 3.0), const("c_cube", cube_factor), const("c_one", 1.0),
+             const("c_scale", math.sqrt(2 / math.pi)), const("c_half", 0.5)]
+    return make_model(body, [("x", F, [2, 16])], [("y", F, [2, 16])], initializers=inits)
+
+
+@pytest.mark.parametrize("cube", ["pow", "mul"])
+@pytest.mark.parametrize("order", ["half_first", "half_last"])
+def test_tanh_gelu_becomes_one_fast_gelu_that_computes_the_same(cube, order):
+    x = (RNG.standard_normal((2, 16)) * 3).astype(np.float32)
+    model = tanh_gelu_model(cube, order)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations == {"gelu_fusion": 1}
+    assert [n.qualified_op for n in session.placement.table.nodes] == [
+        "com.microsoft::FastGelu"]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-6)
+    ort = onnxruntime.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got[0], ort.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_tanh_gelu_with_another_cube_factor_is_not_fused():
+    model = optimize(load_model(tanh_gelu_model("pow", "half_first", cube_factor=0.05)))
+    assert "gelu_fusion" not in model.optimizations
+
+
 def test_a_fused_node_nobody_claims_runs_as_the_nodes_it_replaced(host):
     class Elementwise(InlineProvider):
         FUNCS = {"Div": np.divide, "Mul": np.multiply, "Add": np.add,

@@ -76,17 +76,19 @@ class ConvWeights:
     (:meth:`spread`, per output shape) and the Winograd weights (:meth:`winograd`). ``plans``
     keeps the node's :class:`ConvPlan` per input shape."""
 
-    __slots__ = ("gemm", "taps", "shape", "_spread", "_winograd", "_per_channel", "_zero_bias",
-                 "plans")
+    __slots__ = ("gemm", "shape", "_tap_count", "_xp", "_taps", "_spread", "_winograd",
+                 "_per_channel", "_zero_bias", "plans")
 
     def __init__(self, xp, w, group):
-        w = w.astype(_conv_work_type(xp, w.dtype))
+        # the constant itself where it already is contiguous in the compute type: no copy
+        w = w.astype(_conv_work_type(xp, w.dtype), copy=False)
         self.shape = w.shape
         m, cg = w.shape[:2]
         taps = math.prod(w.shape[2:])
         self.gemm = xp.ascontiguousarray(w.reshape(group, m // group, cg * taps))
-        self.taps = xp.ascontiguousarray(
-            w.reshape(group, m // group, cg, taps).transpose(3, 0, 1, 2))
+        self._tap_count = taps
+        self._xp = xp
+        self._taps = None
         self._spread = {}
         self._winograd = None
         self._per_channel = None
@@ -102,6 +104,16 @@ class ConvWeights:
         if self._zero_bias is None:
             self._zero_bias = xp.zeros(self.shape[0], dtype=self.gemm.dtype)
         return self._zero_bias
+
+    @property
+    def taps(self):
+        """(taps, group, M/group, C/group), made on first use (only some variants read it)."""
+        if self._taps is None:
+            group, mg, k = self.gemm.shape
+            n = self._tap_count
+            self._taps = self._xp.ascontiguousarray(
+                self.gemm.reshape(group, mg, k // n, n).transpose(3, 0, 1, 2))
+        return self._taps
 
     def per_channel(self, xp):
         """Depthwise weights with one filter per channel as (1, C, 1, taps), kept."""

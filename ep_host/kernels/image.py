@@ -621,7 +621,11 @@ def _roi_align(xp, x, rois, batch_indices, mode, height, width, ratio, scale, ha
                 bins = xp.broadcast_to(xp.arange(at.shape[0]).reshape(-1, 1), idx.shape)
                 xp.add.at(at, (bins, idx), w.astype(work))
             count = max(grid_h * grid_w, 1)
-            out[r] = xp.einsum("hy,cyx,wx->chw", rows, image, cols) / count
+            # only the rows and columns the samples touch: the roi's window of the image
+            y0, y1 = int(min(ys[0].min(), ys[1].min())), int(max(ys[0].max(), ys[1].max())) + 1
+            x0, x1 = int(min(xs[0].min(), xs[1].min())), int(max(xs[0].max(), xs[1].max())) + 1
+            window = xp.matmul(rows[:, y0:y1], image[:, y0:y1, x0:x1])  # (C, height, x1 - x0)
+            out[r] = xp.matmul(window, cols[:, x0:x1].T) / count
         else:  # the largest weighted corner over all samples of each bin
             best = None
             for yi, wy in ((ys[0], ys[2]), (ys[1], ys[3])):
@@ -661,17 +665,73 @@ def _corners(xp, boxes, center_point_box):
     return xp.minimum(y1, y2), xp.minimum(x1, x2), xp.maximum(y1, y2), xp.maximum(x1, x2)
 
 
-def _iou(xp, top, left, bottom, right):
-    """The intersection over union of every pair of boxes (0 where a box has no area)."""
+SMALL_GROUP = 512  # boxes whose pairwise IoU matrix is computed at once
+
+
+def _greedy_keep(xp, corners, order, overlap: float, limit: int) -> list[int]:
+    """The boxes of `order` (best first) that greedy suppression keeps. Boxes whose x ranges
+    do not meet never suppress each other (their IoU is 0, and 0 <= a threshold >= 0), so the
+    boxes split into groups along x (a detector's batched NMS offsets each class apart) and
+    each group is suppressed alone, a small group through its whole IoU matrix at once."""
+    top, left, bottom, right = corners
+    if not overlap >= 0 or order.shape[0] <= 1:
+        return _greedy_keep_rows(xp, corners, order, overlap, limit)
+    by_left = xp.argsort(left[order], kind="stable")
+    reach = xp.maximum.accumulate(right[order][by_left])
+    starts = xp.nonzero(left[order][by_left][1:] >= reach[:-1])[0] + 1
+    groups = xp.split(by_left, starts.tolist())
+    if max(len(g) for g in groups) > SMALL_GROUP:
+        return _greedy_keep_rows(xp, corners, order, overlap, limit)
+    kept_positions: list[int] = []
+    for positions in groups:
+        positions = xp.sort(positions)  # best first within the group
+        if len(positions) == 1:
+            kept_positions.append(int(positions[0]))
+            continue
+        boxes = order[positions]
+        t, le, b, r = top[boxes], left[boxes], bottom[boxes], right[boxes]
+        area = (b - t) * (r - le)
+        h = xp.clip(xp.minimum(b[:, None], b[None]) - xp.maximum(t[:, None], t[None]), 0, None)
+        w = xp.clip(xp.minimum(r[:, None], r[None]) - xp.maximum(le[:, None], le[None]), 0,
+                    None)
+        inter = h * w
+        union = area[:, None] + area[None] - inter
+        ok = (area[:, None] > 0) & (area[None] > 0) & (union > 0)
+        suppresses = ~(xp.where(ok, inter / xp.where(ok, union, 1.0), 0.0) <= overlap)
+        suppressed = xp.zeros(len(positions), dtype=bool)
+        count = 0
+        for i in range(len(positions)):
+            if suppressed[i]:
+                continue
+            kept_positions.append(int(positions[i]))
+            count += 1
+            if count == limit:
+                break
+            suppressed |= suppresses[i]
+    kept_positions.sort()  # back to the order of `order`: best first
+    return [int(order[p]) for p in kept_positions[:limit]]
+
+
+def _greedy_keep_rows(xp, corners, order, overlap: float, limit: int) -> list[int]:
+    """The boxes of `order` (best first) that greedy suppression keeps: each box in turn, unless
+    a box kept before it overlaps it with an intersection over union above `overlap` (a box with
+    no area overlaps nothing). Works on one kept box against the remaining candidates at a time,
+    so memory stays linear in the boxes (a pairwise matrix of 27,000 boxes is 5.8 GB)."""
+    top, left, bottom, right = corners
     area = (bottom - top) * (right - left)
-    h = xp.clip(xp.minimum(bottom[:, None], bottom[None]) - xp.maximum(top[:, None], top[None]),
-                0, None)
-    w = xp.clip(xp.minimum(right[:, None], right[None]) - xp.maximum(left[:, None], left[None]),
-                0, None)
-    inter = h * w
-    union = area[:, None] + area[None] - inter
-    ok = (area[:, None] > 0) & (area[None] > 0) & (union > 0)
-    return xp.where(ok, inter / xp.where(ok, union, 1.0), 0.0)
+    alive = order
+    kept: list[int] = []
+    while alive.shape[0] and len(kept) < limit:
+        i, rest = int(alive[0]), alive[1:]
+        kept.append(i)
+        h = xp.clip(xp.minimum(bottom[i], bottom[rest]) - xp.maximum(top[i], top[rest]), 0, None)
+        w = xp.clip(xp.minimum(right[i], right[rest]) - xp.maximum(left[i], left[rest]), 0, None)
+        inter = h * w
+        union = area[i] + area[rest] - inter
+        ok = (area[i] > 0) & (area[rest] > 0) & (union > 0)
+        iou = xp.where(ok, inter / xp.where(ok, union, 1.0), 0.0)
+        alive = rest[iou <= overlap]
+    return kept
 
 
 @kernel("NonMaxSuppression", 10, 11, dtypes={"float32"}, host_inputs=(2, 3, 4))
@@ -682,18 +742,13 @@ def non_max_suppression(xp, boxes, scores, max_output_boxes_per_class=None, iou_
     least = None if score_threshold is None else float(score_threshold.reshape(-1)[0])
     selected = []
     for b in range(boxes.shape[0] if limit > 0 else 0):
-        iou = _iou(xp, *_corners(xp, boxes[b], center_point_box)).tolist()
+        corners = _corners(xp, boxes[b], center_point_box)
         for c in range(scores.shape[1]):
-            s = scores[b, c].tolist()
-            order = sorted(range(len(s)), key=lambda i: (-s[i], i))  # ties: the first box
-            kept = []
-            for i in order:
-                if least is not None and s[i] < least:
-                    break  # scores below the threshold are removed
-                if all(iou[i][j] <= overlap for j in kept):
-                    kept.append(i)
-                    if len(kept) == limit:
-                        break
+            s = scores[b, c]
+            order = xp.argsort(-s, kind="stable")  # best first; ties: the first box
+            if least is not None:
+                order = order[~(s[order] < least)]  # scores below the threshold are removed
+            kept = _greedy_keep(xp, corners, order, overlap, limit)
             selected.extend([b, c, i] for i in kept)
     return xp.asarray(selected, dtype=xp.int64).reshape(len(selected), 3)
 

@@ -3,6 +3,8 @@ NonMaxSuppression, MaxUnpool, Col2Im, CenterCropPad, DepthToSpace and SpaceToDep
 
 from __future__ import annotations
 
+import tracemalloc
+
 import numpy as np
 import onnx
 import pytest
@@ -214,6 +216,18 @@ def test_roi_align_matches_onnxruntime(rng, opset, transform, mode, ratio):
                 spatial_scale=0.8, **extra)
 
 
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_roi_align_of_many_small_rois_on_a_big_map_matches_onnxruntime(rng, mode):
+    """Each roi reads only its window of the map; rois inside, across the edge and outside."""
+    x = rng.standard_normal((2, 8, 40, 50)).astype(np.float32)
+    corner = rng.uniform(-5, 48, (64, 2))
+    rois = np.concatenate([corner, corner + rng.uniform(0.5, 15, (64, 2))], axis=1)
+    batches = rng.integers(0, 2, 64).astype(np.int64)
+    matches_ort("RoiAlign", {"x": x, "rois": rois.astype(np.float32)}, {"b": batches},
+                opset=16, mode=mode, output_height=7, output_width=7, sampling_ratio=0,
+                spatial_scale=0.9, coordinate_transformation_mode="half_pixel")
+
+
 @pytest.mark.parametrize("center_point_box", [0, 1])
 @pytest.mark.parametrize("iou, least", [(0.3, 0.2), (0.6, None), (0.0, None)])
 def test_non_max_suppression_matches_onnxruntime(rng, center_point_box, iou, least):
@@ -224,6 +238,56 @@ def test_non_max_suppression_matches_onnxruntime(rng, center_point_box, iou, lea
         consts["least"] = floats(least)
     matches_ort("NonMaxSuppression", {"boxes": boxes, "scores": scores}, consts, opset=11,
                 out_type=TensorProto.INT64, center_point_box=center_point_box)
+
+
+def test_non_max_suppression_of_many_overlapping_boxes_matches_onnxruntime(rng):
+    corner = rng.uniform(0, 100, (1, 1500, 2)).astype(np.float32)
+    size = rng.uniform(5, 20, (1, 1500, 2)).astype(np.float32)
+    boxes = np.concatenate([corner, corner + size], axis=2)
+    scores = rng.uniform(0, 1, (1, 2, 1500)).astype(np.float32)
+    matches_ort("NonMaxSuppression", {"boxes": boxes, "scores": scores},
+                {"m": ints(2**62), "iou": floats(0.4), "least": floats(0.1)}, opset=11,
+                out_type=TensorProto.INT64)
+
+
+@pytest.mark.parametrize("iou, least", [(0.5, None), (0.0, 0.2), (0.9, 0.6)])
+def test_non_max_suppression_of_boxes_grouped_apart_matches_onnxruntime(rng, iou, least):
+    """torchvision's batched NMS offsets each class's boxes apart along x and y: 60 groups of
+    200 boxes, with some boxes touching the next group's edge."""
+    groups, per = 60, 200
+    corner = rng.uniform(0, 80, (groups, per, 2))
+    size = rng.uniform(2, 30, (groups, per, 2))
+    corner[:, :5] = 100 - size[:, :5]  # right/bottom edges exactly on the group's border
+    offset = (np.arange(groups) * 100.0)[:, None, None]
+    boxes = np.concatenate([corner + offset, corner + size + offset], axis=2)
+    boxes = boxes.reshape(1, groups * per, 4).astype(np.float32)
+    scores = rng.uniform(0, 1, (1, 1, groups * per)).astype(np.float32)
+    scores[0, 0, ::7] = 0.5  # ties
+    consts = {"m": ints(2**62), "iou": floats(iou)}
+    if least is not None:
+        consts["least"] = floats(least)
+    matches_ort("NonMaxSuppression", {"boxes": boxes, "scores": scores}, consts, opset=11,
+                out_type=TensorProto.INT64)
+
+
+def test_non_max_suppression_memory_stays_linear_in_the_boxes():
+    """SSD-lite's export suppresses 27,000 boxes in one call: a pairwise IoU matrix of them is
+    5.8 GB. Here 4,000 disjoint boxes (every one kept, the most work) stay within a few MB."""
+    from ep_host.kernels.image import non_max_suppression
+
+    n = 4000
+    corner = np.arange(n, dtype=np.float32) * 2
+    boxes = np.stack([corner, corner, corner + 1, corner + 1], axis=1)[None]
+    scores = np.linspace(1, 0, n, dtype=np.float32)[None, None]
+    tracemalloc.start()
+    try:
+        selected = non_max_suppression(np, boxes, scores, ints(n), floats(0.5), None,
+                                       center_point_box=0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert selected[:, 2].tolist() == list(range(n))
+    assert peak < 4 * 2**20, f"peak {peak / 2**20:.1f} MB for {n} boxes"
 
 
 def test_non_max_suppression_keeps_a_score_equal_to_the_threshold():

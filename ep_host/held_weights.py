@@ -1,0 +1,192 @@
+"""Weights kept out of the parsed protobuf: a model file's big float initializers stay in one
+aligned buffer read from the file, and their arrays are views of it, so the weights are held
+once (protobuf would hold them a second time, in a block freed only with the whole model).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+HOLD_MIN_BYTES = 64 * 1024  # smaller initializers stay in the protobuf
+SPLIT_MIN_FILE_BYTES = 16 * 2**20  # smaller files are parsed as they are
+# ONNX data type code -> numpy dtype, for the types whose raw data numpy reads as it lies
+HELD_TYPES = {1: np.dtype("<f4"), 10: np.dtype("<f2"), 11: np.dtype("<f8")}
+ALIGN = 64
+
+# protobuf field numbers: ModelProto.graph, GraphProto.initializer, and TensorProto's fields
+MODEL_GRAPH, GRAPH_INITIALIZER = 7, 5
+TENSOR_DATA_TYPE, TENSOR_SEGMENT, TENSOR_NAME, TENSOR_RAW_DATA = 2, 3, 8, 9
+TENSOR_EXTERNAL_DATA, TENSOR_DATA_LOCATION = 13, 14
+EMPTY_RAW_DATA = bytes([TENSOR_RAW_DATA << 3 | 2, 0])  # the field present, holding b""
+
+
+@dataclass
+class HeldWeights:
+    """The buffer and, per main-graph initializer kept in it, its (offset, byte length)."""
+
+    buffer: np.ndarray
+    spans: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def array(self, name: str, data_type: int, dims: list[int]) -> np.ndarray:
+        """The initializer's data: a view of the buffer, of its dtype and shape."""
+        offset, length = self.spans[name]
+        dtype = HELD_TYPES[data_type]
+        count = 1
+        for d in dims:
+            count *= d
+        if count * dtype.itemsize != length:
+            raise ValueError(f"tensor {name!r} of shape {list(dims)} needs "
+                             f"{count * dtype.itemsize} bytes of raw data, it holds {length}")
+        return np.frombuffer(self.buffer, dtype, count, offset).reshape(dims)
+
+
+class _Unexpected(Exception):
+    """A wire-format feature the split does not handle: the file is parsed as it is."""
+
+
+def _varint(data: memoryview, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise _Unexpected
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+
+
+def _fields(data: memoryview, start: int, end: int) -> Iterator[tuple[int, int, int, int, int]]:
+    """(field number, wire type, field start, value start, value end) of each field."""
+    pos = start
+    while pos < end:
+        first = pos
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, after = _varint(data, pos)
+        elif wire == 1:
+            after = pos + 8
+        elif wire == 5:
+            after = pos + 4
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            after = pos + length
+        else:
+            raise _Unexpected  # groups: not in ONNX's messages
+        if after > end:
+            raise _Unexpected
+        yield number, wire, first, pos, after
+        pos = after
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _length_delimited(number: int, parts: list) -> list:
+    size = sum(len(p) for p in parts)
+    return [_encode_varint(number << 3 | 2), _encode_varint(size), *parts]
+
+
+def _split_tensor(data: memoryview, start: int,
+                  end: int) -> tuple[str, int, int, int] | None:
+    """(name, raw data field start, raw data start, raw data end) when the tensor's data can be
+    held outside."""
+    name, data_type, raw, count_raw = None, 1, None, 0
+    for number, wire, first, value_start, value_end in _fields(data, start, end):
+        if number in (TENSOR_SEGMENT, TENSOR_EXTERNAL_DATA, TENSOR_DATA_LOCATION):
+            return None
+        if number == TENSOR_DATA_TYPE and wire == 0:
+            data_type = _varint(data, value_start)[0]
+        elif number == TENSOR_NAME and wire == 2:
+            name = bytes(data[value_start:value_end]).decode("utf-8", "replace")
+        elif number == TENSOR_RAW_DATA and wire == 2:
+            raw, count_raw = (first, value_start, value_end), count_raw + 1
+    if (name is None or raw is None or count_raw != 1 or data_type not in HELD_TYPES
+            or raw[2] - raw[1] < HOLD_MIN_BYTES):
+        return None
+    return name, *raw
+
+
+def split_weights(buffer: np.ndarray) -> tuple[bytes, HeldWeights] | None:
+    """The serialized model in ``buffer`` (a uint8 array of the file) without the raw data of
+    its big float main-graph initializers (each left as an empty ``raw_data``), and those data
+    moved to aligned offsets in ``buffer``; ``None`` when the model has none (or a wire layout
+    this does not follow), to be parsed as it is."""
+    if sys.byteorder != "little":
+        return None
+    data = memoryview(buffer).cast("B")
+    try:
+        graphs = [f for f in _fields(data, 0, len(data)) if f[0] == MODEL_GRAPH]
+        if len(graphs) != 1 or graphs[0][1] != 2:
+            return None
+        _, _, graph_field, graph_start, graph_end = graphs[0]
+        graph_parts: list = []
+        moves: list[tuple[str, int, int]] = []
+        for number, wire, first, value_start, value_end in _fields(data, graph_start,
+                                                                    graph_end):
+            found = (_split_tensor(data, value_start, value_end)
+                     if number == GRAPH_INITIALIZER and wire == 2 else None)
+            if found is None or any(m[0] == found[0] for m in moves):
+                graph_parts.append(data[first:value_end])
+                continue
+            name, raw_field, raw_start, raw_end = found
+            moves.append((name, raw_start, raw_end))
+            graph_parts += _length_delimited(GRAPH_INITIALIZER, [
+                data[value_start:raw_field], EMPTY_RAW_DATA, data[raw_end:value_end]])
+    except _Unexpected:
+        return None
+    if not moves:
+        return None
+    model_parts = [data[:graph_field], *_length_delimited(MODEL_GRAPH, graph_parts),
+                   data[graph_end:]]
+    small = b"".join(bytes(p) if isinstance(p, memoryview) else p for p in model_parts)
+    held = HeldWeights(buffer)
+    end = 0
+    for name, raw_start, raw_end in moves:  # left to right: each lands at or before its bytes
+        offset = -(-end // ALIGN) * ALIGN
+        if offset > raw_start:
+            offset = -(-end // 8) * 8
+        length = raw_end - raw_start
+        _move_left(buffer, raw_start, offset, length)
+        held.spans[name] = (offset, length)
+        end = offset + length
+    # Between one initializer's raw data and the next's lie at least 8 bytes (the next's tag and
+    # length in the graph, the raw data's tag and length), so rounding the previous end up to 8
+    # never passes the next raw data's start, and no bytes yet to move are written over.
+    return small, held
+
+
+def _move_left(buffer: np.ndarray, source: int, target: int, length: int,
+               chunk: int = 2**20) -> None:
+    """Copy ``length`` bytes from ``source`` down to ``target`` (<= source) in chunks, so an
+    overlap costs a temporary of one chunk, not of the whole tensor."""
+    if target == source:
+        return
+    for done in range(0, length, chunk):
+        n = min(chunk, length - done)
+        buffer[target + done:target + done + n] = buffer[source + done:source + done + n]
+
+
+def read_aligned(f, size: int) -> np.ndarray:
+    """The open file's ``size`` bytes in a fresh, aligned uint8 array."""
+    buffer = np.empty(size, np.uint8)
+    view = memoryview(buffer)
+    got = 0
+    while got < size:
+        n = f.readinto(view[got:])
+        if not n:
+            break
+        got += n
+    return buffer[:got]
