@@ -46,12 +46,13 @@ if TYPE_CHECKING:
         IOBinding,
         ModelMetadata,
         OrtValue,
+        RunOptions,
         SessionOptions,
         get_all_providers,
         get_available_providers,
         get_device,
     )
-    from ep_host.session import InferenceSession, NodeArg, RunOptions
+    from ep_host.session import InferenceSession, NodeArg
     from ep_host.stored import AnswerStore, CacheDirStores
     from ep_host.subgraph import PartitionView, node_model
 
@@ -59,7 +60,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "InferenceSession": "ep_host.session",
-    "RunOptions": "ep_host.session",
+    "RunOptions": "ep_host.ort_api",
     "NodeArg": "ep_host.session",
     # onnxruntime's API beside the session, so that `import ep_host as ort` runs its code
     "SessionOptions": "ep_host.ort_api",

@@ -117,42 +117,6 @@ def run_timeout_from_env() -> float | None:
     return value or None
 
 
-class RunOptions:
-    """onnxruntime's ``RunOptions``: set ``terminate = True``, from any thread, to cancel the
-    runs given these options; each stops before its next step (and a Loop or Scan before its
-    body's next step) with :class:`RunCancelledError`.
-
-    ``timeout_s``: abandon the run with :class:`RunCancelledError` when it has not finished
-    after this many seconds (default: ``EP_HOST_RUN_TIMEOUT``, else none). The run then goes on
-    a worker thread that the caller stops waiting for; Python cannot interrupt a step that is
-    running, so a kernel stuck in C code (a BLAS call, a runtime it wraps) or in a loop that
-    never returns keeps its thread and CPU until it does, and the abandoned run stops at its next
-    step. A kernel that is not thread-safe holds its lock that long, so later runs wait for it
-    (give them a timeout too).
-
-    Accepted, changing no result: ``log_severity_level``, ``log_verbosity_level``, ``logid``,
-    ``run_tag``, ``only_execute_path_to_fetches`` and run config entries.
-    """
-
-    def __init__(self) -> None:
-        self.terminate = False
-        self.run_tag = ""
-        self.logid = ""
-        self.log_severity_level = 2
-        self.log_verbosity_level = 0
-        self.only_execute_path_to_fetches = False
-        self.timeout_s: float | None = None
-        self._config: dict[str, str] = {}
-
-    def add_run_config_entry(self, key: str, value: str) -> None:
-        self._config[str(key)] = str(value)
-
-    def get_run_config_entry(self, key: str) -> str:
-        if key not in self._config:
-            raise InputError(f"RunOptions has no configuration entry {key!r}")
-        return self._config[key]
-
-
 class CompiledGraph:
     """A control-flow body compiled with the session's providers: ``run(inputs, scope)``."""
 

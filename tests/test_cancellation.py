@@ -12,7 +12,7 @@ from onnx import TensorProto, helper
 
 from ep_host import FunctionKernel, InferenceSession, KernelError, hookimpl
 from ep_host.errors import InputError, RunCancelledError
-from ep_host.session import RunOptions
+from ep_host.ort_api import RunOptions
 
 HANG_GUARD_S = 60  # a run that is not cancelled would go on for hours: fail instead of hanging
 

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ep_host import FunctionKernel, InferenceSession, hookimpl
 from ep_host.errors import HostError, ResourceLimitError, RunCancelledError
-from ep_host.session import RunOptions
+from ep_host.ort_api import RunOptions
 
 
 def _cpu(model, **kwargs):
