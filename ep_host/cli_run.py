@@ -101,6 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ep_host.tracing import Tracer
 
     model, host = load_model_and_host(args)  # the session places the model itself, once
+    printed = set(model.warnings)
     tracer = (Tracer(Tracer.FULL if args.trace_bodies else 1,
                      process_name=f"ep-host: {trace_process_label(model)}")
               if (args.trace or args.per_op) else None)
@@ -129,6 +130,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                              f"{view.name}=FILE.npy, --random-inputs or --dummy-inputs")
         feeds[view.name] = _generated_input(view, rng, args.dummy_inputs)
     outputs = session.run(None, feeds)
+    for warning in session.model.warnings:  # kernels that moved, providers lost in the run
+        if warning not in printed:
+            say(f"warning: {warning}")
     names = [o.name for o in session.get_outputs()]
     out = Output()
     rows = []
