@@ -133,6 +133,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     for warning in session.model.warnings:  # kernels that moved, providers lost in the run
         if warning not in printed:
             say(f"warning: {warning}")
+    for record in host.records.values():  # isolated providers lost before any kernel ran
+        lost = getattr(record.remote, "lost", None)
+        if lost is not None and not any(str(lost) in w for w in session.model.warnings):
+            say(f"warning: {lost}; its nodes were placed on other providers")
     names = [o.name for o in session.get_outputs()]
     out = Output()
     rows = []

@@ -222,11 +222,11 @@ class Host:
                           module: str | None = None) -> ProviderRecord:
         """Provider ``name`` in a worker process (from its entry point, or ``module``:
         ``"package.module"`` or ``"package.module:attribute"``), registered as ``record``."""
-        from ep_host.remote import start_worker
+        from ep_host.remote import start_worker, worker_timeout
 
         record.name = name
         proxy, described = start_worker(name, module=module, strict=self.strict,
-                                        timeout=self.hook_timeout)
+                                        timeout=worker_timeout(self.hook_timeout))
         if proxy is None:
             record.distribution = record.distribution or described.get("distribution")
             record.entry_point = record.entry_point or described.get("entry_point")

@@ -37,6 +37,19 @@ POLL_S = 0.02  # how often a wait for a worker looks at its progress
 UNISOLATED_DISTRIBUTIONS = ("ep-host-cpu",)  # ep-host's own CPU EP: in process unless named
 
 
+def worker_timeout(default: float | None) -> float | None:
+    """``EP_HOST_WORKER_TIMEOUT``: seconds a plugin call in a worker may go without progress
+    before the worker is stopped (``0``: no limit); else ``default`` (the hook time limit)."""
+    raw = os.environ.get("EP_HOST_WORKER_TIMEOUT", "").strip()
+    try:
+        value = float(raw) if raw else None
+    except ValueError:
+        value = None
+    if value is None or value != value:
+        return default
+    return value if value > 0 else None
+
+
 def ray_module() -> Any:
     """``ray``, imported now; a :class:`HostError` saying how to install it when it is not."""
     try:
@@ -57,7 +70,22 @@ def start_ray() -> Any:
             ray.init(**quiet)
         else:
             ray.init(num_cpus=min(WORKER_CPUS, os.cpu_count() or 1), **quiet)
+        _stop_error_printer(ray)
     return ray
+
+
+def _stop_error_printer(ray: Any) -> None:
+    """Stop the thread with which a Ray driver prints the cluster's error messages to stdout
+    ("A worker died..."): a worker's death is reported as its provider's fault instead, and
+    stdout carries the command's output (JSON). Only the Ray that ep-host started is quieted."""
+    try:
+        worker = ray._private.worker.global_worker
+        worker.threads_stopped.set()  # with log_to_driver off, the error printer alone reads it
+        worker.gcs_error_subscriber.close()
+        worker.listener_thread.join(5)
+        worker.threads_stopped.clear()
+    except AttributeError:  # another Ray version: its messages are printed
+        return
 
 
 # ---------------------------------------------------------------------------------------------
@@ -418,7 +446,7 @@ class RemoteProvider:
                 where = self._where(hook, subject)
                 ray.kill(self.actor, no_restart=True)
                 raise self._lose(hook, f"did not answer within {self.timeout:g} s in {where} "
-                                       "(EP_HOST_HOOK_TIMEOUT); its worker was stopped")
+                                       "(EP_HOST_WORKER_TIMEOUT); its worker was stopped")
         try:
             return ray.get(ref)
         except ray.exceptions.RayActorError:
