@@ -10,16 +10,18 @@ hook (and node) it died in, and the host goes on. Ray is imported only here, on 
 
 from __future__ import annotations
 
+import atexit
 import faulthandler
 import importlib
 import logging
 import os
 import pickle
+import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -120,6 +122,16 @@ def _described(value: Any) -> tuple[tuple[int, ...] | None, Any]:
     return None, None
 
 
+def _node_id() -> str | None:
+    """The Ray node this process runs on (in a worker)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # not in a Ray worker
+        return None
+
+
 # ---------------------------------------------------------------------------------------------
 # The worker: one provider in its own process
 # ---------------------------------------------------------------------------------------------
@@ -209,7 +221,8 @@ class ProviderWorker:
             fields["device"] = (info.device.name, info.device.kind)
         return {"status": record.status, "fault": record.fault, "info": fields,
                 "distribution": record.distribution, "version": record.version,
-                "entry_point": record.entry_point, "hooks": record.hooks, "pid": os.getpid()}
+                "entry_point": record.entry_point, "hooks": record.hooks, "pid": os.getpid(),
+                "node_id": _node_id()}
 
     def ping(self, value: Any = None) -> Any:
         return None if value is None else getattr(value, "nbytes", 0)
@@ -289,8 +302,8 @@ class ProviderWorker:
         return None
 
     def run(self, kid: int, count: int, node: str, *inputs: Any) -> tuple[Any, ...]:
-        """``(status, output 0, ...)``: status lists each output's (shape, dtype), or is the
-        exception the kernel raised."""
+        """``(status, output 0, ...)``: status lists each output's (shape, dtype) (``None`` for
+        an output the kernel omitted), or is the exception the kernel raised."""
         device = self.record.info.device
         marker = plugin_calls.marker
         try:
@@ -306,7 +319,7 @@ class ProviderWorker:
             outs = [np.asarray(o) if isinstance(o, np.generic) else o for o in outs]
         except BaseException as exc:
             return (_sendable(exc), *([None] * count))
-        status = [_described(o) for o in outs]
+        status = [None if o is None else _described(o) for o in outs]
         outs = (outs + [None] * count)[:count]
         return (status, *outs)
 
@@ -379,26 +392,25 @@ class RemoteKernel(Kernel):
         status = proxy.wait(refs[0], "run", self.subject)
         if isinstance(status, BaseException):
             raise status
-        return [None if shape is None and dtype is None and ref is None else
-                RemoteArray(ref, shape, dtype)
-                for ref, (shape, dtype) in zip(refs[1:], status, strict=False)]
+        return [None if described is None else RemoteArray(ref, *described)
+                for ref, described in zip(refs[1:], status, strict=False)]
 
     def __del__(self) -> None:
+        proxy = self.proxy
         try:
-            if self.proxy.lost is None:
-                self.proxy.actor.release.remote([self.kid])
-        except Exception:  # Ray already shut down: nothing to release
-            pass
+            if proxy.lost is None and proxy.ray.is_initialized():  # else: nothing to release
+                proxy.actor.release.remote([self.kid])
+        except Exception:  # the worker or Ray going away meanwhile
+            return
 
 
 class RemoteProvider:
     """The host's proxy of one provider in a worker: registered with the host as that
     provider, it answers the hooks by calls to the worker."""
 
-    def __init__(self, ray: Any, actor: Any, name: str, described: dict[str, Any],
-                 timeout: float | None, marker_path: str | None, fault_path: str | None):
+    def __init__(self, ray: Any, actor: Any, name: str, timeout: float | None,
+                 marker_path: str | None, fault_path: str | None):
         self.ray, self.actor, self.name = ray, actor, name
-        self.described = described
         self.timeout = timeout
         self.marker = (plugin_calls.HookMarker(marker_path)
                        if marker_path and os.path.exists(marker_path) else None)
@@ -406,21 +418,25 @@ class RemoteProvider:
         self.lost: ProviderLostError | None = None
         self.record: Any = None  # the host's record of this provider, set on registration
         self.graphs: dict[int, tuple[str, Any]] = {}  # id(graph) -> (key, graph) sent
-        self.info = self._host_info()
+        self.info: ProviderInfo | None = None
+        self.call_us = 0.0  # what one call into the worker costs, charged per kernel call
 
-    def _host_info(self) -> ProviderInfo | None:
-        fields = self.described.get("info")
-        if fields is None:
-            return None
+    def connect(self, described: dict[str, Any]) -> None:
+        """Take the worker's description: its provider's info, with a device of the worker's
+        own whose copies and calls are priced from the link as measured."""
+        fields = dict(described["info"])
         device_name, _ = fields.pop("device")
-        link = measure_link(self.ray, self.actor, "local")
+        link = measure_link(self.ray, self.actor, described.get("node_id") or "local")
+        self.call_us = link.latency_us
+        if "ep_host_compile_partition" in described["hooks"]:  # a call per partition
+            fields["partition_launch_us"] += link.latency_us
         ray = self.ray
         device = Device(name=f"{device_name}@{self.name}-worker", kind="worker",
                         link_gbps=link.gbps, link_latency_us=link.latency_us,
                         to_host=lambda a: ray.get(a.ref),
                         from_host=lambda a: RemoteArray(ray.put(a), *_described(a)),
                         array_type=RemoteArray)
-        return ProviderInfo(device=device, **fields)
+        self.info = ProviderInfo(device=device, **fields)
 
     # -- waiting for the worker ---------------------------------------------------------------
 
@@ -517,8 +533,16 @@ class RemoteProvider:
             if isinstance(answers, BaseException):
                 raise answers
             for i, answer in zip(indices, answers, strict=True):
-                out[i] = check_answer(answer, nodes[i])
+                out[i] = self._priced(check_answer(answer, nodes[i]))
         return out  # type: ignore[return-value]
+
+    def _priced(self, answer: KernelMatch) -> KernelMatch:
+        """A claim with the call into the worker added to its launch (a provider that
+        compiles pays it per partition instead: ``partition_launch_us``)."""
+        if not answer.is_supported or isinstance(self, CompilingRemoteProvider):
+            return answer
+        cost = answer.cost
+        return replace(answer, cost=cost.with_launch_us(cost.launch_us + self.call_us))
 
     @hookimpl
     def ep_host_provider_info(self) -> ProviderInfo | None:
@@ -598,6 +622,7 @@ def start_worker(name: str, *, module: str | None = None, strict: bool = False,
     says why)."""
     ray = start_ray()
     folder = tempfile.mkdtemp(prefix=f"ep-host-{name}-")
+    atexit.register(shutil.rmtree, folder, True)
     marker_path = os.path.join(folder, "marker")
     with open(marker_path, "wb") as f:
         f.write(b"\0" * plugin_calls.MARKER_BYTES)
@@ -608,12 +633,9 @@ def start_worker(name: str, *, module: str | None = None, strict: bool = False,
     actor_class = _actor_class(ray)
     actor = actor_class.options(num_cpus=0, max_restarts=0,
                                 name=None).remote(spec)
-    probe = RemoteProvider.__new__(RemoteProvider)
-    probe.ray, probe.actor, probe.name, probe.timeout = ray, actor, name, timeout
-    probe.marker = plugin_calls.HookMarker(marker_path)
-    probe.fault_path, probe.lost, probe.record = fault_path, None, None
+    where = (ray, actor, name, timeout, marker_path, fault_path)
     try:
-        described = probe.wait(actor.describe.remote(), "import")
+        described = RemoteProvider(*where).wait(actor.describe.remote(), "import")
     except ProviderLostError as lost:
         return None, {"status": "failed", "fault": str(lost).split(": ", 1)[1]}
     if described["status"] == "failed" or described.get("info") is None:
@@ -621,7 +643,9 @@ def start_worker(name: str, *, module: str | None = None, strict: bool = False,
         return None, described
     kind = (CompilingRemoteProvider if "ep_host_compile_partition" in described["hooks"]
             else RemoteProvider)
-    return kind(ray, actor, name, described, timeout, marker_path, fault_path), described
+    proxy = kind(*where)
+    proxy.connect(described)
+    return proxy, described
 
 
 _actor_classes: dict[int, Any] = {}

@@ -159,9 +159,12 @@ def test_an_isolated_provider_answers_and_runs_like_the_same_provider_in_process
     by_node = {n.name: n.provider for n in isolated.placement.nodes}
     assert by_node == {n.name: n.provider for n in inside.placement.nodes} == {
         "add": "cpu", "relu": "fine"}
-    for node in ("add", "relu"):
-        assert (isolated.placement.table.answers[node]["fine"]
-                == inside.placement.table.answers[node]["fine"])
+    answers = isolated.placement.table.answers
+    assert answers["add"]["fine"] == inside.placement.table.answers["add"]["fine"]  # decline
+    claim = inside.placement.table.answers["relu"]["fine"]
+    # the same claim, with the call into the worker charged as a launch
+    assert answers["relu"]["fine"].cost == claim.cost.with_launch_us(
+        claim.cost.launch_us + record.info.device.link_latency_us)
     for got, want in zip(isolated.run(None, feeds()), in_process_outputs(), strict=True):
         np.testing.assert_array_equal(got, want)
 
