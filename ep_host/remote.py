@@ -374,6 +374,7 @@ class RemoteKernel(Kernel):
 
     def __init__(self, proxy: RemoteProvider, kid: int, count: int, subject: str):
         self.proxy, self.kid, self.count, self.subject = proxy, kid, count, subject
+        self.method = proxy.actor.run.options(num_returns=count + 1)
 
     def prepare(self, constants: Mapping[int, Any]) -> None:
         refs = {i: v.ref if isinstance(v, RemoteArray) else v for i, v in constants.items()}
@@ -385,8 +386,7 @@ class RemoteKernel(Kernel):
     def run(self, *inputs: Any) -> Sequence[Any]:
         proxy = self.proxy
         args = [x.ref if isinstance(x, RemoteArray) else x for x in inputs]
-        refs = proxy.actor.run.options(num_returns=self.count + 1).remote(
-            self.kid, self.count, self.subject, *args)
+        refs = self.method.remote(self.kid, self.count, self.subject, *args)
         if self.count == 0:
             refs = [refs]
         status = proxy.wait(refs[0], "run", self.subject)
@@ -451,10 +451,16 @@ class RemoteProvider:
         ray = self.ray
         last = self.marker.read() if self.marker is not None else ()
         since = time.monotonic()
+        timeout = POLL_S if self.timeout else None
         while True:
-            ready, _ = ray.wait([ref], timeout=POLL_S if self.timeout else None)
-            if ready:
-                break
+            try:
+                return ray.get(ref, timeout=timeout)
+            except ray.exceptions.GetTimeoutError:
+                pass
+            except ray.exceptions.RayActorError:
+                lost = self._lose(hook, f"its worker process died in "
+                                        f"{self._where(hook, subject)}{self._how()}")
+                raise lost from None
             now = self.marker.read() if self.marker is not None else ()
             if now != last or now is None:  # progress, or the worker's own code (not plugin's)
                 last, since = now, time.monotonic()
@@ -463,12 +469,6 @@ class RemoteProvider:
                 ray.kill(self.actor, no_restart=True)
                 raise self._lose(hook, f"did not answer within {self.timeout:g} s in {where} "
                                        "(EP_HOST_WORKER_TIMEOUT); its worker was stopped")
-        try:
-            return ray.get(ref)
-        except ray.exceptions.RayActorError:
-            lost = self._lose(hook, f"its worker process died in {self._where(hook, subject)}"
-                                    f"{self._how()}")
-        raise lost from None
 
     def _where(self, hook: str, subject: str) -> str:
         running = self.marker.read() if self.marker is not None else None
