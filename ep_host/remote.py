@@ -474,7 +474,8 @@ class RemoteProvider:
         running = self.marker.read() if self.marker is not None else None
         if running is not None and running[1]:
             hook, subject = running[1], running[2] or subject
-        return f"hook {hook}" + (f" (node {subject!r})" if subject else "")
+        what = "partition" if hook == "compile_partition" else "node"
+        return f"hook {hook}" + (f" ({what} {subject!r})" if subject else "")
 
     def _how(self) -> str:
         try:

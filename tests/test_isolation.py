@@ -226,3 +226,53 @@ def test_neither_import_ep_host_nor_help_imports_ray():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=120)
     assert result.stdout.strip() == "False", result.stderr
+
+
+COMPILER = """
+import os
+import numpy as np
+from ep_host import Cost, FunctionKernel, KernelMatch, ProviderInfo, hookimpl
+
+@hookimpl
+def ep_host_provider_info():
+    return ProviderInfo(name={name!r})
+
+@hookimpl
+def ep_host_supports_op(node, context):
+    return KernelMatch.supported(Cost(compute_us=0.001))
+
+@hookimpl
+def ep_host_create_kernel(node, context):
+    fn = {{"Add": np.add, "Relu": lambda x: np.maximum(x, 0)}}[node.op_type]
+    return FunctionKernel(fn)
+
+@hookimpl
+def ep_host_compile_partition(partition, context):
+    {fault}
+    names = [n.op_type for n in partition.nodes]
+    assert names == ["Add", "Relu"], names
+    return FunctionKernel(lambda x, y: np.maximum(x + y, 0))
+"""
+
+
+@pytest.mark.parametrize("fault", ["", "os._exit(7)"], ids=["compiles", "exits"])
+def test_an_isolated_provider_compiles_partitions_in_its_worker(tmp_path, ray_cluster,
+                                                                monkeypatch, fault):
+    name = "compiler_" + ("exits" if fault else "fine")
+    source = COMPILER.format(name=name, fault=fault or "pass")
+    write_distribution(tmp_path, f"ep-{name}", {name: f"{name}_mod"}, {f"{name}_mod": source})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    session = InferenceSession(add_relu_model().SerializeToString(), providers=[name, "cpu"],
+                               strategy="priority", isolate=True)
+    record = session._host.records[name]
+    assert "ep_host_compile_partition" in record.hooks
+    np.testing.assert_array_equal(session.run(None, feeds())[0], in_process_outputs()[0])
+    kinds = {(s.kind, s.provider) for s in session._plan.steps if s.copy is None}
+    if fault:
+        assert kinds == {("node", "cpu")}
+        assert record.fault == ("its worker process died in hook compile_partition "
+                                f"(partition '{name} partition 1')")
+        assert any(f"provider {name!r}: its worker process died in hook compile_partition"
+                   in w for w in session.model.warnings)
+    else:
+        assert kinds == {("partition", name)}
