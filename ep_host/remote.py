@@ -172,7 +172,7 @@ class ProviderWorker:
     graphs the host sent (by key) so that node names find the same node views."""
 
     def __init__(self, spec: WorkerSpec):
-        from ep_host.discovery import Host
+        from ep_host.discovery import Host, ProviderRecord
 
         for entry in spec.sys_path:
             if entry not in sys.path:
@@ -195,12 +195,11 @@ class ProviderWorker:
                     if attribute:
                         plugin = getattr(plugin, attribute)
             except BaseException as exc:  # an import may raise anything: the provider's fault
-                from ep_host.discovery import ProviderRecord
-
-                self.host._add_failed(ProviderRecord(name=spec.name, entry_point=spec.module),
-                                      f"import failed: {describe_exception(exc)}")
-            else:
-                self.host.register(plugin, spec.name)
+                self.record = ProviderRecord(name=spec.name, entry_point=spec.module,
+                                             status="failed",
+                                             fault=f"import failed: {describe_exception(exc)}")
+                return
+            self.host.register(plugin, spec.name)
         else:
             self.host.load_entry_points([spec.name])
         self.record = self.host.records.get(spec.name)
@@ -287,15 +286,15 @@ class ProviderWorker:
         self.kernels[self.next_kernel] = kernel
         return self.next_kernel
 
-    def prepare(self, kid: int, constants: dict[int, Any]) -> Any:
+    def prepare(self, kid: int, constants: dict[int, Any], subject: str) -> Any:
         import ray
 
         device = self.record.info.device
         try:
             values = {i: device.upload(ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref)
                       for i, ref in constants.items()}
-            with plugin_calls.marked(self.record.marker_heads["ep_host_create_kernel"],
-                                     "prepare"):
+            with plugin_calls.marked(plugin_calls.marker_head(self.spec.name, "prepare"),
+                                     subject):
                 self.kernels[kid].prepare(values)
         except BaseException as exc:
             return _sendable(exc)
@@ -378,8 +377,8 @@ class RemoteKernel(Kernel):
 
     def prepare(self, constants: Mapping[int, Any]) -> None:
         refs = {i: v.ref if isinstance(v, RemoteArray) else v for i, v in constants.items()}
-        fault = self.proxy.wait(self.proxy.actor.prepare.remote(self.kid, refs),
-                                "create_kernel", self.subject)
+        fault = self.proxy.wait(self.proxy.actor.prepare.remote(self.kid, refs, self.subject),
+                                "prepare", self.subject)
         if fault is not None:
             raise fault
 
