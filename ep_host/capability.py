@@ -212,13 +212,22 @@ def provider_answers(
     context: ProviderContext,
     checked: dict[int, tuple[KernelMatch, KernelMatch]],
 ) -> list[KernelMatch]:
-    """One provider's answers for ``nodes``, in order.
+    """One provider's answers for ``nodes``, in order (an isolated provider's in one call).
 
     With a per-call limit (``host.hook_timeout``) the provider is asked on a worker thread that
     walks the whole batch, watched from here: a call that makes no progress for the limit is a
     hang. That node gets a ``fault`` decline, the provider is marked failed, the rest of the batch
     declines at once, and the stuck thread is abandoned (Python cannot interrupt it).
     """
+    if record.remote is not None and record.status == "available":
+        # an isolated provider: one call to its worker, which watches its own time limit
+        answers = record.remote.batch_answers(nodes, context)
+        if host.strict:
+            for node, answer in zip(nodes, answers, strict=True):
+                if answer.code == ReasonCode.FAULT:
+                    raise ProviderError(f"provider {record.name!r} on node {node.name!r}: "
+                                        f"{answer.reason}")
+        return answers
     seconds = host.hook_timeout
     if record.status != "available":
         return [unavailable_answer(record)] * len(nodes)

@@ -185,14 +185,15 @@ def _add_model_args(p: argparse.ArgumentParser, provider_instead: str = PROVIDER
                    help=_strategy_help())
     p.add_argument("--pin", action="append", default=[], metavar="NODE=PROVIDER",
                    help="force a node onto a provider (repeatable)")
+    p.add_argument("--isolate", nargs="?", const=True, type=_csv, metavar="A,B", help="run "
+                   "providers in worker processes (needs ep-host[ray]): all but the CPU EP, or "
+                   "those named (--isolate=A,B); one that dies or hangs fails alone")
     p.add_argument("--no-optimize", action="store_true",
                    help="place the model as written, without graph optimizations")
     p.add_argument("--disable-optimization", action="append", default=[], metavar="PASS",
                    help="skip one graph optimization (repeatable): constant_lifting, "
-                   "constant_folding, "
-                   "conv_bn_folding, channel_affine_folding, conv_activation_fusion, gelu_fusion, "
-                   "layer_norm_fusion, "
-                   "matmul_add_fusion")
+                   "constant_folding, conv_bn_folding, channel_affine_folding, "
+                   "conv_activation_fusion, gelu_fusion, layer_norm_fusion, matmul_add_fusion")
 
 
 COMPLETION_SHELLS = ("bash", "zsh", "tcsh")
@@ -506,7 +507,7 @@ def load_model_and_host(args: argparse.Namespace) -> tuple[Any, Any]:
     with status(f"loading {args.model}"):
         model = load_model(args.model)
     requested = provider_names(args.providers)
-    host = Host.discover(requested)
+    host = Host.discover(requested, isolate=getattr(args, "isolate", None))
     model = declare_output_types(host, model, select_providers(host, requested))
     if not getattr(args, "no_optimize", False):
         with status("optimizing the graph"):

@@ -102,6 +102,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ep_host.tracing import Tracer
 
     model, host = load_model_and_host(args)  # the session places the model itself, once
+    printed = set(model.warnings)
     tracer = (Tracer(Tracer.FULL if args.trace_bodies else 1,
                      process_name=f"ep-host: {trace_process_label(model)}")
               if (args.trace or args.per_op) else None)
@@ -130,6 +131,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                              f"{view.name}=FILE.npy, --random-inputs or --dummy-inputs")
         feeds[view.name] = _generated_input(view, rng, args.dummy_inputs)
     outputs = session.run(None, feeds)
+    for warning in session.model.warnings:  # kernels that moved, providers lost in the run
+        if warning not in printed:
+            say(f"warning: {warning}")
+    for record in host.records.values():  # isolated providers lost before any kernel ran
+        lost = getattr(record.remote, "lost", None)
+        if lost is not None and not any(str(lost) in w for w in session.model.warnings):
+            say(f"warning: {lost}; its nodes were placed on other providers")
     names = [o.name for o in session.get_outputs()]
     out = Output()
     rows = []

@@ -19,7 +19,7 @@ from typing import Any
 import pluggy
 
 from ep_host import hookspecs, plugin_calls
-from ep_host.errors import PluginBaseException, ProviderError, describe_exception
+from ep_host.errors import HostError, PluginBaseException, ProviderError, describe_exception
 from ep_host.plugin_calls import is_user_interrupt, marked, marker_head, record_sigint, sigint
 from ep_host.provider import CONTRACT_VERSION, ProviderInfo, checked_info, contract_major
 
@@ -105,6 +105,8 @@ class ProviderRecord:
     callers: dict[str, Callable[..., list[Any]]] = field(default_factory=dict, repr=False)
     # per hook, the start of the marker record naming a call of it (plugin_calls.HookMarker)
     marker_heads: dict[str, bytes] = field(default_factory=dict, repr=False)
+    # an isolated provider's proxy (ep_host.remote.RemoteProvider): answers come in batches
+    remote: Any = field(default=None, repr=False)
 
     @property
     def available(self) -> bool:
@@ -152,16 +154,23 @@ class Host:
             self._enable_trace()
 
     @classmethod
-    def discover(cls, names: Sequence[str] | None = None, **kwargs: Any) -> Host:
+    def discover(cls, names: Sequence[str] | None = None, *, isolate: Any = None,
+                 **kwargs: Any) -> Host:
         host = cls(**kwargs)
-        host.load_entry_points(names)
+        host.load_entry_points(names, isolate=isolate)
         return host
 
     # -- loading ------------------------------------------------------------------------------
 
-    def load_entry_points(self, names: Sequence[str] | None = None) -> None:
+    def load_entry_points(self, names: Sequence[str] | None = None, *,
+                          isolate: bool | Sequence[str] | None = None) -> None:
         """Load providers from entry points; ``names`` (default: ``EP_HOST_PROVIDERS``) limits
-        which, and ``""`` in the variable loads none."""
+        which, and ``""`` in the variable loads none.
+
+        ``isolate``: load providers in worker processes (Ray actors; ``ep_host.remote``)
+        instead of importing them here: ``True`` for every provider but ep-host's own CPU EP,
+        or the names of the providers to isolate (an isolated name that is no entry point's is
+        a :class:`HostError`)."""
         import importlib_metadata
 
         if names is None and "EP_HOST_PROVIDERS" in os.environ:
@@ -172,11 +181,61 @@ class Host:
             self.entry_point_names.add(ep.name)
             if wanted is None or ep.name in wanted:
                 by_name.setdefault(ep.name, []).append(ep)
+        isolated = self._isolated(isolate, by_name)
         for name, eps in by_name.items():
             if len(eps) > 1:  # which one is meant cannot be known: load neither
                 self._add_failed(self._clash_record(name, eps), self._clash(name, eps))
                 continue
-            self._load_entry_point(eps[0])
+            if name in isolated:
+                self._load_isolated(eps[0])
+            else:
+                self._load_entry_point(eps[0])
+
+    def _isolated(self, isolate: bool | Sequence[str] | None,
+                  by_name: dict[str, list[Any]]) -> set[str]:
+        """The entry-point names to load in workers."""
+        if not isolate:
+            return set()
+        if isolate is True:
+            from ep_host.remote import UNISOLATED_DISTRIBUTIONS
+
+            return {name for name, eps in by_name.items()
+                    if not all(self._dist_name(ep) in UNISOLATED_DISTRIBUTIONS for ep in eps)}
+        unknown = [n for n in isolate if n not in self.entry_point_names]
+        if unknown:
+            known = ", ".join(sorted(self.entry_point_names)) or "none"
+            raise HostError(f"--isolate: no provider entry point named {', '.join(unknown)}; "
+                            f"installed: {known}")
+        return set(isolate)
+
+    def _load_isolated(self, ep: Any) -> None:
+        """Provider ``ep`` loaded in a worker process; the host registers its proxy."""
+        dist = getattr(ep, "dist", None)
+        record = ProviderRecord(
+            name=ep.name,
+            distribution=None if dist is None else dist.metadata["Name"],
+            version=None if dist is None else dist.version,
+            entry_point=ep.value,
+        )
+        self.register_isolated(record, ep.name)
+
+    def register_isolated(self, record: ProviderRecord, name: str,
+                          module: str | None = None) -> ProviderRecord:
+        """Provider ``name`` in a worker process (from its entry point, or ``module``:
+        ``"package.module"`` or ``"package.module:attribute"``), registered as ``record``."""
+        from ep_host.remote import start_worker, worker_timeout
+
+        record.name = name
+        proxy, described = start_worker(name, module=module, strict=self.strict,
+                                        timeout=worker_timeout(self.hook_timeout))
+        if proxy is None:
+            record.distribution = record.distribution or described.get("distribution")
+            record.entry_point = record.entry_point or described.get("entry_point")
+            return self._add_failed(record, f"in its worker: {described['fault']}")
+        record = self._register(record, proxy)
+        proxy.record = record
+        record.remote = proxy
+        return record
 
     def _clash_record(self, name: str, eps: list[Any]) -> ProviderRecord:
         dists = sorted({self._dist_name(ep) or "?" for ep in eps})

@@ -58,6 +58,28 @@ class KernelError(HostError):
     """A kernel could not be created or raised while running."""
 
 
+class ProviderLostError(KernelError):
+    """An isolated provider's worker process died or stopped answering: ``provider`` and the
+    ``hook`` it was in are named in the message. The provider is failed from then on; a
+    session places its nodes on other providers where it can (a ``KernelError`` too, so that a
+    kernel it cannot create falls back to the next claimant)."""
+
+    def __init__(self, message: str, provider: str = "", hook: str = ""):
+        super().__init__(message)
+        self.provider = provider
+        self.hook = hook
+
+
+def lost_provider(exc: BaseException | None) -> ProviderLostError | None:
+    """The :class:`ProviderLostError` behind ``exc`` (itself or what caused it), if any."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, ProviderLostError):
+            return exc
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
 class ResourceLimitError(HostError):
     """A tensor or run would exceed a configured limit."""
 

@@ -71,11 +71,17 @@ class HookMarker:
     """The plugin call in progress (provider, hook, node), kept in shared memory.
 
     Writing it is one slice assignment and one byte; no system call. The record is
-    ``provider NUL hook NUL node`` in UTF-8, cut to ``MARKER_BYTES - 1`` bytes.
+    ``provider NUL hook NUL node`` in UTF-8, cut to ``MARKER_BYTES - 1`` bytes. With ``path``
+    (a file of ``MARKER_BYTES`` bytes) the memory is that file's, which another process on the
+    machine reads: an isolated provider's worker writes it, the host reads it.
     """
 
-    def __init__(self) -> None:
-        self.memory = mmap.mmap(-1, MARKER_BYTES)  # anonymous and shared with forked children
+    def __init__(self, path: str | None = None) -> None:
+        if path is None:
+            self.memory = mmap.mmap(-1, MARKER_BYTES)  # anonymous, shared with forked children
+        else:
+            with open(path, "r+b") as f:
+                self.memory = mmap.mmap(f.fileno(), MARKER_BYTES)
 
     def enter(self, head: bytes, node: str = "") -> None:
         try:

@@ -29,11 +29,12 @@ from ep_host.errors import (
     ResourceLimitError,
     RunCancelledError,
     describe_exception,
+    lost_provider,
     memory_stage,
 )
 from ep_host.graph import GraphView, NodeView
 from ep_host.kernel import Kernel
-from ep_host.limits import MAX_TENSOR_BYTES
+from ep_host.limits import MAX_TENSOR_BYTES, max_tensor_bytes_from_env, run_timeout_from_env
 from ep_host.loading import Model, collect_replaced, load_model
 from ep_host.optimize import optimize
 from ep_host.ort_api import (
@@ -70,12 +71,13 @@ def provider_names(providers: Iterable[Any] | None) -> list[str] | None:
     return [p[0] if isinstance(p, tuple) else p for p in providers]
 
 
-def discover_host(names: Sequence[str] | None) -> Host:
-    """A host with the providers ``names`` asks for loaded; a name that is no entry point's may
-    be another name a provider gives itself (``ProviderInfo.aliases``), so then all load."""
-    host = Host.discover(names)
+def discover_host(names: Sequence[str] | None, isolate: Any = None) -> Host:
+    """A host with the providers ``names`` asks for loaded (``isolate``: see the session); a
+    name that is no entry point's may be another name a provider gives itself
+    (``ProviderInfo.aliases``), so then all load."""
+    host = Host.discover(names, isolate=isolate)
     if names is not None and any(n not in host.records for n in names):
-        host = Host.discover()
+        host = Host.discover(isolate=isolate)
     return host
 
 
@@ -87,34 +89,11 @@ def resolve_aliases(host: Host, names: Sequence[str] | None) -> list[str] | None
     return [n if n in host.records else aliases.get(n, n) for n in names]
 
 
-def max_tensor_bytes_from_env() -> int | None:
-    """``EP_HOST_MAX_TENSOR_BYTES`` (no limit when unset, empty or not positive)."""
-    raw = os.environ.get("EP_HOST_MAX_TENSOR_BYTES", "").strip()
-    try:
-        value = int(raw) if raw else 0
-    except ValueError as exc:
-        raise ResourceLimitError(
-            f"EP_HOST_MAX_TENSOR_BYTES={raw!r} is not a whole number of bytes") from exc
-    return value if value > 0 else None
-
-
 def trace_process_label(model: Model) -> str:
     """How a trace names the model it ran: its file's name, else its graph's name."""
     if model.path:
         return os.path.basename(model.path)
     return model.proto.graph.name or model.label
-
-
-def run_timeout_from_env() -> float | None:
-    """``EP_HOST_RUN_TIMEOUT``: seconds a run may take (no limit when unset, empty or 0)."""
-    raw = os.environ.get("EP_HOST_RUN_TIMEOUT", "").strip()
-    try:
-        value = float(raw) if raw else 0.0
-    except ValueError as exc:
-        raise InputError(f"EP_HOST_RUN_TIMEOUT={raw!r} is not a number of seconds") from exc
-    if value < 0 or value != value or value == float("inf"):
-        raise InputError(f"EP_HOST_RUN_TIMEOUT={raw!r} must be a finite number of seconds >= 0")
-    return value or None
 
 
 class CompiledGraph:
@@ -292,6 +271,8 @@ class InferenceSession:
     ``share_prepacked``: share constants and what kernels pack from them (``Kernel.prepacked``)
     with the process's other sharing sessions, by contents: two sessions of one model hold one
     copy. Default: ``SessionOptions.share_prepacked`` (off).
+    ``isolate``: providers in worker processes (``ep-host[ray]``): ``True`` for all but ep-host's
+    CPU EP, or their names; one that dies or hangs is failed and its nodes placed elsewhere.
     """
 
     def __init__(
@@ -313,6 +294,7 @@ class InferenceSession:
         disable_optimizations: Iterable[str] = (),
         device_graphs: bool = False,
         share_prepacked: bool | None = None,
+        isolate: bool | Sequence[str] | None = None,
     ):
         sess_options, providers, provider_options = session_arguments(
             sess_options, providers, provider_options)
@@ -341,7 +323,7 @@ class InferenceSession:
         loaded = model if isinstance(model, Model) else load_model(model, base_dir=base_dir)
         if self._trace_path is not None:
             self.tracer.process_name = f"ep-host: {trace_process_label(loaded)}"
-        self._host = host if host is not None else discover_host(names)
+        self._host = host if host is not None else discover_host(names, isolate)
         chosen = [p for p in select_providers(self._host, names) if p not in set(exclude)]
         loaded = declare_output_types(self._host, loaded, chosen)
         # a model this session parsed itself is rewritten in place: nobody else holds it
@@ -357,6 +339,7 @@ class InferenceSession:
         self._runtime = _Runtime(self._model, self._host, chosen, self._options, strategy,
                                  self.tracer, max_tensor_bytes, device_graphs,
                                  self._threads.threads, self._sess_options.share_prepacked)
+        self._pins = pins
         placement = self._runtime.place(self._model.graph, pins)
         self._plan, self._run = self._runtime.plan(self._model.graph, placement)
         # a kernel that failed to build moved its node: the plan's placement is the one that runs
@@ -465,7 +448,26 @@ class InferenceSession:
         """Run the model; returns the requested outputs (all when ``output_names`` is falsy)."""
         names = self._output_names(output_names)
         feeds = self._check_inputs(input_feed)
-        return hand_out(self._execute(self._run, feeds, names, run_options))
+        while True:
+            try:
+                return hand_out(self._execute(self._run, feeds, names, run_options))
+            except KernelError as exc:
+                if not self._place_without_lost(exc):
+                    raise
+
+    def _place_without_lost(self, exc: KernelError) -> bool:
+        """After an isolated provider's worker was lost in a run: place the model again without
+        it (with a warning) and say ``True``, to run again; ``False`` where that cannot help."""
+        lost = lost_provider(exc)
+        if lost is None or self._host.strict:
+            return False
+        placement = self._runtime.place(self._model.graph, self._pins)
+        if any(n.provider == lost.provider for n in placement.nodes):
+            return False
+        self._plan, self._run = self._runtime.plan(self._model.graph, placement)
+        self.placement, self._device_plans = self._plan.placement, {}
+        self._runtime.checks.warnings.append(f"{lost}; the model was placed again without it")
+        return True
 
     def _output_names(self, output_names: Sequence[str] | None) -> list[str]:
         plan = self._plan
