@@ -1,0 +1,267 @@
+"""The node graph the HTML report draws: boxes (nodes, or groups of nodes above a size limit),
+the edges between them with device copies marked and priced, and an outline around each
+partition, laid out by grandalf's Sugiyama layering so parallel branches sit side by side.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ep_host.capability import CapabilityTable
+from ep_host.partitions import compiling_groups
+from ep_host.placement import Placement
+from ep_host.transfers import copy_walk
+
+# grandalf's layering grows about quadratically with the boxes plus the bends of long edges;
+# past this many the graph is drawn collapsed (one box per partition, or per span of nodes)
+LAYOUT_LIMIT = 1000
+MAX_COPY_TENSORS = 5
+NODE_H = 34
+GROUP_H = 44
+X_SPACE = 24
+Y_SPACE = 36
+MARGIN = 40
+OUTLINE_PAD = 10
+
+
+@dataclass
+class Box:
+    """One drawn box: a node, a graph input or output, or a group of consecutive nodes."""
+
+    kind: str  # "node", "input", "output", "group"
+    label: str
+    width: float
+    height: float
+    node: int = -1  # index into the placement's nodes (kind "node")
+    first: int = -1  # the group's node index range, inclusive (kind "group")
+    last: int = -1
+    x: float = 0.0  # the box's centre
+    y: float = 0.0
+
+
+@dataclass
+class Link:
+    """An edge between two boxes: the tensors on it and, if any moves, the copies it prices."""
+
+    source: int
+    target: int
+    tensors: list[str] = field(default_factory=list)
+    points: list[tuple[float, float]] = field(default_factory=list)
+    copy_bytes: int = 0
+    copy_us: float = 0.0
+    copies: int = 0
+    copied: list[str] = field(default_factory=list)
+    devices: set[str] = field(default_factory=set)
+
+
+def _text_width(text: str) -> float:
+    return min(240.0, max(90.0, 7.0 * len(text) + 16.0))
+
+
+def node_graph(table: CapabilityTable, placement: Placement | None,
+               limit: int = LAYOUT_LIMIT) -> dict[str, Any]:
+    """The laid-out graph for the report's JSON: boxes, links, partition outlines, its size.
+
+    Up to ``limit`` nodes each node is a box; above it, each run of consecutive nodes on one
+    provider (the placement's partitions) is one box, or, if those are still too many, each
+    span of consecutive nodes in execution order; the page lists a group's nodes on a click.
+    """
+    nodes = table.nodes
+    where = {n.name: n.provider for n in placement.nodes} if placement is not None else {}
+    index = {n.name: i for i, n in enumerate(nodes)}
+    boxes: list[Box] = []
+    mode = "nodes"
+    if len(nodes) <= limit:
+        for i, n in enumerate(nodes):
+            boxes.append(Box("node", n.name, _text_width(max(n.op_type, n.name, key=len)),
+                             NODE_H, node=i))
+        box_of_node = list(range(len(nodes)))
+    else:
+        ranges = _runs(nodes, where, limit)
+        mode = "partitions" if ranges is not None else "spans"
+        if ranges is None:
+            size = math.ceil(len(nodes) / (limit // 2))
+            ranges = [(s, min(s + size, len(nodes)) - 1) for s in range(0, len(nodes), size)]
+        box_of_node = [0] * len(nodes)
+        for first, last in ranges:
+            for i in range(first, last + 1):
+                box_of_node[i] = len(boxes)
+            boxes.append(Box("group", "", 200.0, GROUP_H, first=first, last=last))
+    links: dict[tuple[int, int], Link] = {}
+    inputs: dict[str, int] = {}
+    producer: dict[str, int] = {}
+    for i, n in enumerate(nodes):
+        target = box_of_node[i]
+        for value in n.inputs:
+            if value is None or value.is_constant:
+                continue
+            if value.name in producer:
+                source = box_of_node[producer[value.name]]
+            else:
+                source = inputs.get(value.name)
+                if source is None:
+                    source = inputs[value.name] = len(boxes)
+                    boxes.append(Box("input", value.name,
+                                     _text_width(max(value.name, "graph output", key=len)),
+                                     NODE_H))
+            if source != target:
+                _link(links, source, target).tensors.append(value.name)
+        for value in n.outputs:
+            if value is not None:
+                producer[value.name] = i
+    outputs: dict[str, int] = {}
+    if table.graph is not None:
+        for value in table.graph.outputs:
+            if value is None or value.name not in producer:
+                continue
+            outputs[value.name] = len(boxes)
+            boxes.append(Box("output", value.name,
+                             _text_width(max(value.name, "graph output", key=len)), NODE_H))
+            _link(links, box_of_node[producer[value.name]], outputs[value.name]).tensors.append(
+                value.name)
+    internal = {"copies": 0, "bytes": 0, "cost_us": 0.0}
+    if placement is not None:
+        for t, made_by, needed_by in copy_walk(placement):
+            source = inputs[t.tensor] if made_by is None else box_of_node[index[made_by]]
+            target = outputs[t.tensor] if needed_by is None else box_of_node[index[needed_by]]
+            if source == target:  # inside one span of mixed providers
+                internal["copies"] += 1
+                internal["bytes"] += t.nbytes
+                internal["cost_us"] += t.cost_us
+                continue
+            link = _link(links, source, target)
+            link.copies += 1
+            link.copy_bytes += t.nbytes
+            link.copy_us += t.cost_us
+            link.devices.add(f"{t.source} -> {t.destination}")
+            if len(link.copied) < MAX_COPY_TENSORS:
+                link.copied.append(t.tensor)
+    edges = list(links.values())
+    width, height = _layout(boxes, edges)
+    outlines = _outlines(nodes, where, boxes, box_of_node) if mode == "nodes" else []
+    return {
+        "mode": mode,
+        "limit": limit,
+        "width": round(width, 1),
+        "height": round(height, 1),
+        # kind, node or first, last, x (left), y (top), width, height, label
+        "boxes": [[b.kind, b.node if b.kind == "node" else b.first, b.last,
+                   round(b.x - b.width / 2, 1), round(b.y - b.height / 2, 1), round(b.width, 1),
+                   round(b.height, 1), b.label if b.kind in ("input", "output") else ""]
+                  for b in boxes],
+        # source, target, flat points, tensors, copies, bytes, cost, copied tensors, devices
+        "links": [[e.source, e.target, [round(c, 1) for p in e.points for c in p],
+                   e.tensors[:MAX_COPY_TENSORS], len(e.tensors), e.copies, e.copy_bytes,
+                   e.copy_us, e.copied, sorted(e.devices)] for e in edges],
+        "outlines": outlines,
+        "internal_copies": internal,
+    }
+
+
+def _link(links: dict[tuple[int, int], Link], source: int, target: int) -> Link:
+    link = links.get((source, target))
+    if link is None:
+        link = links[(source, target)] = Link(source, target)
+    return link
+
+
+def _runs(nodes: Sequence[Any], where: Mapping[str, str],
+          limit: int) -> list[tuple[int, int]] | None:
+    """Index ranges of consecutive nodes on one provider, or None if more than ``limit / 2``."""
+    ranges: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(nodes) + 1):
+        if i == len(nodes) or where.get(nodes[i].name) != where.get(nodes[start].name):
+            ranges.append((start, i - 1))
+            start = i
+            if len(ranges) > limit // 2:
+                return None
+    return ranges
+
+
+def _outlines(nodes: Sequence[Any], where: Mapping[str, str], boxes: Sequence[Box],
+              box_of_node: Sequence[int]) -> list[list[Any]]:
+    """A rectangle around each partition's boxes: the connected groups of nodes on one provider
+    (those a compiling provider runs as one kernel), as provider, node indices and bounds."""
+    if not where:
+        return []
+    index = {n.name: i for i, n in enumerate(nodes)}
+    out = []
+    for group in compiling_groups(nodes, where, set(where.values())):
+        members = [index[n.name] for n in group.nodes]
+        drawn = [boxes[box_of_node[i]] for i in members]
+        left = min(b.x - b.width / 2 for b in drawn) - OUTLINE_PAD
+        top = min(b.y - b.height / 2 for b in drawn) - OUTLINE_PAD - 12
+        right = max(b.x + b.width / 2 for b in drawn) + OUTLINE_PAD
+        bottom = max(b.y + b.height / 2 for b in drawn) + OUTLINE_PAD
+        out.append([group.provider, members[0], len(members), round(left, 1), round(top, 1),
+                    round(right - left, 1), round(bottom - top, 1)])
+    return out
+
+
+class _View:
+    """What grandalf reads and writes on a vertex or an edge: size, position, route."""
+
+    def __init__(self, width: float = 0.0, height: float = 0.0):
+        self.w = width
+        self.h = height
+        self.xy = (0.0, 0.0)
+        self.path: list[tuple[float, float]] = []
+
+    def setpath(self, points: list[tuple[float, float]]) -> None:
+        self.path = points
+
+
+def _layout(boxes: list[Box], links: list[Link]) -> tuple[float, float]:
+    """Place the boxes top to bottom with grandalf's Sugiyama layout, each connected part
+    beside the last; set every box's centre and every link's route. Returns the drawing's
+    width and height."""
+    from grandalf.graphs import Edge, Graph, Vertex
+    from grandalf.layouts import SugiyamaLayout
+
+    vertices = []
+    for i, b in enumerate(boxes):
+        v = Vertex(i)
+        v.view = _View(b.width, b.height)
+        vertices.append(v)
+    edges = []
+    for link in links:
+        e = Edge(vertices[link.source], vertices[link.target], data=link)
+        e.view = _View()
+        edges.append(e)
+    graph = Graph(vertices, edges)
+    left = float(MARGIN)
+    height = 0.0
+    for part in graph.C:
+        if len(part.sV) == 1:
+            (v,) = part.sV
+            v.view.xy = (v.view.w / 2, v.view.h / 2)
+        else:
+            layout = SugiyamaLayout(part)
+            layout.xspace = X_SPACE
+            layout.yspace = Y_SPACE
+            layout.init_all()
+            layout.draw(2)
+        xs = [v.view.xy[0] - v.view.w / 2 for v in part.sV]
+        ys = [v.view.xy[1] - v.view.h / 2 for v in part.sV]
+        dx = left - min(xs)
+        dy = MARGIN - min(ys)
+        right = 0.0
+        for v in part.sV:
+            b = boxes[v.data]
+            b.x = v.view.xy[0] + dx
+            b.y = v.view.xy[1] + dy
+            right = max(right, b.x + b.width / 2)
+            height = max(height, b.y + b.height / 2)
+        for e in part.sE:
+            route = [(x + dx, y + dy) for x, y in (e.view.path or [e.v[0].view.xy,
+                                                                   e.v[1].view.xy])]
+            source, target = boxes[e.v[0].data], boxes[e.v[1].data]
+            route[0] = (source.x, source.y + source.height / 2)
+            route[-1] = (target.x, target.y - target.height / 2)
+            e.data.points = route
+        left = right + 3 * X_SPACE
+    return left - 2 * X_SPACE + MARGIN, height + MARGIN
