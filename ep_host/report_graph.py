@@ -35,9 +35,7 @@ class Box:
     label: str
     width: float
     height: float
-    node: int = -1  # index into the placement's nodes (kind "node")
-    first: int = -1  # the group's node index range, inclusive (kind "group")
-    last: int = -1
+    node: int = -1  # index into the placement's nodes (kind "node"), or into the groups
     x: float = 0.0  # the box's centre
     y: float = 0.0
 
@@ -65,31 +63,30 @@ def node_graph(table: CapabilityTable, placement: Placement | None,
                limit: int = LAYOUT_LIMIT) -> dict[str, Any]:
     """The laid-out graph for the report's JSON: boxes, links, partition outlines, its size.
 
-    Up to ``limit`` nodes each node is a box; above it, each run of consecutive nodes on one
-    provider (the placement's partitions) is one box, or, if those are still too many, each
-    span of consecutive nodes in execution order; the page lists a group's nodes on a click.
+    Up to ``limit`` nodes each node is a box. Above it, in turn while the boxes are more than
+    ``limit``: each chain of nodes on one provider (each feeding only the next) is one box; each
+    run of consecutive nodes on one provider (the placement's partitions) is one box; each span
+    of consecutive nodes in execution order is one box. The page lists a group's nodes on a
+    click.
     """
     nodes = table.nodes
     where = {n.name: n.provider for n in placement.nodes} if placement is not None else {}
     index = {n.name: i for i, n in enumerate(nodes)}
     boxes: list[Box] = []
-    mode = "nodes"
+    groups: list[list[int]] = []
     if len(nodes) <= limit:
+        mode = "nodes"
         for i, n in enumerate(nodes):
             boxes.append(Box("node", n.name, _text_width(max(n.op_type, n.name, key=len)),
                              NODE_H, node=i))
         box_of_node = list(range(len(nodes)))
     else:
-        ranges = _runs(nodes, where, limit)
-        mode = "partitions" if ranges is not None else "spans"
-        if ranges is None:
-            size = math.ceil(len(nodes) / (limit // 2))
-            ranges = [(s, min(s + size, len(nodes)) - 1) for s in range(0, len(nodes), size)]
+        mode, groups = _groups(nodes, where, table.graph, limit)
         box_of_node = [0] * len(nodes)
-        for first, last in ranges:
-            for i in range(first, last + 1):
+        for g, members in enumerate(groups):
+            for i in members:
                 box_of_node[i] = len(boxes)
-            boxes.append(Box("group", "", 200.0, GROUP_H, first=first, last=last))
+            boxes.append(Box("group", "", 210.0, GROUP_H, node=g))
     links: dict[tuple[int, int], Link] = {}
     inputs: dict[str, int] = {}
     producer: dict[str, int] = {}
@@ -141,17 +138,18 @@ def node_graph(table: CapabilityTable, placement: Placement | None,
                 link.copied.append(t.tensor)
     edges = list(links.values())
     width, height = _layout(boxes, edges)
-    outlines = _outlines(nodes, where, boxes, box_of_node) if mode == "nodes" else []
+    outlines = (_outlines(nodes, placement, boxes, box_of_node)
+                if mode in ("nodes", "chains") else [])
     return {
         "mode": mode,
         "limit": limit,
         "width": round(width, 1),
         "height": round(height, 1),
-        # kind, node or first, last, x (left), y (top), width, height, label
-        "boxes": [[b.kind, b.node if b.kind == "node" else b.first, b.last,
-                   round(b.x - b.width / 2, 1), round(b.y - b.height / 2, 1), round(b.width, 1),
-                   round(b.height, 1), b.label if b.kind in ("input", "output") else ""]
-                  for b in boxes],
+        # kind, node or group index, x (left), y (top), width, height, label
+        "boxes": [[b.kind, b.node, round(b.x - b.width / 2, 1), round(b.y - b.height / 2, 1),
+                   round(b.width, 1), round(b.height, 1),
+                   b.label if b.kind in ("input", "output") else ""] for b in boxes],
+        "groups": groups,
         # source, target, flat points, tensors, copies, bytes, cost, copied tensors, devices
         "links": [[e.source, e.target, [round(c, 1) for p in e.points for c in p],
                    e.tensors[:MAX_COPY_TENSORS], len(e.tensors), e.copies, e.copy_bytes,
@@ -168,26 +166,67 @@ def _link(links: dict[tuple[int, int], Link], source: int, target: int) -> Link:
     return link
 
 
-def _runs(nodes: Sequence[Any], where: Mapping[str, str],
-          limit: int) -> list[tuple[int, int]] | None:
-    """Index ranges of consecutive nodes on one provider, or None if more than ``limit / 2``."""
-    ranges: list[tuple[int, int]] = []
-    start = 0
-    for i in range(1, len(nodes) + 1):
-        if i == len(nodes) or where.get(nodes[i].name) != where.get(nodes[start].name):
-            ranges.append((start, i - 1))
-            start = i
-            if len(ranges) > limit // 2:
-                return None
-    return ranges
+def _groups(nodes: Sequence[Any], where: Mapping[str, str], graph: Any,
+            limit: int) -> tuple[str, list[list[int]]]:
+    """The first grouping of the nodes (indices, in execution order) into at most ``limit``
+    groups: chains, partitions, spans."""
+    chains = _chains(nodes, where, graph)
+    if len(chains) <= limit:
+        return "chains", chains
+    runs: list[list[int]] = []
+    for i, n in enumerate(nodes):
+        if runs and where.get(n.name) == where.get(nodes[runs[-1][-1]].name):
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+            if len(runs) > limit:
+                break
+    else:
+        return "partitions", runs
+    size = math.ceil(len(nodes) / limit)
+    return "spans", [list(range(s, min(s + size, len(nodes)))) for s in
+                     range(0, len(nodes), size)]
 
 
-def _outlines(nodes: Sequence[Any], where: Mapping[str, str], boxes: Sequence[Box],
+def _chains(nodes: Sequence[Any], where: Mapping[str, str], graph: Any) -> list[list[int]]:
+    """Chains of nodes on one provider in which each node feeds only the next and the next
+    reads only it (contracting them keeps the graph acyclic), in order of their first node."""
+    producer: dict[str, int] = {}
+    producers: list[set[int]] = [set() for _ in nodes]
+    readers: list[set[int]] = [set() for _ in nodes]
+    for i, n in enumerate(nodes):
+        for value in n.inputs:
+            if value is not None and value.name in producer:
+                producers[i].add(producer[value.name])
+                readers[producer[value.name]].add(i)
+        for value in n.outputs:
+            if value is not None:
+                producer[value.name] = i
+    graph_outputs = {v.name for v in graph.outputs if v is not None} if graph is not None else set()
+    chain_of: list[int] = [-1] * len(nodes)
+    chains: list[list[int]] = []
+    for i, n in enumerate(nodes):
+        (p,) = producers[i] if len(producers[i]) == 1 else (None,)
+        if (p is not None and len(readers[p]) == 1 and where.get(nodes[p].name) ==
+                where.get(n.name) and not any(v is not None and v.name in graph_outputs
+                                              for v in nodes[p].outputs)):
+            chain_of[i] = chain_of[p]
+            chains[chain_of[i]].append(i)
+        else:
+            chain_of[i] = len(chains)
+            chains.append([i])
+    return chains
+
+
+def _outlines(nodes: Sequence[Any], placement: Placement | None, boxes: Sequence[Box],
               box_of_node: Sequence[int]) -> list[list[Any]]:
     """A rectangle around each partition's boxes: the connected groups of nodes on one provider
-    (those a compiling provider runs as one kernel), as provider, node indices and bounds."""
-    if not where:
+    (those a compiling provider runs as one kernel), as provider, first node, node count,
+    estimated time and bounds."""
+    if placement is None:
         return []
+    where = {n.name: n.provider for n in placement.nodes}
+    cost = {n.name: n.cost_us for n in placement.nodes}
     index = {n.name: i for i, n in enumerate(nodes)}
     out = []
     for group in compiling_groups(nodes, where, set(where.values())):
@@ -197,7 +236,8 @@ def _outlines(nodes: Sequence[Any], where: Mapping[str, str], boxes: Sequence[Bo
         top = min(b.y - b.height / 2 for b in drawn) - OUTLINE_PAD - 12
         right = max(b.x + b.width / 2 for b in drawn) + OUTLINE_PAD
         bottom = max(b.y + b.height / 2 for b in drawn) + OUTLINE_PAD
-        out.append([group.provider, members[0], len(members), round(left, 1), round(top, 1),
+        out.append([group.provider, members[0], len(members),
+                    sum(cost[n.name] for n in group.nodes), round(left, 1), round(top, 1),
                     round(right - left, 1), round(bottom - top, 1)])
     return out
 

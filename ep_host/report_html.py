@@ -144,7 +144,7 @@ their bytes and estimated time. Click a node for every provider's answer.</p>
 </select></label>
 <label>op <select id="f-op"></select></label>
 <label>node <input id="f-name" type="search" placeholder="name contains"></label>
-<button type="button" id="f-range" hidden></button>
+<button type="button" id="f-group" hidden></button>
 <span id="count"></span>
 </div>
 <p class="hint">A provider alone shows the nodes placed on it; with an outcome, the nodes
@@ -331,14 +331,22 @@ _SCRIPT = r"""
     s.appendChild(layers[k]);
   });
   function clip(t, n) { return t.length > n ? t.slice(0, Math.max(1, n - 1)) + "\u2026" : t; }
-  function groupInfo(b) {  // a group's providers (node counts) and summed cost
+  function groupInfo(members) {  // a group's providers (node counts) and summed cost
     var counts = new Array(NP).fill(0), none = 0, cost = 0;
-    for (var i = b[1]; i <= b[2]; i++) {
+    members.forEach(function (i) {
       var q = D.nodes.provider[i];
       if (q < 0) none++; else counts[q]++;
       cost += D.nodes.cost[i] || 0;
-    }
-    return {counts: counts, none: none, cost: cost, n: b[2] - b[1] + 1};
+    });
+    return {counts: counts, none: none, cost: cost, n: members.length};
+  }
+  function opList(members) {  // a chain's ops, in order, each with its count if repeated
+    var out = [];
+    members.forEach(function (i) {
+      var op = D.ops[D.nodes.op[i]], last = out[out.length - 1];
+      if (last && last[0] === op) last[1]++; else out.push([op, 1]);
+    });
+    return out.map(function (o) { return o[1] > 1 ? o[0] + " x" + o[1] : o[0]; }).join(", ");
   }
   // bounds of every item, for drawing only those in view
   var boxes = G.boxes, links = G.links, outlines = G.outlines;
@@ -354,7 +362,7 @@ _SCRIPT = r"""
     return x + w >= v[0] && x <= v[2] && y + h >= v[1] && y <= v[3];
   }
   function drawBox(bi) {
-    var b = boxes[bi], x = b[3], y = b[4], w = b[5], h = b[6], kind = b[0];
+    var b = boxes[bi], x = b[2], y = b[3], w = b[4], h = b[5], kind = b[0];
     var g = svg("g", {"class": "box " + (kind === "node" ? "node" : kind === "group" ? "group"
                                                                        : "io")});
     g.dataset.box = bi;
@@ -369,17 +377,22 @@ _SCRIPT = r"""
       tip = line2 + " (" + line1 + ")\n" + (q < 0 ? "not placed" : "on " + P[q].name + ", " +
         fmtUs(D.nodes.cost[i]) + (pinned.has(i) ? ", pinned" : "")) + "\nclick for every answer";
     } else if (kind === "group") {
-      var info = groupInfo(b), only = -1;
+      var members = G.groups[b[1]], info = groupInfo(members), only = -1;
+      var first = members[0], last = members[members.length - 1];
       for (var p = 0; p < NP; p++) if (info.counts[p] === info.n) only = p;
       fill = only >= 0 ? color(only) : "#fff";
-      line1 = (only >= 0 ? P[only].name + ": " : "") + info.n + " nodes, " + fmtUs(info.cost);
-      line2 = D.nodes.name[b[1]] + (info.n > 1 ? " .. " + D.nodes.name[b[2]] : "");
-      tip = (G.mode === "partitions" ? "partition" : "nodes " + b[1] + " to " + b[2]) + ": " +
+      line1 = (only >= 0 ? P[only].name + ": " : "") + info.n + " node" +
+        (info.n > 1 ? "s" : "") + ", " + fmtUs(info.cost);
+      var names = D.nodes.name[first] + (info.n > 1 ? " .. " + D.nodes.name[last] : "");
+      line2 = G.mode === "chains" ? opList(members) : names;
+      tip = {chains: "chain", partitions: "partition", spans: "span"}[G.mode] + " of " +
+        info.n + " node(s): " +
         P.map(function (pp, k) { return info.counts[k] ? pp.name + " " + info.counts[k] : ""; })
           .filter(Boolean).join(", ") + (info.none ? ", not placed " + info.none : "") +
-        "\n" + line2 + "\nclick to list its nodes in the table below";
-      g.dataset.first = b[1];
-      g.dataset.last = b[2];
+        "\n" + names + "\nclick to list its nodes in the table below";
+      g.dataset.group = b[1];
+      g.dataset.first = first;
+      g.dataset.last = last;
       if (only < 0) {  // a span of mixed providers: a bar per provider's share
         var bx = x;
         info.counts.forEach(function (c, k) {
@@ -391,8 +404,8 @@ _SCRIPT = r"""
       }
     } else {
       line1 = kind === "input" ? "graph input" : "graph output";
-      line2 = b[7];
-      tip = line1 + " " + b[7] + " (host)";
+      line2 = b[6];
+      tip = line1 + " " + b[6] + " (host)";
     }
     g.insertBefore(svg("rect", {x: x, y: y, width: w, height: h, rx: 5, fill: fill,
                                 stroke: "#333", "stroke-width": 0.6}), g.firstChild);
@@ -441,13 +454,13 @@ _SCRIPT = r"""
     var o = outlines[oi], q = P.findIndex(function (p) { return p.name === o[0]; });
     var g = svg("g", {"class": "partition"});
     g.dataset.provider = o[0];
-    g.appendChild(svg("rect", {x: o[3], y: o[4], width: o[5], height: o[6], rx: 8,
+    g.appendChild(svg("rect", {x: o[4], y: o[5], width: o[6], height: o[7], rx: 8,
                                fill: color(q), "fill-opacity": 0.07, stroke: color(q),
                                "stroke-width": 1.5, "stroke-dasharray": "5 3"}));
-    g.appendChild(svg("text", {x: o[3] + 6, y: o[4] + 12, fill: color(q),
+    g.appendChild(svg("text", {x: o[4] + 6, y: o[5] + 12, fill: color(q),
                                "font-size": "11px"},
                       "partition " + oi + ": " + o[0] + ", " + o[2] + " node" +
-                      (o[2] > 1 ? "s" : "")));
+                      (o[2] > 1 ? "s" : "") + ", " + fmtUs(o[3])));
     layers.outlines.appendChild(g);
   }
   function drawVisible() {
@@ -456,9 +469,9 @@ _SCRIPT = r"""
              (picture.scrollLeft + (picture.clientWidth || 1200)) / zoom + pad,
              (picture.scrollTop + (picture.clientHeight || 640)) / zoom + pad];
     ["outlines", "links", "boxes"].forEach(function (k) { layers[k].textContent = ""; });
-    outlines.forEach(function (o, i) { if (inView(o[3], o[4], o[5], o[6], v)) drawOutline(i); });
+    outlines.forEach(function (o, i) { if (inView(o[4], o[5], o[6], o[7], v)) drawOutline(i); });
     linkBounds.forEach(function (b, i) { if (inView(b[0], b[1], b[2], b[3], v)) drawLink(i); });
-    boxes.forEach(function (b, i) { if (inView(b[3], b[4], b[5], b[6], v)) drawBox(i); });
+    boxes.forEach(function (b, i) { if (inView(b[2], b[3], b[4], b[5], v)) drawBox(i); });
   }
   function setZoom(z) {
     zoom = Math.min(2, Math.max(0.1, z));
@@ -476,9 +489,11 @@ _SCRIPT = r"""
   });
   var modeText = {
     nodes: "one box per node",
-    partitions: N + " nodes, more than " + G.limit + ": one box per partition (consecutive " +
-      "nodes on one provider); click a box to list its nodes in the table",
-    spans: N + " nodes in more than " + (G.limit / 2) + " partitions: one box per span of " +
+    chains: N + " nodes, more than " + G.limit + ": one box per chain of nodes on one " +
+      "provider; click a box to list its nodes in the table",
+    partitions: N + " nodes, more than " + G.limit + " chains: one box per partition " +
+      "(consecutive nodes on one provider); click a box to list its nodes in the table",
+    spans: N + " nodes in more than " + G.limit + " partitions: one box per span of " +
       "consecutive nodes, a bar per provider's share; click a box to list its nodes"};
   tools.appendChild(el("span", "hint", modeText[G.mode] + "; " + boxes.length + " boxes, " +
     links.length + " edges, " + outlines.length + " partition outline(s)" +
@@ -502,8 +517,8 @@ _SCRIPT = r"""
     if (g.dataset.node !== undefined) {
       selected = +g.dataset.node;
       showDetails(selected);
-    } else if (g.dataset.first !== undefined) {
-      setRange(+g.dataset.first, +g.dataset.last);
+    } else if (g.dataset.group !== undefined) {
+      showGroup(+g.dataset.group);
     }
   });
   setZoom(1);
@@ -533,17 +548,21 @@ _SCRIPT = r"""
   var viewport = document.getElementById("viewport"), spacer = document.getElementById("spacer");
   var rowsEl = document.getElementById("rows"), countEl = document.getElementById("count");
   var visible = new Int32Array(N), nVisible = 0, selected = -1, selProvider = -1;
-  var range = null, fRange = document.getElementById("f-range");
-  function setRange(first, last) {  // the nodes of one group of the picture
-    range = [first, last];
-    fRange.hidden = false;
-    fRange.textContent = "nodes " + first + " to " + last + " \u2715";
+  var group = null, fGroup = document.getElementById("f-group");
+  function showGroup(k) {  // the nodes of one box of the picture
+    var members = G.groups[k];
+    group = new Uint8Array(N);
+    members.forEach(function (i) { group[i] = 1; });
+    fGroup.hidden = false;
+    fGroup.textContent = "the " + members.length + " node(s) of " + D.nodes.name[members[0]] +
+      (members.length > 1 ? " .. " + D.nodes.name[members[members.length - 1]] : "") +
+      " \u2715";
     applyFilters();
     document.getElementById("table").scrollIntoView();
   }
-  fRange.addEventListener("click", function () {
-    range = null;
-    fRange.hidden = true;
+  fGroup.addEventListener("click", function () {
+    group = null;
+    fGroup.hidden = true;
     applyFilters();
   });
 
@@ -557,7 +576,7 @@ _SCRIPT = r"""
     for (var i = 0; i < N; i++) {
       if (op >= 0 && D.nodes.op[i] !== op) continue;
       if (text && D.nodes.name[i].indexOf(text) < 0) continue;
-      if (range && (i < range[0] || i > range[1])) continue;
+      if (group && !group[i]) continue;
       if (o < 0 && p >= 0 && D.nodes.provider[i] !== p) continue;
       if (o >= 0) {
         var hit = false;

@@ -200,42 +200,66 @@ def test_partitions_are_outlined_around_their_nodes(host, tmp_path):
     outlines = svg.of("partition")
     assert attrs["outlines"] == "2"
     assert [(o["data-provider"], o["texts"]) for o in outlines] == [
-        ("sim", ["partition 0: sim, 2 nodes"]), ("slow", ["partition 1: slow, 1 node"])]
+        ("sim", ["partition 0: sim, 2 nodes, 2.00 us"]),
+        ("slow", ["partition 1: slow, 1 node, 50.00 us"])]
     nodes = {i["texts"][1]: bounds(i["shape"]) for i in svg.of("box", "node")}
     first, second = (bounds(o["shape"]) for o in outlines)
     assert inside(nodes["add"], first) and inside(nodes["mul"], first)
     assert not inside(nodes["relu"], first) and inside(nodes["relu"], second)
 
 
-def test_above_the_limit_partitions_then_spans_are_boxes(host, tmp_path):
-    """Ten nodes alternating Add (sim, on the host) and Relu (slow): ten partitions. With room
-    for four boxes they are two spans of five nodes, each with a bar per provider."""
-    nodes = [helper.make_node("Add" if i % 2 == 0 else "Relu",
-                              [f"t{i}", "x"] if i % 2 == 0 else [f"t{i}"], [f"t{i + 1}"],
-                              name=f"n{i}") for i in range(10)]
-    model = make_model(nodes, [("t0", TensorProto.FLOAT, [4]), ("x", TensorProto.FLOAT, [4])],
-                       [("t10", TensorProto.FLOAT, [4])])
+def ten_node_model(kind):
+    """Ten nodes: a line of Relus, a ladder of Adds (each reads the two before it), or Add and
+    Relu alternating."""
+    if kind == "line":
+        nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"n{i}")
+                 for i in range(10)]
+    elif kind == "ladder":
+        nodes = [helper.make_node("Add", [f"t{i}", f"t{max(i - 1, 0)}"], [f"t{i + 1}"],
+                                  name=f"n{i}") for i in range(10)]
+    else:
+        nodes = [helper.make_node("Add" if i % 2 == 0 else "Relu",
+                                  [f"t{i}", "x"] if i % 2 == 0 else [f"t{i}"], [f"t{i + 1}"],
+                                  name=f"n{i}") for i in range(10)]
+    return make_model(nodes, [("t0", TensorProto.FLOAT, [4]), ("x", TensorProto.FLOAT, [4])],
+                      [("t10", TensorProto.FLOAT, [4])])
+
+
+@pytest.mark.parametrize(("kind", "mode", "providers", "texts"), [
+    ("line", "chains", ["slow"] * 10, [["slow: 10 nodes, 500.00 us", "Relu x10"]]),
+    ("ladder", "partitions", ["sim"] * 10, [["sim: 10 nodes, 10.00 us", "n0 .. n9"]]),
+    ("alternating", "spans", ["sim", "slow"] * 5,
+     [["3 nodes, 52.00 us", "n0 .. n2"], ["3 nodes, 101.00 us", "n3 .. n5"],
+      ["3 nodes, 52.00 us", "n6 .. n8"], ["slow: 1 node, 50.00 us", "n9"]]),
+])
+def test_above_the_limit_groups_of_nodes_are_boxes(host, tmp_path, kind, mode, providers, texts):
+    """With room for four boxes, ten nodes are drawn as chains on one provider if those fit,
+    else partitions, else spans of consecutive nodes with a bar per provider's share."""
     for p in (InlineProvider("sim", ops=("Add",), cost_us=1.0),
               InlineProvider("slow", ops=("Add", "Relu"), cost_us=50.0)):
         host.register(p, name=p.name)
-    table = walk(host, load_model(model), ["sim", "slow"])
+    table = walk(host, load_model(ten_node_model(kind)), ["sim", "slow"])
     placement = choose(table, {}, model="m")
-    assert [n.provider for n in placement.nodes] == ["sim", "slow"] * 5
-    for limit, mode, groups in ((20, "nodes", 0), (4, "spans", 2)):
+    assert [n.provider for n in placement.nodes] == providers
+    for limit in (10, 4):
         out = tmp_path / f"m{limit}.html"
         write_report(str(out), table, placement, "m", layout_limit=limit)
         dom, attrs, console, _ = open_in_chromium(out, tmp_path)
         check_page(dom, attrs, console)
         svg = SvgItems(dom)
-        assert attrs["mode"] == mode
-        assert len(svg.of("box", "group")) == groups
-        assert len(svg.of("box", "node")) == (10 if mode == "nodes" else 0)
-    first, second = svg.of("box", "group")
-    assert (first["data-first"], first["data-last"]) == ("0", "4")
-    assert first["texts"][0].startswith("5 nodes") and first["texts"][1] == "n0 .. n4"
-    assert len(first["shapes"]) == 3  # the box and a bar per provider
-    assert first["shapes"][0]["fill"] == "#fff"
-    assert len({shape["fill"] for shape in first["shapes"][1:]}) == 2
+        assert attrs["mode"] == ("nodes" if limit == 10 else mode)
+        assert len(svg.of("box", "node")) == (10 if limit == 10 else 0)
+    groups = svg.of("box", "group")
+    assert [g["texts"] for g in groups] == texts
+    assert [len(g["shapes"]) for g in groups] == [1 if t[0][0] in "sl" else 3 for t in texts]
+    if mode == "spans":  # the box and a bar per provider
+        assert groups[0]["shapes"][0]["fill"] == "#fff"
+        assert len({shape["fill"] for shape in groups[0]["shapes"][1:]}) == 2
+    links = {(int(k["data-source"]), int(k["data-target"])) for k in svg.of("link")}
+    boxes = {int(b["data-box"]): b for b in svg.of("box")}
+    group_boxes = [int(g["data-box"]) for g in groups]
+    assert set(zip(group_boxes, group_boxes[1:])) <= links  # each group feeds the next
+    assert {boxes[t]["texts"][1] for s, t in links if s == group_boxes[-1]} == {"t10"}
 
 
 def test_resnet50_branches_sit_side_by_side(tmp_path):
@@ -299,8 +323,8 @@ def add_chain(n):
 
 
 def test_a_50k_node_report_renders_lazily(tmp_path, capsys):
-    """Above the layout limit the picture is one box per partition, and a group's box names
-    its nodes; the table renders only the rows in view."""
+    """Above the layout limit the picture draws groups of nodes (here the one chain), each
+    box naming its nodes' ops; the table renders only the rows in view."""
     model_path = tmp_path / "chain.onnx"
     model_path.write_bytes(add_chain(50_000).SerializeToString())
     out = tmp_path / "chain.html"
@@ -312,10 +336,10 @@ def test_a_50k_node_report_renders_lazily(tmp_path, capsys):
     assert "50000 of 50000 nodes" in dom
     assert int(attrs["rows"]) < 100  # only the rows in view exist
     svg = SvgItems(dom)
-    assert attrs["mode"] == "partitions"
+    assert attrs["mode"] == "chains"
     (group,) = svg.of("box", "group")
     assert group["texts"][0].startswith("cpu: 50000 nodes, ")
-    assert group["texts"][1] == "add0 .. add49999"
+    assert group["texts"][1] == "Add x50000"
     assert len(svg.of("box", "io")) == 2 and len(svg.of("link")) == 2
     with capsys.disabled():
         print(f"\n50k-node report: {out.stat().st_size / 1e6:.1f} MB, `ep-host report` "
