@@ -5,8 +5,10 @@ partition, laid out by grandalf's Sugiyama layering so parallel branches sit sid
 
 from __future__ import annotations
 
+import graphlib
 import math
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,68 +65,30 @@ def node_graph(table: CapabilityTable, placement: Placement | None,
                limit: int = LAYOUT_LIMIT) -> dict[str, Any]:
     """The laid-out graph for the report's JSON: boxes, links, partition outlines, its size.
 
-    Up to ``limit`` nodes each node is a box. Above it, in turn while the boxes are more than
-    ``limit``: each chain of nodes on one provider (each feeding only the next) is one box; each
-    run of consecutive nodes on one provider (the placement's partitions) is one box; each span
-    of consecutive nodes in execution order is one box. The page lists a group's nodes on a
-    click.
+    Up to ``limit`` nodes each node is a box. Above it, the first of these groupings that
+    gives at most ``limit`` boxes and ``2 * limit`` bends of edges that skip layers: each chain
+    of nodes on one provider (each feeding only the next) is one box; each run of consecutive
+    nodes on one provider (the placement's partitions) is one box; each span of consecutive
+    nodes in execution order is one box, halving their number until the bends fit. The page
+    lists a group's nodes on a click.
     """
     nodes = table.nodes
     where = {n.name: n.provider for n in placement.nodes} if placement is not None else {}
     index = {n.name: i for i, n in enumerate(nodes)}
-    boxes: list[Box] = []
-    groups: list[list[int]] = []
-    if len(nodes) <= limit:
-        mode = "nodes"
-        for i, n in enumerate(nodes):
-            boxes.append(Box("node", n.name, _text_width(max(n.op_type, n.name, key=len)),
-                             NODE_H, node=i))
-        box_of_node = list(range(len(nodes)))
-    else:
-        mode, groups = _groups(nodes, where, table.graph, limit)
-        box_of_node = [0] * len(nodes)
-        for g, members in enumerate(groups):
-            for i in members:
-                box_of_node[i] = len(boxes)
-            boxes.append(Box("group", "", 210.0, GROUP_H, node=g))
-    links: dict[tuple[int, int], Link] = {}
-    inputs: dict[str, int] = {}
-    producer: dict[str, int] = {}
-    for i, n in enumerate(nodes):
-        target = box_of_node[i]
-        for value in n.inputs:
-            if value is None or value.is_constant:
-                continue
-            if value.name in producer:
-                source = box_of_node[producer[value.name]]
-            else:
-                source = inputs.get(value.name)
-                if source is None:
-                    source = inputs[value.name] = len(boxes)
-                    boxes.append(Box("input", value.name,
-                                     _text_width(max(value.name, "graph output", key=len)),
-                                     NODE_H))
-            if source != target:
-                _link(links, source, target).tensors.append(value.name)
-        for value in n.outputs:
-            if value is not None:
-                producer[value.name] = i
-    outputs: dict[str, int] = {}
-    if table.graph is not None:
-        for value in table.graph.outputs:
-            if value is None or value.name not in producer:
-                continue
-            outputs[value.name] = len(boxes)
-            boxes.append(Box("output", value.name,
-                             _text_width(max(value.name, "graph output", key=len)), NODE_H))
-            _link(links, box_of_node[producer[value.name]], outputs[value.name]).tensors.append(
-                value.name)
+    outputs = [v.name for v in table.graph.outputs if v is not None] if table.graph else []
+    for mode, groups in _groupings(nodes, where, outputs, limit):
+        drawn = _Drawn(nodes, groups, outputs)
+        if drawn.bends() <= 2 * limit:
+            break
+    boxes, links, box_of_node = drawn.boxes, drawn.links, drawn.box_of_node
     internal = {"copies": 0, "bytes": 0, "cost_us": 0.0}
     if placement is not None:
         for t, made_by, needed_by in copy_walk(placement):
-            source = inputs[t.tensor] if made_by is None else box_of_node[index[made_by]]
-            target = outputs[t.tensor] if needed_by is None else box_of_node[index[needed_by]]
-            if source == target:  # inside one span of mixed providers
+            target = (drawn.outputs[t.tensor] if needed_by is None
+                      else box_of_node[index[needed_by]])
+            source = (drawn.input_box(t.tensor, target) if made_by is None
+                      else box_of_node[index[made_by]])
+            if source == target:  # inside one group of mixed providers
                 internal["copies"] += 1
                 internal["bytes"] += t.nbytes
                 internal["cost_us"] += t.cost_us
@@ -138,8 +102,9 @@ def node_graph(table: CapabilityTable, placement: Placement | None,
                 link.copied.append(t.tensor)
     edges = list(links.values())
     width, height = _layout(boxes, edges)
-    outlines = (_outlines(nodes, placement, boxes, box_of_node)
-                if mode in ("nodes", "chains") else [])
+    # a group box is on one provider or shows each one's share; partitions are outlined when
+    # each node is a box (finding them costs a bit set per node over the groups before it)
+    outlines = _outlines(nodes, placement, boxes, box_of_node) if mode == "nodes" else []
     return {
         "mode": mode,
         "limit": limit,
@@ -149,7 +114,7 @@ def node_graph(table: CapabilityTable, placement: Placement | None,
         "boxes": [[b.kind, b.node, round(b.x - b.width / 2, 1), round(b.y - b.height / 2, 1),
                    round(b.width, 1), round(b.height, 1),
                    b.label if b.kind in ("input", "output") else ""] for b in boxes],
-        "groups": groups,
+        "groups": groups or [],
         # source, target, flat points, tensors, copies, bytes, cost, copied tensors, devices
         "links": [[e.source, e.target, [round(c, 1) for p in e.points for c in p],
                    e.tensors[:MAX_COPY_TENSORS], len(e.tensors), e.copies, e.copy_bytes,
@@ -159,6 +124,85 @@ def node_graph(table: CapabilityTable, placement: Placement | None,
     }
 
 
+class _Drawn:
+    """The boxes and links of one grouping (``None``: a box per node). A graph input read by
+    more than ``SHARED_INPUT_READERS`` boxes gets a box beside each reader, as its edges would
+    otherwise cross the whole drawing."""
+
+    SHARED_INPUT_READERS = 2
+
+    def __init__(self, nodes: Sequence[Any], groups: list[list[int]] | None,
+                 outputs: Sequence[str]):
+        self.boxes: list[Box] = []
+        if groups is None:
+            for i, n in enumerate(nodes):
+                self.boxes.append(Box("node", n.name,
+                                      _text_width(max(n.op_type, n.name, key=len)), NODE_H,
+                                      node=i))
+            self.box_of_node = list(range(len(nodes)))
+        else:
+            self.box_of_node = [0] * len(nodes)
+            for g, members in enumerate(groups):
+                for i in members:
+                    self.box_of_node[i] = len(self.boxes)
+                self.boxes.append(Box("group", "", 210.0, GROUP_H, node=g))
+        self.links: dict[tuple[int, int], Link] = {}
+        producer: dict[str, int] = {}
+        reads: list[tuple[str, int]] = []  # graph inputs, with the box that reads them
+        for i, n in enumerate(nodes):
+            target = self.box_of_node[i]
+            for value in n.inputs:
+                if value is None or value.is_constant:
+                    continue
+                if value.name not in producer:
+                    reads.append((value.name, target))
+                    continue
+                source = self.box_of_node[producer[value.name]]
+                if source != target:
+                    _link(self.links, source, target).tensors.append(value.name)
+            for value in n.outputs:
+                if value is not None:
+                    producer[value.name] = i
+        readers: dict[str, list[int]] = {}
+        for name, target in reads:
+            if target not in readers.setdefault(name, []):
+                readers[name].append(target)
+        self.inputs: dict[tuple[str, int | None], int] = {}
+        for name, targets in readers.items():
+            shared = len(targets) <= self.SHARED_INPUT_READERS
+            for target in targets:
+                key = (name, None if shared else target)
+                if key not in self.inputs:
+                    self.inputs[key] = len(self.boxes)
+                    self.boxes.append(Box("input", name, _io_width(name), NODE_H))
+                _link(self.links, self.inputs[key], target).tensors.append(name)
+        self.outputs: dict[str, int] = {}
+        for name in outputs:
+            if name in producer and name not in self.outputs:
+                self.outputs[name] = len(self.boxes)
+                self.boxes.append(Box("output", name, _io_width(name), NODE_H))
+                _link(self.links, self.box_of_node[producer[name]],
+                      self.outputs[name]).tensors.append(name)
+
+    def input_box(self, name: str, reader: int) -> int:
+        return self.inputs.get((name, None), self.inputs.get((name, reader), -1))
+
+    def bends(self) -> int:
+        """How many layers the edges skip in all (each skip is a bend grandalf routes)."""
+        after: dict[int, set[int]] = {i: set() for i in range(len(self.boxes))}
+        for source, target in self.links:
+            after[target].add(source)
+        layer = [0] * len(self.boxes)
+        for box in graphlib.TopologicalSorter(after).static_order():
+            for source in after[box]:
+                layer[box] = max(layer[box], layer[source] + 1)
+        return sum(layer[t] - layer[s] - 1 for s, t in self.links)
+
+
+def _io_width(name: str) -> float:
+    return _text_width(max(name, "graph output", key=len))
+
+
 def _link(links: dict[tuple[int, int], Link], source: int, target: int) -> Link:
     link = links.get((source, target))
     if link is None:
@@ -166,13 +210,15 @@ def _link(links: dict[tuple[int, int], Link], source: int, target: int) -> Link:
     return link
 
 
-def _groups(nodes: Sequence[Any], where: Mapping[str, str], graph: Any,
-            limit: int) -> tuple[str, list[list[int]]]:
-    """The first grouping of the nodes (indices, in execution order) into at most ``limit``
-    groups: chains, partitions, spans."""
-    chains = _chains(nodes, where, graph)
+def _groupings(nodes: Sequence[Any], where: Mapping[str, str], outputs: Sequence[str],
+               limit: int) -> Iterator[tuple[str, list[list[int]] | None]]:
+    """The ways to draw the nodes, finest first, each with at most ``limit`` boxes (node
+    indices per box, in execution order; ``None``: a box per node)."""
+    if len(nodes) <= limit:
+        yield "nodes", None
+    chains = _chains(nodes, where, outputs)
     if len(chains) <= limit:
-        return "chains", chains
+        yield "chains", chains
     runs: list[list[int]] = []
     for i, n in enumerate(nodes):
         if runs and where.get(n.name) == where.get(nodes[runs[-1][-1]].name):
@@ -182,13 +228,19 @@ def _groups(nodes: Sequence[Any], where: Mapping[str, str], graph: Any,
             if len(runs) > limit:
                 break
     else:
-        return "partitions", runs
-    size = math.ceil(len(nodes) / limit)
-    return "spans", [list(range(s, min(s + size, len(nodes)))) for s in
-                     range(0, len(nodes), size)]
+        yield "partitions", runs
+    count = limit
+    while True:
+        size = math.ceil(len(nodes) / count)
+        yield "spans", [list(range(s, min(s + size, len(nodes))))
+                        for s in range(0, len(nodes), size)]
+        if count == 1:
+            return
+        count //= 2
 
 
-def _chains(nodes: Sequence[Any], where: Mapping[str, str], graph: Any) -> list[list[int]]:
+def _chains(nodes: Sequence[Any], where: Mapping[str, str],
+            outputs: Sequence[str]) -> list[list[int]]:
     """Chains of nodes on one provider in which each node feeds only the next and the next
     reads only it (contracting them keeps the graph acyclic), in order of their first node."""
     producer: dict[str, int] = {}
@@ -202,7 +254,7 @@ def _chains(nodes: Sequence[Any], where: Mapping[str, str], graph: Any) -> list[
         for value in n.outputs:
             if value is not None:
                 producer[value.name] = i
-    graph_outputs = {v.name for v in graph.outputs if v is not None} if graph is not None else set()
+    graph_outputs = set(outputs)
     chain_of: list[int] = [-1] * len(nodes)
     chains: list[list[int]] = []
     for i, n in enumerate(nodes):
@@ -259,6 +311,16 @@ def _layout(boxes: list[Box], links: list[Link]) -> tuple[float, float]:
     """Place the boxes top to bottom with grandalf's Sugiyama layout, each connected part
     beside the last; set every box's centre and every link's route. Returns the drawing's
     width and height."""
+    # grandalf walks paths recursively, a frame per box on the path
+    depth = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(depth, 4 * len(boxes) + 1000))
+    try:
+        return _place(boxes, links)
+    finally:
+        sys.setrecursionlimit(depth)
+
+
+def _place(boxes: list[Box], links: list[Link]) -> tuple[float, float]:
     from grandalf.graphs import Edge, Graph, Vertex
     from grandalf.layouts import SugiyamaLayout
 
