@@ -24,7 +24,7 @@ MAX_COPY_TENSORS = 5
 NODE_H = 34
 GROUP_H = 44
 X_SPACE = 24
-Y_SPACE = 36
+Y_SPACE = 60  # room for a copy's label between two partitions' outlines
 MARGIN = 40
 OUTLINE_PAD = 10
 

@@ -372,9 +372,9 @@ _SCRIPT = r"""
       fill = color(q);
       g.dataset.node = i;
       g.dataset.provider = q < 0 ? "" : P[q].name;
-      line1 = D.ops[D.nodes.op[i]];
+      line1 = D.ops[D.nodes.op[i]].replace(/^.*::/, "");  // the domain is in the tip
       line2 = D.nodes.name[i];
-      tip = line2 + " (" + line1 + ")\n" + (q < 0 ? "not placed" : "on " + P[q].name + ", " +
+      tip = line2 + " (" + D.ops[D.nodes.op[i]] + ")\n" + (q < 0 ? "not placed" : "on " + P[q].name + ", " +
         fmtUs(D.nodes.cost[i]) + (pinned.has(i) ? ", pinned" : "")) + "\nclick for every answer";
     } else if (kind === "group") {
       var members = G.groups[b[1]], info = groupInfo(members), only = -1;
@@ -437,7 +437,8 @@ _SCRIPT = r"""
       var label = fmtBytes(l[6]) + ", " + fmtUs(l[7]) + (l[5] > 1 ? " (" + l[5] + " copies)" : "");
       var mid = Math.floor(pts.length / 4) * 2;
       var mx = pts.length === 4 ? (pts[0] + pts[2]) / 2 : pts[mid];
-      var yy = pts.length === 4 ? (pts[1] + pts[3]) / 2 : pts[mid + 1];
+      // a third of the way down: clear of the outlines around both ends
+      var yy = pts.length === 4 ? pts[1] + (pts[3] - pts[1]) * 0.35 : pts[mid + 1];
       g.appendChild(svg("rect", {x: mx - label.length * 3.3 - 4, y: yy - 9,
                                  width: label.length * 6.6 + 8, height: 16, rx: 3,
                                  fill: "#fff", stroke: "#d62728", "stroke-width": 0.8}));
@@ -457,10 +458,12 @@ _SCRIPT = r"""
     g.appendChild(svg("rect", {x: o[4], y: o[5], width: o[6], height: o[7], rx: 8,
                                fill: color(q), "fill-opacity": 0.07, stroke: color(q),
                                "stroke-width": 1.5, "stroke-dasharray": "5 3"}));
+    var label = "partition " + oi + ": " + o[0] + ", " + o[2] + " node" + (o[2] > 1 ? "s" : "") +
+      ", " + fmtUs(o[3]);
     g.appendChild(svg("text", {x: o[4] + 6, y: o[5] + 12, fill: color(q),
-                               "font-size": "11px"},
-                      "partition " + oi + ": " + o[0] + ", " + o[2] + " node" +
-                      (o[2] > 1 ? "s" : "") + ", " + fmtUs(o[3])));
+                               "font-size": "11px"}, clip(label, Math.floor((o[6] - 8) / 5.8))));
+    g.appendChild(svg("title", {}, label + "\nnodes on one provider, connected: what a " +
+                                   "provider that compiles runs as one kernel"));
     layers.outlines.appendChild(g);
   }
   function drawVisible() {
