@@ -5,7 +5,8 @@ ResNet-50 (edge crossings, edges through boxes) and on residual chains (layout t
     .venv/bin/python bench/report_layout.py [--sizes 1000,5000,50000] [--grandalf-max 5000]
                                             [--report-nodes 50000] [--chromium PATH]
 
-The chains are ``n`` nodes in a line with a skip edge over every third node (a ResNet-like
+networkx is needed for the comparison only (the report does not use it). The chains are
+``n`` nodes in a line with a skip edge over every third node (a ResNet-like
 block structure). grandalf is timed only up to ``--grandalf-max`` nodes: it grows about
 quadratically. ``--report-nodes`` times ``write_report`` alone on two placed models of that
 size: an Add/Relu chain on the CPU EP (one chain box) and Add/Relu alternating between two
