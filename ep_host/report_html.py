@@ -660,6 +660,8 @@ _SCRIPT = r"""
   [fProvider, fOutcome, fOp].forEach(function (f) { f.addEventListener("change", applyFilters); });
   fName.addEventListener("input", applyFilters);
   applyFilters();
+  var linked = /^#group=(\d+)$/.exec(location.hash);  // a link to one box's nodes
+  if (linked && G.groups[+linked[1]]) showGroup(+linked[1]);
 
   void document.body.offsetHeight;  // finish layout before taking the time
   var done = el("p", "hint");

@@ -260,6 +260,14 @@ def test_above_the_limit_groups_of_nodes_are_boxes(host, tmp_path, kind, mode, p
     if mode == "spans":  # the box and a bar per provider
         assert groups[0]["shapes"][0]["fill"] == "#fff"
         assert len({shape["fill"] for shape in groups[0]["shapes"][1:]}) == 2
+    # a box's nodes, as a click lists them in the table (here by the page's link to it)
+    last = int(groups[-1]["data-group"])
+    listed, _, console, _ = open_in_chromium(f"{out}#group={last}", tmp_path)
+    assert console == []
+    members = range(int(groups[-1]["data-first"]), int(groups[-1]["data-last"]) + 1)
+    assert f"{len(members)} of 10 nodes" in listed
+    rows = re.findall(r'<div class="row[^"]*"[^>]*data-node="(\d+)"', listed)
+    assert sorted(map(int, rows)) == list(members)
     links = {(int(k["data-source"]), int(k["data-target"])) for k in svg.of("link")}
     boxes = {int(b["data-box"]): b for b in svg.of("box")}
     group_boxes = [int(g["data-box"]) for g in groups]
