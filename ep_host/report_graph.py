@@ -18,7 +18,7 @@ from ep_host.placement import Placement
 from ep_host.transfers import copy_walk
 
 # grandalf's layering grows about quadratically with the boxes plus the bends of long edges;
-# past this many the graph is drawn collapsed (one box per partition, or per span of nodes)
+# past this many nodes the graph is drawn collapsed (a box per chain, partition or span)
 LAYOUT_LIMIT = 1000
 MAX_COPY_TENSORS = 5
 NODE_H = 34
@@ -31,7 +31,7 @@ OUTLINE_PAD = 10
 
 @dataclass
 class Box:
-    """One drawn box: a node, a graph input or output, or a group of consecutive nodes."""
+    """One drawn box: a node, a graph input or output, or a group of nodes."""
 
     kind: str  # "node", "input", "output", "group"
     label: str
