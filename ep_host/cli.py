@@ -257,9 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_why)
 
     p = sub.add_parser("report", help="write the placement as one self-contained HTML page",
-                       description="Write an offline HTML report: the placed graph (runs of "
-                       "one provider as boxes, device copies as edges with their bytes), every "
-                       "provider's answer for every node (filterable) and the totals.")
+                       description="Write an offline HTML report: the node graph (nodes "
+                       "coloured by provider, device copies as marked edges with their bytes "
+                       "and time, partitions outlined; groups of nodes above 1000 nodes), "
+                       "every provider's answer for every node (filterable) and the totals.")
     _add_model_args(p)
     p.add_argument("-o", "--output", required=True, metavar="FILE", type=output_file,
                    help="the .html file to write")

@@ -1,11 +1,11 @@
-"""The placement report as one self-contained HTML file (``ep-host report``): the placed graph
-with same-provider runs collapsed into boxes and device copies and layout conversions as labelled
-edges (conversions dashed, with their layouts), a filterable
-table of every provider's answer for every node, and the totals. No network, no libraries.
+"""The placement report as one self-contained HTML file (``ep-host report``): the node graph
+coloured by provider with device copies as marked edges and partitions outlined, a filterable
+table of every provider's answer for every node, and the totals. It opens offline.
 
 The page is drawn by inline JavaScript from a compact form of the placement JSON
-(:func:`ep_host.report.explain_dict`): answers are deduplicated and the table renders only the
-rows in view, so a 50k-node model's report opens in about a second.
+(:func:`ep_host.report.explain_dict`) and the graph laid out in Python
+(:mod:`ep_host.report_graph`): answers are deduplicated, and the picture and the table draw
+only what is in view, so a 50k-node model's report opens in about a second.
 """
 
 from __future__ import annotations
@@ -18,12 +18,10 @@ from typing import Any
 from ep_host.capability import CapabilityTable
 from ep_host.placement import Placement
 from ep_host.report import explain_dict
-from ep_host.transfers import copy_walk
-
-MAX_EDGE_TENSORS = 5
+from ep_host.report_graph import LAYOUT_LIMIT, node_graph
 
 
-def compact(data: dict[str, Any], edges: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+def compact(data: dict[str, Any], graph: dict[str, Any]) -> dict[str, Any]:
     """The placement JSON in columns: names, op and provider indices, deduplicated answers."""
     providers = [p["name"] for p in data["providers"]]
     p_index = {p: i for i, p in enumerate(providers)}
@@ -60,7 +58,7 @@ def compact(data: dict[str, Any], edges: Sequence[dict[str, Any]] = ()) -> dict[
         "transfers": {"count": len(data["transfers"]),
                       "bytes": sum(t["bytes"] for t in data["transfers"]),
                       "conversions": sum(1 for t in data["transfers"] if "layout" in t)},
-        "edges": list(edges),
+        "graph": graph,
         "totals": data["totals"],
         "unplaceable": data["unplaceable"],
         "expanded": {k: {"op": v["op_type"], "into": len(v["into"])}
@@ -95,41 +93,10 @@ def _answer_index(answer: dict[str, Any], seen: dict[tuple, int], out: list[list
     return i
 
 
-def copy_edges(placement: Placement) -> list[dict[str, Any]]:
-    """Device copies and layout conversions between partitions, summed per (from, to) pair
-    of boxes; ``conversions`` counts the tensors converted and ``layouts`` names the changes.
-
-    Box -1 is the graph's inputs and weights on the host, box ``len(partitions)`` its outputs.
-    The copies are :func:`ep_host.transfers.copy_walk`'s, each in the partition whose node
-    first needs the tensor on the destination device.
-    """
-    if not placement.transfers:
-        return []
-    parts = placement.partitions()
-    part_of = {name: i for i, part in enumerate(parts) for name in part.nodes}
-    edges: dict[tuple[int, int], dict[str, Any]] = {}
-    for t, producer, consumer in copy_walk(placement):
-        key = (-1 if producer is None else part_of[producer],
-               len(parts) if consumer is None else part_of[consumer])
-        e = edges.setdefault(key, {"from": key[0], "to": key[1], "bytes": 0, "cost_us": 0.0,
-                                   "count": 0, "tensors": [], "devices": set(),
-                                   "conversions": 0, "layouts": set()})
-        e["bytes"] += t.nbytes
-        e["cost_us"] += t.cost_us
-        e["count"] += 1
-        e["devices"].add(f"{t.source} -> {t.destination}")
-        if t.converts:
-            e["conversions"] += 1
-            e["layouts"].add(t.layouts)
-        if len(e["tensors"]) < MAX_EDGE_TENSORS:
-            e["tensors"].append(t.tensor)
-    return [{**e, "devices": sorted(e["devices"]), "layouts": sorted(e["layouts"])}
-            for e in edges.values()]
-
-
-def render(data: dict[str, Any], edges: Sequence[dict[str, Any]] = ()) -> str:
-    """The report page for a placement JSON (``explain_dict``) and its :func:`copy_edges`."""
-    payload = json.dumps(compact(data, edges), separators=(",", ":"), default=str)
+def render(data: dict[str, Any], graph: dict[str, Any]) -> str:
+    """The report page for a placement JSON (``explain_dict``) and its drawn graph
+    (:func:`ep_host.report_graph.node_graph`)."""
+    payload = json.dumps(compact(data, graph), separators=(",", ":"), default=str)
     payload = payload.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
     title = html.escape(f"ep-host report: {data['model']}")
     return (_PAGE.replace("__TITLE__", title).replace("__STYLE__", _STYLE)
@@ -137,11 +104,13 @@ def render(data: dict[str, Any], edges: Sequence[dict[str, Any]] = ()) -> str:
 
 
 def write_report(path: str, table: CapabilityTable, placement: Placement | None, model: str,
-                 unplaceable: Sequence[str] = ()) -> dict[str, int]:
-    """Write the report to ``path``; returns counts for the command's summary line."""
+                 unplaceable: Sequence[str] = (), layout_limit: int = LAYOUT_LIMIT
+                 ) -> dict[str, int]:
+    """Write the report to ``path``; returns counts for the command's summary line. Above
+    ``layout_limit`` nodes the picture collapses (see :func:`ep_host.report_graph.node_graph`).
+    """
     data = explain_dict(table, placement, model, unplaceable)
-    edges = copy_edges(placement) if placement is not None else []
-    text = render(data, edges)
+    text = render(data, node_graph(table, placement, layout_limit))
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return {"nodes": len(data["nodes"]), "partitions": len(data["partitions"]),
@@ -163,9 +132,10 @@ _PAGE = """<!doctype html>
 <div id="errors" role="alert"></div>
 <section><h2>Totals</h2><div id="totals"></div></section>
 <section><h2>Placed graph</h2>
-<p class="hint">Consecutive nodes on one provider are one box; coloured arrows are device
-copies, labelled with their bytes; dashed arrows convert a tensor's layout (NCHW->NHWC); grey
-lines follow execution order.</p>
+<p class="hint">Boxes are nodes coloured by the provider they run on; dashed outlines are
+partitions (connected nodes on one provider); red dashed edges are device copies, labelled with
+their bytes and estimated time; dotted ones convert a tensor's layout (NCHW to NHWC). Click a
+node for every provider's answer.</p>
 <div id="legend"></div><div id="picture"></div></section>
 <section><h2>Every node, every provider</h2>
 <div id="filters">
@@ -176,6 +146,7 @@ lines follow execution order.</p>
 </select></label>
 <label>op <select id="f-op"></select></label>
 <label>node <input id="f-name" type="search" placeholder="name contains"></label>
+<button type="button" id="f-group" hidden></button>
 <span id="count"></span>
 </div>
 <p class="hint">A provider alone shows the nodes placed on it; with an outcome, the nodes
@@ -197,7 +168,10 @@ h1{font-size:1.4em;margin:.2em 0}h2{font-size:1.15em;margin:1.2em 0 .4em}
 #errors:empty{display:none}#errors{background:#fee;border:1px solid #c00;padding:.5em}
 table.totals{border-collapse:collapse}table.totals td,table.totals th{padding:2px 10px;
 text-align:left;border-bottom:1px solid #ddd}table.totals td.num{text-align:right}
-#picture{max-height:560px;overflow:auto;border:1px solid #ccc;background:#fcfcfc}
+#picture{max-height:640px;overflow:auto;border:1px solid #ccc;background:#fcfcfc}
+#picture svg{display:block}.box{cursor:pointer}
+.tools{display:flex;gap:.5em;align-items:center;margin:.3em 0}
+#legend i.line{width:22px;height:0;border-top:2px dashed #d62728;vertical-align:3px}
 #legend span{display:inline-block;margin-right:1.2em}
 #legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-1px}
 #filters{display:flex;gap:1em;flex-wrap:wrap;align-items:center;margin:.3em 0}
@@ -328,112 +302,236 @@ _SCRIPT = r"""
         D.expanded[k].into + " nodes)"; }).join(", ")));
   }
 
-  // the picture: lanes (host I/O, then one per provider), one box per partition
+  // the picture: the node graph as laid out in Python (boxes, routed edges, partition
+  // outlines); only what is in view is drawn, so a large graph costs what the screen shows
+  var G = D.graph;
   var legend = document.getElementById("legend");
-  P.forEach(function (p, i) {
-    var s = el("span"), sw = el("i"); sw.style.background = color(i);
+  function legendItem(fill, text, line) {
+    var s = el("span"), sw = el("i");
+    if (line) sw.className = "line"; else sw.style.background = fill;
     s.appendChild(sw);
-    s.appendChild(document.createTextNode(p.name + (p.device ? " (" + p.device + ")" : "")));
+    s.appendChild(document.createTextNode(text));
     legend.appendChild(s);
+  }
+  P.forEach(function (p, i) {
+    legendItem(color(i), p.name + (p.device ? " (" + p.device + ")" : ""));
   });
+  legendItem("#777", "graph inputs and outputs");
+  legendItem("", "device copy or layout conversion (dotted; bytes, estimated time)", true);
   var picture = document.getElementById("picture");
-  var parts = D.partitions, shown = Math.min(parts.length, MAX_BOXES);
-  var LANE_W = 240, BOX_W = 190, BOX_H = 38, ROW = 64, TOP = 40, LEFT = 20;
-  var W = LEFT * 2 + LANE_W * (NP + 1), H = TOP + ROW * (shown + 2) + 20;
-  var s = svg("svg", {width: W, height: H, viewBox: "0 0 " + W + " " + H, role: "img",
-                      "aria-label": "placed graph"});
-  for (var l = 0; l <= NP; l++) {
-    var lx = LEFT + l * LANE_W;
-    s.appendChild(svg("rect", {x: lx, y: 0, width: LANE_W - 10, height: H,
-                               fill: l ? color(l - 1) : "#888", "fill-opacity": 0.06}));
-    s.appendChild(svg("text", {x: lx + 8, y: 20, "font-weight": "bold"},
-                      l ? P[l - 1].name + (P[l - 1].device ? " @ " + P[l - 1].device : "")
-                        : "host I/O"));
-  }
-  function boxPos(b) {  // b: -1 inputs, 0..shown-1 partitions, parts.length outputs
-    if (b < 0) return {x: LEFT, y: TOP};
-    if (b >= parts.length) return {x: LEFT, y: TOP + ROW * (shown + 1)};
-    return {x: LEFT + (parts[b][0] + 1) * LANE_W, y: TOP + ROW * (b + 1)};
-  }
-  var order = [-1];
-  for (var b = 0; b < shown; b++) order.push(b);
-  order.push(parts.length);
-  for (var j = 1; j < order.length; j++) {
-    var a0 = boxPos(order[j - 1]), a1 = boxPos(order[j]);
-    s.appendChild(svg("line", {x1: a0.x + BOX_W / 2, y1: a0.y + BOX_H, x2: a1.x + BOX_W / 2,
-                               y2: a1.y, stroke: "#bbb", "stroke-width": 1}));
-  }
-  function box(b, fill, line1, line2, tip) {
-    var p = boxPos(b), g = svg("g", {"class": "box"});
-    g.appendChild(svg("rect", {x: p.x, y: p.y, width: BOX_W, height: BOX_H, rx: 5,
-                               fill: fill, stroke: "#333", "stroke-width": 0.5}));
-    g.appendChild(svg("text", {x: p.x + 6, y: p.y + 15, fill: "#fff"}, line1));
-    g.appendChild(svg("text", {x: p.x + 6, y: p.y + 31, fill: "#fff"}, line2));
-    g.appendChild(svg("title", {}, tip));
-    s.appendChild(g);
-  }
-  function clip(t, n) { return t.length > n ? t.slice(0, n - 1) + "\u2026" : t; }
-  box(-1, "#777", "graph inputs", "and weights (host)",
-      "graph inputs and initializers start on the host");
-  for (var i = 0; i < shown; i++) {
-    var pt = parts[i], first = D.nodes.name[pt[1]], last = D.nodes.name[pt[2]];
-    box(i, color(pt[0]), clip(P[pt[0]].name + ": " + pt[3] + " node" + (pt[3] > 1 ? "s" : "") +
-        ", " + fmtUs(pt[4]), 30), clip(pt[3] > 1 ? first + " .. " + last : first, 30),
-        "partition " + i + ": " + pt[3] + " nodes on " + P[pt[0]].name + ", " + fmtUs(pt[4]) +
-        "\n" + first + (pt[3] > 1 ? " .. " + last : ""));
-  }
-  box(parts.length, "#777", "graph outputs", "(host)", "graph outputs end on the host");
-  var skipped = 0;
-  D.edges.forEach(function (e) {
-    if ((e.from >= shown && e.from < parts.length) || (e.to >= shown && e.to < parts.length)) {
-      skipped++;
-      return;
-    }
-    var a = boxPos(e.from), c = boxPos(e.to);
-    var right = c.x >= a.x;
-    var x1 = a.x + (right ? BOX_W : 0), y1 = a.y + BOX_H / 2;
-    var x2 = c.x + (right ? 0 : BOX_W), y2 = c.y + BOX_H / 2;
-    if (a.x === c.x) { x1 = a.x + BOX_W; x2 = c.x + BOX_W; }
-    var bend = a.x === c.x ? 60 : (x2 - x1) / 2;
-    var d = "M" + x1 + "," + y1 + " C" + (x1 + bend) + "," + y1 + " " +
-            (x2 - (a.x === c.x ? -60 : bend)) + "," + y2 + " " + x2 + "," + y2;
-    var stroke = e.to >= parts.length || e.from < 0 ? "#555" : color(parts[e.to][0]);
-    var converts = e.conversions > 0;
-    var g = svg("g", {"class": converts ? "copy layout" : "copy"});
-    var line = {d: d, fill: "none", stroke: stroke, "stroke-width": 2,
-                "marker-end": "url(#arrow)"};
-    if (converts) line["stroke-dasharray"] = "6,3";
-    g.appendChild(svg("path", line));
-    var label = fmtBytes(e.bytes) + (e.count > 1 ? " (" + e.count + " tensors)" : "") +
-      (converts ? " " + e.layouts.join(", ") : "");
-    var mx = (x1 + x2) / 2 + (a.x === c.x ? 45 : 0), my = (y1 + y2) / 2;
-    g.appendChild(svg("rect", {x: mx - label.length * 3.3 - 3, y: my - 11,
-                               width: label.length * 6.6 + 6, height: 15, fill: "#fff",
-                               "fill-opacity": 0.85}));
-    g.appendChild(svg("text", {x: mx, y: my, "text-anchor": "middle"}, label));
-    g.appendChild(svg("title", {}, e.count + " copy(ies)" +
-      (converts ? " (" + e.conversions + " layout conversion(s): " + e.layouts.join(", ") +
-       ")" : "") + ", " + fmtBytes(e.bytes) + ", " +
-      fmtUs(e.cost_us) + " (" + e.devices.join(", ") + "): " + e.tensors.join(", ") +
-      (e.count > e.tensors.length ? ", ..." : "")));
-    s.appendChild(g);
+  var zoom = 1, BH = 0;
+  var s = svg("svg", {role: "img", "aria-label": "placed graph"});
+  var defs = svg("defs", {});
+  [["arrow", "#777"], ["arrow-copy", "#d62728"]].forEach(function (a) {
+    var m = svg("marker", {id: a[0], viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7,
+                           markerHeight: 7, orient: "auto-start-reverse"});
+    m.appendChild(svg("path", {d: "M0,0 L10,5 L0,10 z", fill: a[1]}));
+    defs.appendChild(m);
   });
-  var defs = svg("defs", {}), m = svg("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 9,
-    refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto-start-reverse"});
-  m.appendChild(svg("path", {d: "M0,0 L10,5 L0,10 z", fill: "#333"}));
-  defs.appendChild(m);
-  s.insertBefore(defs, s.firstChild);
-  if (!D.strategy) {
-    picture.appendChild(el("p", "declined",
-                           "placement failed: see the nodes no provider claims above"));
+  s.appendChild(defs);
+  var layers = {};
+  ["outlines", "links", "boxes", "labels"].forEach(function (k) {
+    layers[k] = svg("g", {"class": k});
+    s.appendChild(layers[k]);
+  });
+  function clip(t, n) { return t.length > n ? t.slice(0, Math.max(1, n - 1)) + "\u2026" : t; }
+  function groupInfo(members) {  // a group's providers (node counts) and summed cost
+    var counts = new Array(NP).fill(0), none = 0, cost = 0;
+    members.forEach(function (i) {
+      var q = D.nodes.provider[i];
+      if (q < 0) none++; else counts[q]++;
+      cost += D.nodes.cost[i] || 0;
+    });
+    return {counts: counts, none: none, cost: cost, n: members.length};
   }
-  if (parts.length > shown) {
-    picture.appendChild(el("p", "hint", "showing the first " + shown + " of " + parts.length +
-      " partitions" +
-      (skipped ? "; " + skipped + " copy edge(s) to later partitions omitted" : "") +
-      "; the table below lists every node"));
+  function opList(members) {  // a chain's ops, in order, each with its count if repeated
+    var out = [];
+    members.forEach(function (i) {
+      var op = D.ops[D.nodes.op[i]], last = out[out.length - 1];
+      if (last && last[0] === op) last[1]++; else out.push([op, 1]);
+    });
+    return out.map(function (o) { return o[1] > 1 ? o[0] + " x" + o[1] : o[0]; }).join(", ");
+  }
+  // bounds of every item, for drawing only those in view
+  var boxes = G.boxes, links = G.links, outlines = G.outlines;
+  var linkBounds = links.map(function (l) {
+    var pts = l[2], x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+    for (var k = 0; k < pts.length; k += 2) {
+      x0 = Math.min(x0, pts[k]); x1 = Math.max(x1, pts[k]);
+      y0 = Math.min(y0, pts[k + 1]); y1 = Math.max(y1, pts[k + 1]);
+    }
+    return [x0, y0, x1 - x0, y1 - y0];
+  });
+  function inView(x, y, w, h, v) {
+    return x + w >= v[0] && x <= v[2] && y + h >= v[1] && y <= v[3];
+  }
+  function drawBox(bi) {
+    var b = boxes[bi], x = b[2], y = b[3], w = b[4], h = b[5], kind = b[0];
+    var g = svg("g", {"class": "box " + (kind === "node" ? "node" : kind === "group" ? "group"
+                                                                       : "io")});
+    g.dataset.box = bi;
+    var chars = Math.floor((w - 12) / 6.6), line1, line2, tip, fill = "#777";
+    if (kind === "node") {
+      var i = b[1], q = D.nodes.provider[i];
+      fill = color(q);
+      g.dataset.node = i;
+      g.dataset.provider = q < 0 ? "" : P[q].name;
+      line1 = D.ops[D.nodes.op[i]].replace(/^.*::/, "");  // the domain is in the tip
+      line2 = D.nodes.name[i];
+      tip = line2 + " (" + D.ops[D.nodes.op[i]] + ")\n" +
+        (q < 0 ? "not placed" : "on " + P[q].name + ", " +
+        fmtUs(D.nodes.cost[i]) + (pinned.has(i) ? ", pinned" : "")) + "\nclick for every answer";
+    } else if (kind === "group") {
+      var members = G.groups[b[1]], info = groupInfo(members), only = -1;
+      var first = members[0], last = members[members.length - 1];
+      for (var p = 0; p < NP; p++) if (info.counts[p] === info.n) only = p;
+      fill = only >= 0 ? color(only) : "#fff";
+      line1 = (only >= 0 ? P[only].name + ": " : "") + info.n + " node" +
+        (info.n > 1 ? "s" : "") + ", " + fmtUs(info.cost);
+      var names = D.nodes.name[first] + (info.n > 1 ? " .. " + D.nodes.name[last] : "");
+      line2 = G.mode === "chains" ? opList(members) : names;
+      tip = {chains: "chain", partitions: "partition", spans: "span"}[G.mode] + " of " +
+        info.n + " node(s): " +
+        P.map(function (pp, k) { return info.counts[k] ? pp.name + " " + info.counts[k] : ""; })
+          .filter(Boolean).join(", ") + (info.none ? ", not placed " + info.none : "") +
+        "\n" + names + "\nclick to list its nodes in the table below";
+      g.dataset.group = b[1];
+      g.dataset.first = first;
+      g.dataset.last = last;
+      if (only < 0) {  // a span of mixed providers: a bar per provider's share
+        var bx = x;
+        info.counts.forEach(function (c, k) {
+          if (!c) return;
+          var bw = w * c / info.n;
+          g.appendChild(svg("rect", {x: bx, y: y + h - 8, width: bw, height: 8, fill: color(k)}));
+          bx += bw;
+        });
+      }
+    } else {
+      line1 = kind === "input" ? "graph input" : "graph output";
+      line2 = b[6];
+      tip = line1 + " " + b[6] + " (host)";
+    }
+    g.insertBefore(svg("rect", {x: x, y: y, width: w, height: h, rx: 5, fill: fill,
+                                stroke: "#333", "stroke-width": 0.6}), g.firstChild);
+    var ink = fill === "#fff" ? "#222" : "#fff";
+    g.appendChild(svg("text", {x: x + 6, y: y + 14, fill: ink, "font-weight": "bold"},
+                      clip(line1, chars)));
+    g.appendChild(svg("text", {x: x + 6, y: y + 28, fill: ink}, clip(line2, chars)));
+    g.appendChild(svg("title", {}, tip));
+    layers.boxes.appendChild(g);
+  }
+  function drawLink(li) {
+    var l = links[li], pts = l[2], isCopy = l[5] > 0, isLayout = l[10] > 0;
+    var d = "M" + pts[0] + "," + pts[1];
+    if (pts.length === 4) {
+      var my = (pts[1] + pts[3]) / 2;
+      d += " C" + pts[0] + "," + my + " " + pts[2] + "," + my + " " + pts[2] + "," + pts[3];
+    } else {
+      for (var k = 2; k < pts.length; k += 2) d += " L" + pts[k] + "," + pts[k + 1];
+    }
+    var g = svg("g", {"class": isLayout ? "link copy layout" : isCopy ? "link copy" : "link"});
+    g.dataset.source = l[0];
+    g.dataset.target = l[1];
+    g.appendChild(svg("path", {d: d, fill: "none", stroke: isCopy ? "#d62728" : "#999",
+                               "stroke-width": isCopy ? 2.2 : 1.2,
+                               "stroke-dasharray": isLayout ? "2 3" : isCopy ? "6 3" : "none",
+                               "marker-end": isCopy ? "url(#arrow-copy)" : "url(#arrow)"}));
+    var tip = l[4] + " tensor(s): " + l[3].join(", ") + (l[4] > l[3].length ? ", ..." : "");
+    if (isCopy) {
+      var label = (isLayout ? l[11].join(", ") + ": " : "") + fmtBytes(l[6]) + ", " +
+        fmtUs(l[7]) + (l[5] > 1 ? " (" + l[5] + " copies)" : "");
+      var mid = Math.floor(pts.length / 4) * 2;
+      var mx = pts.length === 4 ? (pts[0] + pts[2]) / 2 : pts[mid];
+      // a third of the way down: clear of the outlines around both ends
+      var yy = pts.length === 4 ? pts[1] + (pts[3] - pts[1]) * 0.35 : pts[mid + 1];
+      g.appendChild(svg("rect", {x: mx - label.length * 3.3 - 4, y: yy - 9,
+                                 width: label.length * 6.6 + 8, height: 16, rx: 3,
+                                 fill: "#fff", stroke: "#d62728", "stroke-width": 0.8}));
+      g.appendChild(svg("text", {x: mx, y: yy + 3, "text-anchor": "middle", fill: "#b01e1e"},
+                        label));
+      tip = (isLayout ? l[10] + " layout conversion(s) " + l[11].join(", ") + "; " : "") +
+        "device copy: " + l[5] + " tensor(s), " + fmtBytes(l[6]) + ", estimated " +
+        fmtUs(l[7]) + " (" + l[9].join(", ") + "): " + l[8].join(", ") +
+        (l[5] > l[8].length ? ", ..." : "") + "\n" + tip;
+    }
+    g.appendChild(svg("title", {}, tip));
+    layers.links.appendChild(g);
+  }
+  function drawOutline(oi) {
+    var o = outlines[oi], q = P.findIndex(function (p) { return p.name === o[0]; });
+    var g = svg("g", {"class": "partition"});
+    g.dataset.provider = o[0];
+    g.appendChild(svg("rect", {x: o[4], y: o[5], width: o[6], height: o[7], rx: 8,
+                               fill: color(q), "fill-opacity": 0.07, stroke: color(q),
+                               "stroke-width": 1.5, "stroke-dasharray": "5 3"}));
+    var label = "partition " + oi + ": " + o[0] + ", " + o[2] + " node" + (o[2] > 1 ? "s" : "") +
+      ", " + fmtUs(o[3]);
+    g.appendChild(svg("text", {x: o[4] + 6, y: o[5] + 12, fill: color(q),
+                               "font-size": "11px"}, clip(label, Math.floor((o[6] - 8) / 5.8))));
+    g.appendChild(svg("title", {}, label + "\nnodes on one provider, connected: what a " +
+                                   "provider that compiles runs as one kernel"));
+    layers.outlines.appendChild(g);
+  }
+  function drawVisible() {
+    var pad = 200 / zoom;
+    var v = [picture.scrollLeft / zoom - pad, picture.scrollTop / zoom - pad,
+             (picture.scrollLeft + (picture.clientWidth || 1200)) / zoom + pad,
+             (picture.scrollTop + (picture.clientHeight || 640)) / zoom + pad];
+    ["outlines", "links", "boxes"].forEach(function (k) { layers[k].textContent = ""; });
+    outlines.forEach(function (o, i) { if (inView(o[4], o[5], o[6], o[7], v)) drawOutline(i); });
+    linkBounds.forEach(function (b, i) { if (inView(b[0], b[1], b[2], b[3], v)) drawLink(i); });
+    boxes.forEach(function (b, i) { if (inView(b[2], b[3], b[4], b[5], v)) drawBox(i); });
+  }
+  function setZoom(z) {
+    zoom = Math.min(2, Math.max(0.1, z));
+    s.setAttribute("width", G.width * zoom);
+    s.setAttribute("height", G.height * zoom);
+    drawVisible();
+  }
+  s.setAttribute("viewBox", "0 0 " + G.width + " " + G.height);
+  var tools = el("div", "tools");
+  [["zoom out", 0.8], ["zoom in", 1.25], ["100%", 0]].forEach(function (t) {
+    var b = el("button", "", t[0]);
+    b.type = "button";
+    b.addEventListener("click", function () { setZoom(t[1] ? zoom * t[1] : 1); });
+    tools.appendChild(b);
+  });
+  var modeText = {
+    nodes: "one box per node",
+    chains: N + " nodes, more than " + G.limit + ": one box per chain of nodes on one " +
+      "provider; click a box to list its nodes in the table",
+    partitions: N + " nodes, more than " + G.limit + " chains: one box per partition " +
+      "(consecutive nodes on one provider); click a box to list its nodes in the table",
+    spans: N + " nodes in more than " + G.limit + " partitions: one box per span of " +
+      "consecutive nodes, a bar per provider's share; click a box to list its nodes"};
+  tools.appendChild(el("span", "hint", modeText[G.mode] + "; " + boxes.length + " boxes, " +
+    links.length + " edges, " + outlines.length + " partition outline(s)" +
+    (G.internal_copies.copies ? "; " + G.internal_copies.copies + " device copies inside " +
+     "spans (" + fmtBytes(G.internal_copies.bytes) + ")" : "")));
+  picture.parentNode.insertBefore(tools, picture);
+  if (!D.strategy) {
+    picture.parentNode.insertBefore(el("p", "declined",
+      "placement failed: see the nodes no provider claims above"), picture);
   }
   picture.appendChild(s);
+  var drawPending = false;
+  picture.addEventListener("scroll", function () {
+    if (drawPending) return;
+    drawPending = true;
+    requestAnimationFrame(function () { drawPending = false; drawVisible(); });
+  });
+  s.addEventListener("click", function (e) {
+    var g = e.target.closest("g.box");
+    if (!g) return;
+    if (g.dataset.node !== undefined) {
+      selected = +g.dataset.node;
+      showDetails(selected);
+    } else if (g.dataset.group !== undefined) {
+      showGroup(+g.dataset.group);
+    }
+  });
+  setZoom(1);
 
   // the table: filters, and only the rows in view
   var fProvider = document.getElementById("f-provider");
@@ -460,6 +558,23 @@ _SCRIPT = r"""
   var viewport = document.getElementById("viewport"), spacer = document.getElementById("spacer");
   var rowsEl = document.getElementById("rows"), countEl = document.getElementById("count");
   var visible = new Int32Array(N), nVisible = 0, selected = -1, selProvider = -1;
+  var group = null, fGroup = document.getElementById("f-group");
+  function showGroup(k) {  // the nodes of one box of the picture
+    var members = G.groups[k];
+    group = new Uint8Array(N);
+    members.forEach(function (i) { group[i] = 1; });
+    fGroup.hidden = false;
+    fGroup.textContent = "the " + members.length + " node(s) of " + D.nodes.name[members[0]] +
+      (members.length > 1 ? " .. " + D.nodes.name[members[members.length - 1]] : "") +
+      " \u2715";
+    applyFilters();
+    document.getElementById("table").scrollIntoView();
+  }
+  fGroup.addEventListener("click", function () {
+    group = null;
+    fGroup.hidden = true;
+    applyFilters();
+  });
 
   function applyFilters() {
     var p = fProvider.value === "any" ? -1 : +fProvider.value;
@@ -471,6 +586,7 @@ _SCRIPT = r"""
     for (var i = 0; i < N; i++) {
       if (op >= 0 && D.nodes.op[i] !== op) continue;
       if (text && D.nodes.name[i].indexOf(text) < 0) continue;
+      if (group && !group[i]) continue;
       if (o < 0 && p >= 0 && D.nodes.provider[i] !== p) continue;
       if (o >= 0) {
         var hit = false;
@@ -551,14 +667,20 @@ _SCRIPT = r"""
   [fProvider, fOutcome, fOp].forEach(function (f) { f.addEventListener("change", applyFilters); });
   fName.addEventListener("input", applyFilters);
   applyFilters();
+  var linked = /^#group=(\d+)$/.exec(location.hash);  // a link to one box's nodes
+  if (linked && G.groups[+linked[1]]) showGroup(+linked[1]);
 
   void document.body.offsetHeight;  // finish layout before taking the time
   var done = el("p", "hint");
   done.id = "render-status";
   done.dataset.ms = performance.now().toFixed(1);
   done.dataset.rows = rowsEl.childElementCount;
+  done.dataset.mode = G.mode;
   done.dataset.boxes = s.querySelectorAll("g.box").length;
+  done.dataset.nodes = s.querySelectorAll("g.node").length;
+  done.dataset.links = s.querySelectorAll("g.link").length;
   done.dataset.copies = s.querySelectorAll("g.copy").length;
+  done.dataset.outlines = s.querySelectorAll("g.partition").length;
   done.textContent = "rendered in " + done.dataset.ms + " ms";
   document.body.appendChild(done);
 })();

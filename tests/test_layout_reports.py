@@ -10,7 +10,8 @@ from test_report_html import check_page, open_in_chromium
 from ep_host.layouts import conversion_cost_us
 from ep_host.placement import choose
 from ep_host.report import Output, explain_dict, fmt_us, render_explain, render_placement
-from ep_host.report_html import copy_edges, write_report
+from ep_host.report_graph import node_graph
+from ep_host.report_html import write_report
 from ep_host.why import render_why, why, why_dict
 
 CONVERSION = conversion_cost_us(NBYTES)
@@ -72,15 +73,16 @@ def test_why_counts_the_conversions_a_move_would_add():
     assert [(c["from"], c["to"]) for c in layouts] == [("NCHW", "NHWC"), ("NHWC", "NCHW")]
 
 
-def test_the_html_report_draws_conversions_as_dashed_labelled_edges(tmp_path):
+def test_the_html_report_draws_conversions_as_dotted_labelled_edges(tmp_path):
     placement, table = greedy_chain()
-    edges = copy_edges(placement)
-    assert sorted((e["from"], e["to"], e["conversions"], tuple(e["layouts"])) for e in edges) == [
-        (-1, 0, 1, ("NCHW->NHWC",)), (0, 1, 1, ("NHWC->NCHW",))]
+    links = node_graph(table, placement)["links"]
+    # the drawn edges that carry a conversion: (conversions, their layout changes)
+    assert sorted((link[10], tuple(link[11])) for link in links if link[10]) == [
+        (1, ("NCHW->NHWC",)), (1, ("NHWC->NCHW",))]
     out = tmp_path / "layouts.html"
     write_report(str(out), table, placement, "chain")
     dom, attrs, console, _ = open_in_chromium(out, tmp_path)
     check_page(dom, attrs, console)
     assert attrs["copies"] == "2"
-    assert dom.count('class="copy layout"') == 2 and 'stroke-dasharray="6,3"' in dom
+    assert dom.count('class="link copy layout"') == 2 and 'stroke-dasharray="2 3"' in dom
     assert "NCHW-&gt;NHWC" in dom and "of which 2 layout conversions" in dom
