@@ -270,7 +270,7 @@ def test_above_the_limit_groups_of_nodes_are_boxes(host, tmp_path, kind, mode, p
     links = {(int(k["data-source"]), int(k["data-target"])) for k in svg.of("link")}
     boxes = {int(b["data-box"]): b for b in svg.of("box")}
     group_boxes = [int(g["data-box"]) for g in groups]
-    assert set(zip(group_boxes, group_boxes[1:], strict=False)) <= links  # each group feeds the next
+    assert set(zip(group_boxes, group_boxes[1:], strict=False)) <= links  # each feeds the next
     assert {boxes[t]["texts"][1] for s, t in links if s == group_boxes[-1]} == {"t10"}
 
 
