@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import signal
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from ep_host.discovery import Host
+
+# A shell's background job starts with SIGINT ignored, and Python then installs no
+# KeyboardInterrupt handler. The tests that send a real SIGINT need the usual one, here and in the
+# commands they start (a child inherits an ignored signal, but not a Python handler).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
