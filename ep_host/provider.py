@@ -35,6 +35,8 @@ class Device:
     ``cupy.ndarray``; a kernel on the device whose output is not one fails the run. ``None``: the
     host refuses only what is no array on any device (a list, a generator...). Host arrays are
     always exactly ``numpy.ndarray``.
+
+    ``node``: the Ray node id of a device on a cluster node (``ep_host.cluster``), else ``""``.
     """
 
     name: str = "cpu"
@@ -46,6 +48,7 @@ class Device:
     synchronize: Any = None
     capture: Any = None
     array_type: Any = None
+    node: str = ""
 
     @property
     def is_host(self) -> bool:

@@ -1,0 +1,145 @@
+"""A Ray cluster: its nodes, the providers installed on each, and proxies pinned to other nodes.
+
+Joining (``--ray ADDRESS``, ``ray_address=``) lists every alive node, the driver's own first as
+``node1``; one small actor per node, pinned there, lists that node's provider entry points
+and what each provider says of itself. Providers on the driver's node load in process as
+usual; each available provider on another node becomes its own provider, ``NAME@nodeK``, a
+worker proxy (``ep_host.remote``) pinned to that node, on a device per node whose link is
+priced from a measured round trip. Ray is imported only here and in ``ep_host.remote``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ep_host.errors import HostError
+
+CLUSTER_HINT = "a Ray cluster needs Ray: pip install 'ep-host[ray]'"
+LIST_TIMEOUT_S = 120.0  # seconds one node may take to list its providers
+
+
+@dataclass
+class ClusterNode:
+    """One alive node: its Ray id, the label ep-host names it by (``node1`` is the driver's),
+    its address and resources, and the providers listed there (plain records)."""
+
+    node_id: str
+    label: str
+    address: str
+    resources: dict[str, float]
+    is_driver: bool
+    providers: list[dict[str, Any]] = field(default_factory=list)
+    fault: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"node": self.label, "node_id": self.node_id, "address": self.address,
+                "driver": self.is_driver, "fault": self.fault or None,
+                "providers": self.providers}
+
+
+def join(address: str) -> Any:
+    """Ray, joined to the cluster at ``address`` (``auto``: the one running here); a Ray this
+    process already runs is used as it is."""
+    try:
+        import ray
+    except ImportError as exc:
+        raise HostError(f"--ray {address}: Ray is not installed; {CLUSTER_HINT}") from exc
+    if not ray.is_initialized():
+        try:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.ERROR, configure_logging=True)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise HostError(f"--ray {address}: cannot join the Ray cluster: {exc}") from exc
+    return ray
+
+
+def nodes(ray: Any) -> list[ClusterNode]:
+    """The cluster's alive nodes, the driver's first (``node1``), the rest by address and id."""
+    driver = ray.get_runtime_context().get_node_id()
+    alive = [n for n in ray.nodes() if n.get("Alive")]
+    alive.sort(key=lambda n: (n["NodeID"] != driver, n.get("NodeManagerAddress", ""),
+                              n.get("NodeManagerPort", 0), n["NodeID"]))
+    return [ClusterNode(node_id=n["NodeID"], label=f"node{i}",
+                        address=n.get("NodeManagerAddress", ""),
+                        resources=dict(n.get("Resources", {})), is_driver=n["NodeID"] == driver)
+            for i, n in enumerate(alive, 1)]
+
+
+class NodeLister:
+    """The actor that lists one node's providers: entry points loaded in a host of its own."""
+
+    def __init__(self, sys_path: Sequence[str]):
+        for entry in sys_path:
+            if entry not in sys.path:
+                sys.path.append(entry)
+
+    def providers(self) -> list[dict[str, Any]]:
+        from ep_host.discovery import Host
+
+        host = Host(hook_timeout=None)
+        host.load_entry_points(None)
+        return [listed(r) for r in host.providers()]
+
+
+def listed(record: Any) -> dict[str, Any]:
+    """A provider's record as listed per node: the providers command's fields and its reason."""
+    return record.to_dict()
+
+
+def list_providers(ray: Any, cluster: list[ClusterNode]) -> list[ClusterNode]:
+    """Each node's providers, listed by an actor pinned to it (all nodes at once); a node whose
+    listing fails or takes over ``LIST_TIMEOUT_S`` keeps the reason in ``fault``."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    lister = ray.remote(NodeLister)
+    path = tuple(p for p in sys.path if p)
+    actors, refs = [], []
+    for node in cluster:
+        strategy = NodeAffinitySchedulingStrategy(node.node_id, soft=False)
+        actor = lister.options(num_cpus=0, max_restarts=0,
+                               scheduling_strategy=strategy).remote(path)
+        actors.append(actor)
+        refs.append(actor.providers.remote())
+    for node, ref in zip(cluster, refs, strict=True):
+        try:
+            node.providers = ray.get(ref, timeout=LIST_TIMEOUT_S)
+        except ray.exceptions.GetTimeoutError:
+            node.fault = f"listing its providers took over {LIST_TIMEOUT_S:g} s"
+        except ray.exceptions.RayError as exc:
+            node.fault = f"listing its providers failed: {str(exc).splitlines()[0]}"
+    for actor in actors:
+        ray.kill(actor, no_restart=True)
+    return cluster
+
+
+def discover(address: str) -> list[ClusterNode]:
+    """The cluster at ``address``: every alive node with the providers installed there."""
+    ray = join(address)
+    return list_providers(ray, nodes(ray))
+
+
+def remote_name(name: str, label: str) -> str:
+    """The provider name of provider ``name`` on the node labelled ``label``."""
+    return f"{name}@{label}"
+
+
+def wanted_remote(names: Sequence[str] | None, cluster: list[ClusterNode]
+                  ) -> list[tuple[ClusterNode, dict[str, Any]]]:
+    """The (node, provider) pairs on other nodes than the driver's to register: every one when
+    ``names`` is ``None``, else those named ``NAME@nodeK`` (one that no node lists is a
+    :class:`HostError`)."""
+    pairs = [(node, p) for node in cluster if not node.is_driver for p in node.providers]
+    if names is None:
+        return pairs
+    by_name = {remote_name(p["name"], node.label): (node, p) for node, p in pairs}
+    asked = [n for n in names if "@" in n]
+    unknown = [n for n in asked if n not in by_name]
+    if unknown:
+        known = ", ".join(sorted(by_name)) or "none"
+        raise HostError(f"--ray: no provider {', '.join(unknown)} on the cluster's other nodes; "
+                        f"there: {known}")
+    return [by_name[n] for n in asked]
