@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ep_host import strategies
+from ep_host.cli_providers import add_ray_arg, cmd_providers
 
 EPILOG = """\
 environment:
@@ -100,12 +101,6 @@ def _strategy_help() -> str:
     return f"{listed}. Default: {strategies.DEFAULT}"
 
 
-def _add_ray_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--ray", metavar="ADDRESS", dest="ray_address",
-                   help="also use the providers on the other nodes of this Ray cluster (needs "
-                   "ep-host[ray]; 'auto' joins the one running here), each named NAME@nodeK")
-
-
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="path to an .onnx file")
     p.add_argument("--providers", type=_csv, metavar="A,B",
@@ -119,7 +114,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--isolate", nargs="?", const=True, type=_csv, metavar="A,B", help="run "
                    "providers in worker processes (needs ep-host[ray]): all but the CPU EP, or "
                    "those named (--isolate=A,B); one that dies or hangs fails alone")
-    _add_ray_arg(p)
+    add_ray_arg(p)
     p.add_argument("--no-optimize", action="store_true",
                    help="place the model as written, without graph optimizations")
     p.add_argument("--disable-optimization", action="append", default=[], metavar="PASS",
@@ -143,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="List every provider entry point: name, distribution, "
                        "version, device, and whether it is available (or why not).")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    _add_ray_arg(p)
+    add_ray_arg(p)
     p.set_defaults(func=cmd_providers)
 
     p = sub.add_parser("explain", help="every provider's answer for every node",
@@ -343,70 +338,6 @@ def _closed_pipe() -> int:
 # ---------------------------------------------------------------------------------------------
 # providers
 # ---------------------------------------------------------------------------------------------
-
-
-def cmd_providers(args: argparse.Namespace) -> int:
-    import json
-
-    from ep_host.discovery import Host
-    from ep_host.report import Output
-
-    if args.ray_address:
-        return _cluster_providers(args)
-    host = Host.discover()
-    records = host.providers()
-    if args.json:
-        print(json.dumps([_capped_record(r.to_dict()) for r in records], indent=2))
-        return 0
-    out = Output()
-    if not records:
-        out.line("no providers installed (entry-point group ep_host.providers)"
-                 + (": EP_HOST_PROVIDERS is set" if "EP_HOST_PROVIDERS" in os.environ else ""))
-        return 0
-    out.table(
-        "Installed execution providers",
-        ["name", "distribution", "version", "device", "status"],
-        [(r.name, r.distribution or "-", r.version or "-", r.device or "-",
-          r.status if not r.fault else f"{r.status}: {r.fault}") for r in records],
-    )
-    return 0
-
-
-def _cluster_providers(args: argparse.Namespace) -> int:
-    """``providers --ray``: the providers installed on each node of the cluster."""
-    import json
-
-    from ep_host import cluster
-    from ep_host.report import Output
-
-    with status(f"listing the providers of the Ray cluster at {args.ray_address}"):
-        nodes = cluster.discover(args.ray_address)
-    if args.json:
-        print(json.dumps([{**n.to_dict(), "providers": [_capped_record(p) for p in n.providers]}
-                          for n in nodes], indent=2))
-        return 0
-    out = Output()
-    rows = []
-    for node in nodes:
-        where = f"{node.label} ({node.address}{', driver' if node.is_driver else ''})"
-        if node.fault or not node.providers:
-            rows.append((where, "-", "-", "-", "-", node.fault or "no providers installed"))
-        for p in node.providers:
-            name = p["name"] if node.is_driver else cluster.remote_name(p["name"], node.label)
-            rows.append((where, name, p["distribution"] or "-", p["version"] or "-",
-                         p["device"] or "-",
-                         p["status"] if not p["fault"] else f"{p['status']}: {p['fault']}"))
-    out.table("Execution providers per Ray node",
-              ["node", "name", "distribution", "version", "device", "status"], rows)
-    return 0
-
-
-def _capped_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A provider's JSON record with its provider-supplied text (all but its name) capped."""
-    from ep_host.text import capped
-
-    return {k: capped(v) if isinstance(v, str) and k != "name" else v
-            for k, v in record.items()}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,7 +37,8 @@ class ClusterNode:
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.label, "node_id": self.node_id, "address": self.address,
-                "driver": self.is_driver, "fault": self.fault or None,
+                "driver": self.is_driver, "resources": self.resources,
+                "fault": self.fault or None,
                 "providers": self.providers}
 
 
@@ -77,11 +78,11 @@ class NodeLister:
             if entry not in sys.path:
                 sys.path.append(entry)
 
-    def providers(self) -> list[dict[str, Any]]:
+    def providers(self, names: Sequence[str] | None) -> list[dict[str, Any]]:
         from ep_host.discovery import Host
 
         host = Host(hook_timeout=None)
-        host.load_entry_points(None)
+        host.load_entry_points(None if names is None else list(names))
         return [listed(r) for r in host.providers()]
 
 
@@ -90,9 +91,11 @@ def listed(record: Any) -> dict[str, Any]:
     return record.to_dict()
 
 
-def list_providers(ray: Any, cluster: list[ClusterNode]) -> list[ClusterNode]:
-    """Each node's providers, listed by an actor pinned to it (all nodes at once); a node whose
-    listing fails or takes over ``LIST_TIMEOUT_S`` keeps the reason in ``fault``."""
+def list_providers(ray: Any, cluster: list[ClusterNode],
+                   names: Sequence[str] | None = None) -> list[ClusterNode]:
+    """Each node's providers (``names``: only those), listed by an actor pinned to it (all
+    nodes at once); a node whose listing fails or takes over ``LIST_TIMEOUT_S`` keeps the
+    reason in ``fault``."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     lister = ray.remote(NodeLister)
@@ -103,7 +106,7 @@ def list_providers(ray: Any, cluster: list[ClusterNode]) -> list[ClusterNode]:
         actor = lister.options(num_cpus=0, max_restarts=0,
                                scheduling_strategy=strategy).remote(path)
         actors.append(actor)
-        refs.append(actor.providers.remote())
+        refs.append(actor.providers.remote(names))
     for node, ref in zip(cluster, refs, strict=True):
         try:
             node.providers = ray.get(ref, timeout=LIST_TIMEOUT_S)
@@ -116,10 +119,12 @@ def list_providers(ray: Any, cluster: list[ClusterNode]) -> list[ClusterNode]:
     return cluster
 
 
-def discover(address: str) -> list[ClusterNode]:
-    """The cluster at ``address``: every alive node with the providers installed there."""
+def discover(address: str, names: Sequence[str] | None = None) -> list[ClusterNode]:
+    """The cluster at ``address``: every alive node with the providers installed there
+    (``names``: only those; ``NAME@nodeK`` counts as ``NAME``)."""
     ray = join(address)
-    return list_providers(ray, nodes(ray))
+    base = None if names is None else sorted({n.rpartition("@")[0] or n for n in names})
+    return list_providers(ray, nodes(ray), base)
 
 
 def remote_name(name: str, label: str) -> str:

@@ -173,7 +173,7 @@ class Host:
         reason, and no worker is started for it. ``self.cluster`` keeps the nodes listed."""
         from ep_host import cluster
 
-        self.cluster = cluster.discover(address)
+        self.cluster = cluster.discover(address, names)
         for node, listed in cluster.wanted_remote(names, self.cluster):
             name = cluster.remote_name(listed["name"], node.label)
             record = ProviderRecord(name=name, distribution=listed.get("distribution"),
