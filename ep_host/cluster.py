@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ep_host.errors import HostError
+from ep_host.remote import LinkFigures
 
 CLUSTER_HINT = "a Ray cluster needs Ray: pip install 'ep-host[ray]'"
 LIST_TIMEOUT_S = 120.0  # seconds one node may take to list its providers
+LINK_SIZES = (64 << 10, 1 << 20, 4 << 20)  # bytes moved each way to measure a node's link
 
 
 @dataclass
@@ -34,11 +39,14 @@ class ClusterNode:
     is_driver: bool
     providers: list[dict[str, Any]] = field(default_factory=list)
     fault: str = ""
+    link: LinkFigures | None = None  # from the driver's node (None: the driver's own)
 
     def to_dict(self) -> dict[str, Any]:
         return {"node": self.label, "node_id": self.node_id, "address": self.address,
                 "driver": self.is_driver, "resources": self.resources,
                 "fault": self.fault or None,
+                "link": None if self.link is None else {
+                    "latency_us": self.link.latency_us, "gbps": self.link.gbps},
                 "providers": self.providers}
 
 
@@ -85,6 +93,12 @@ class NodeLister:
         host.load_entry_points(None if names is None else list(names))
         return [listed(r) for r in host.providers()]
 
+    def ping(self, value: Any = None) -> int:
+        return 0 if value is None else int(getattr(value, "nbytes", 0))
+
+    def make(self, nbytes: int) -> np.ndarray:
+        return np.ones(nbytes, dtype=np.uint8)
+
 
 def listed(record: Any) -> dict[str, Any]:
     """A provider's record as listed per node: the providers command's fields and its reason."""
@@ -114,9 +128,38 @@ def list_providers(ray: Any, cluster: list[ClusterNode],
             node.fault = f"listing its providers took over {LIST_TIMEOUT_S:g} s"
         except ray.exceptions.RayError as exc:
             node.fault = f"listing its providers failed: {str(exc).splitlines()[0]}"
-    for actor in actors:
+    for node, actor in zip(cluster, actors, strict=True):
+        if not node.is_driver and not node.fault:
+            node.link = measure_link(ray, actor)
         ray.kill(actor, no_restart=True)
     return cluster
+
+
+def measure_link(ray: Any, actor: Any) -> LinkFigures:
+    """The link from here to ``actor``'s node: the latency of one copy is an empty call's
+    round trip (the median of a few, as a copy there is fetched by a call); the bandwidth is
+    the slope of a straight line through the median times of a tensor of each of
+    ``LINK_SIZES`` sent there (``ray.put`` and a call) and one sent back."""
+    def median(fn: Any, n: int) -> float:
+        times = []
+        for _ in range(n):
+            start = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - start)
+        return sorted(times)[n // 2]
+
+    ray.get(actor.ping.remote())  # warm: the first call pays for the worker's start
+    empty = median(lambda: ray.get(actor.ping.remote()), 7)
+    one_way = []
+    for nbytes in LINK_SIZES:
+        payload = np.ones(nbytes, dtype=np.uint8)
+        there = median(lambda p=payload: ray.get(actor.ping.remote(ray.put(p))), 5)
+        back = median(lambda n=nbytes: ray.get(actor.make.remote(n)), 5)
+        one_way.append((there + back) / 2)
+    per_byte = float(np.polyfit(np.asarray(LINK_SIZES, float), np.asarray(one_way), 1)[0])
+    if per_byte <= 0:  # noise: the largest copy's average speed beyond an empty call
+        per_byte = max(one_way[-1] - empty, 1e-6) / LINK_SIZES[-1]
+    return LinkFigures(latency_us=empty * 1e6, gbps=1e-9 / per_byte)
 
 
 def discover(address: str, names: Sequence[str] | None = None) -> list[ClusterNode]:

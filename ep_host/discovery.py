@@ -172,8 +172,12 @@ class Host:
         only those named so; default all). One not available there is listed with its
         reason, and no worker is started for it. ``self.cluster`` keeps the nodes listed."""
         from ep_host import cluster
+        from ep_host.remote import remember_link
 
         self.cluster = cluster.discover(address, names)
+        for node in self.cluster:
+            if node.link is not None:  # the worker proxies there price copies from it
+                remember_link(node.node_id, node.link)
         for node, listed in cluster.wanted_remote(names, self.cluster):
             name = cluster.remote_name(listed["name"], node.label)
             record = ProviderRecord(name=name, distribution=listed.get("distribution"),

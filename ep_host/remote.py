@@ -344,6 +344,11 @@ class LinkFigures:
 _measured: dict[str, LinkFigures] = {}  # per Ray node id: measured once per process
 
 
+def remember_link(key: str, figures: LinkFigures) -> None:
+    """Take ``figures`` as the link to Ray node ``key`` (measured by ``ep_host.cluster``)."""
+    _measured[key] = figures
+
+
 def measure_link(ray: Any, actor: Any, key: str, nbytes: int = 8 << 20) -> LinkFigures:
     """Round trips to ``actor``: an empty call (latency) and a tensor of ``nbytes`` each way
     (bandwidth); the median of a few, kept for the rest of the process."""
