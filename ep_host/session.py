@@ -356,6 +356,9 @@ class InferenceSession:
             self.tracer.process_name = f"ep-host: {trace_process_label(loaded)}"
         self._host = (host if host is not None
                       else discover_host(names, isolate, ray_address))
+        if self.tracer is not None:  # a trace process per cluster node (``ep_host.cluster``)
+            self.tracer.processes.update({r.info.device.name: r.node for r in
+                                          self._host.records.values() if r.node and r.info})
         chosen = [p for p in select_providers(self._host, names) if p not in set(exclude)]
         loaded = declare_output_types(self._host, loaded, chosen)
         with memory_stage("optimization", loaded.label, len(loaded.graph.nodes)):

@@ -20,6 +20,7 @@ from ray.cluster_utils import Cluster
 from ep_host import InferenceSession
 from ep_host.discovery import Host
 from ep_host.errors import HostError
+from ep_host.tracing import Tracer
 from ep_host.transfers import implied_transfers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -171,16 +172,17 @@ def test_a_provider_of_the_other_node_is_its_own_device_priced_from_the_link(clu
         Host.discover(["slow", "nope@node2"], ray_address=cluster["address"])
 
 
-def placed_across(cluster, relu_us):
+def placed_across(cluster, relu_us, trace=None):
     return InferenceSession(three_step_model().SerializeToString(),
                             providers=["slow", "accel@node2"],
                             provider_options={"slow": {"relu_us": relu_us}},
-                            ray_address=cluster["address"])
+                            ray_address=cluster["address"], trace=trace)
 
 
 def test_the_optimal_strategy_splits_across_nodes_only_when_it_pays(cluster):
     # Relu costs slow 10 s on node 1: moving it to node 2 pays, whatever the link costs.
-    session = placed_across(cluster, 1e7)
+    tracer = Tracer()
+    session = placed_across(cluster, 1e7, tracer)
     placement = session.placement
     where = {n.name: n.provider for n in placement.nodes}
     assert where == {"add": "slow", "relu": "accel@node2", "add2": "slow"}
@@ -194,6 +196,12 @@ def test_the_optimal_strategy_splits_across_nodes_only_when_it_pays(cluster):
     expected = onnxruntime.InferenceSession(three_step_model().SerializeToString(),
                                             providers=["CPUExecutionProvider"]).run(None, feeds())
     np.testing.assert_allclose(session.run(None, feeds())[0], expected[0], rtol=1e-6)
+    # the trace has a process per node: node 2's spans lie in a process named for it
+    pids = {e["name"]: e["pid"] for e in tracer.events if e["cat"] == "node"}
+    assert pids["add"] == pids["add2"] == os.getpid() != pids["relu"]
+    names = {e["pid"]: e["args"]["name"] for e in tracer.metadata_events()
+             if e["name"] == "process_name"}
+    assert names[pids["relu"]].endswith("@ node2")
 
     # Relu costs slow 1 us: the copies to node 2 cost more than that, so nothing moves.
     session = placed_across(cluster, 1.0)
