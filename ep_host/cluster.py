@@ -1,13 +1,7 @@
-"""A Ray cluster: its nodes, the providers installed on each, and proxies pinned to other nodes.
-
-Joining (``--ray ADDRESS``, ``ray_address=``) lists every alive node, the driver's own first as
-``node1``; one small actor per node, pinned there, lists that node's provider entry points
-and what each provider says of itself. Providers on the driver's node load in process as
-usual; each available provider on another node becomes its own provider, ``NAME@nodeK``, a
-worker proxy (``ep_host.remote``) pinned to that node, on a device per node whose link is
-priced from a measured round trip. Ray is imported only here and in ``ep_host.remote``.
+"""A Ray cluster: its nodes (the driver's is ``node1``), the providers installed on each (listed
+by one actor pinned per node), and each other node's link, measured once. A provider on another
+node is its own provider ``NAME@nodeK``: a worker proxy (``ep_host.remote``) pinned there.
 """
-
 from __future__ import annotations
 
 import logging
@@ -24,7 +18,7 @@ from ep_host.remote import LinkFigures
 
 CLUSTER_HINT = "a Ray cluster needs Ray: pip install 'ep-host[ray]'"
 LIST_TIMEOUT_S = 120.0  # seconds one node may take to list its providers
-LINK_SIZES = (64 << 10, 1 << 20, 4 << 20)  # bytes moved each way to measure a node's link
+LINK_SIZES = (1 << 20, 4 << 20, 16 << 20)  # bytes moved each way to measure a node's link
 
 
 @dataclass

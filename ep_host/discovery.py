@@ -160,6 +160,10 @@ class Host:
         """A host with the providers ``names`` loaded (default: all); ``ray_address``: also
         those on the other nodes of that Ray cluster, as ``NAME@nodeK`` (:meth:`load_cluster`)."""
         host = cls(**kwargs)
+        if ray_address:  # joined first: isolated providers' workers start on the cluster too
+            from ep_host.cluster import join
+
+            join(ray_address)
         local = None if names is None else [n for n in names if "@" not in n]
         host.load_entry_points(local, isolate=isolate)
         if ray_address:
