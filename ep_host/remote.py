@@ -642,12 +642,13 @@ def start_worker(name: str, *, module: str | None = None, strict: bool = False,
                       sys_path=tuple(p for p in sys.path if p),
                       marker_path=marker_path, fault_path=fault_path)
     actor_class = _actor_class(ray)
-    placing: dict[str, Any] = {}
-    if node is not None:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        placing["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node[0], soft=False)
-    actor = actor_class.options(num_cpus=0, max_restarts=0, name=None, **placing).remote(spec)
+    # on the node asked for, else on this process's own (in a cluster, too)
+    target = node[0] if node is not None else ray.get_runtime_context().get_node_id()
+    actor = actor_class.options(num_cpus=0, max_restarts=0, name=None,
+                                scheduling_strategy=NodeAffinitySchedulingStrategy(
+                                    target, soft=False)).remote(spec)
     where = (ray, actor, registered or name, timeout, marker_path, fault_path)
     try:
         described = RemoteProvider(*where).wait(actor.describe.remote(), "import")
