@@ -15,10 +15,12 @@ import numpy as np
 
 from ep_host.errors import HostError
 from ep_host.remote import LinkFigures
+from ep_host.stored import CacheDirStores
 
 CLUSTER_HINT = "a Ray cluster needs Ray: pip install 'ep-host[ray]'"
 LIST_TIMEOUT_S = 120.0  # seconds one node may take to list its providers
 LINK_SIZES = (1 << 20, 4 << 20, 16 << 20)  # bytes moved each way to measure a node's link
+LINKS = CacheDirStores("ray-links")  # measured links by (driver's node, node): Ray node ids
 
 
 @dataclass
@@ -122,11 +124,28 @@ def list_providers(ray: Any, cluster: list[ClusterNode],
             node.fault = f"listing its providers took over {LIST_TIMEOUT_S:g} s"
         except ray.exceptions.RayError as exc:
             node.fault = f"listing its providers failed: {str(exc).splitlines()[0]}"
+    driver = ray.get_runtime_context().get_node_id()
     for node, actor in zip(cluster, actors, strict=True):
         if not node.is_driver and not node.fault:
-            node.link = measure_link(ray, actor)
+            node.link = known_link(ray, actor, driver, node.node_id)
         ray.kill(actor, no_restart=True)
     return cluster
+
+
+def known_link(ray: Any, actor: Any, driver: str, node: str) -> LinkFigures:
+    """The link from node ``driver`` to ``node``: as measured before (kept in the cache
+    directory; Ray node ids are new each time a node starts), else measured now and kept."""
+    store = LINKS.current()
+    found = store.get((driver, node)) or {}
+    try:
+        latency, gbps = float(found["latency_us"]), float(found["gbps"])
+        if 0 <= latency < float("inf") and 0 < gbps < float("inf"):
+            return LinkFigures(latency_us=latency, gbps=gbps)
+    except (TypeError, KeyError, ValueError):  # none kept, or a damaged record: measure again
+        pass
+    link = measure_link(ray, actor)
+    store.put((driver, node), {"latency_us": link.latency_us, "gbps": link.gbps})
+    return link
 
 
 def measure_link(ray: Any, actor: Any) -> LinkFigures:

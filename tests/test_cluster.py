@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 from ray.cluster_utils import Cluster
 
 from ep_host import InferenceSession
+from ep_host.cluster import discover as cluster_nodes
 from ep_host.discovery import Host
 from ep_host.errors import HostError
 from ep_host.tracing import Tracer
@@ -168,6 +169,12 @@ def test_a_provider_of_the_other_node_is_its_own_device_priced_from_the_link(clu
     assert cpu2.info.device.name == "ray@node2"  # one device per node: no copies between them
     assert device.link_gbps > 0 and device.link_latency_us > 0
     assert host.records["slow"].info.device.is_host
+    # measured once: joining again finds the link as measured (kept in the cache directory)
+    again = {n.label: n.link for n in cluster_nodes(cluster["address"], ["slow"])}
+    assert again["node2"] == other.link
+    assert (device.link_latency_us, device.link_gbps) == (other.link.latency_us,
+                                                          other.link.gbps)
+    assert again["node1"] is None  # the driver's own node: no link
     with pytest.raises(HostError, match="no provider nope@node2"):
         Host.discover(["slow", "nope@node2"], ray_address=cluster["address"])
 
