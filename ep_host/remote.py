@@ -63,7 +63,8 @@ def ray_module() -> Any:
 
 def start_ray() -> Any:
     """Ray, started once per process: a running one is reused; ``RAY_ADDRESS`` joins that
-    cluster; else a local one with few CPUs, no dashboard and quiet logs."""
+    cluster; else a new local one of this process's own, with few CPUs, no dashboard and quiet
+    logs."""
     ray = ray_module()
     if not ray.is_initialized():
         quiet = {"include_dashboard": False, "log_to_driver": False,
@@ -71,7 +72,8 @@ def start_ray() -> Any:
         if os.environ.get("RAY_ADDRESS"):
             ray.init(**quiet)
         else:
-            ray.init(num_cpus=min(WORKER_CPUS, os.cpu_count() or 1), **quiet)
+            # a Ray of its own: never a cluster someone else started on this machine
+            ray.init(address="local", num_cpus=min(WORKER_CPUS, os.cpu_count() or 1), **quiet)
         _stop_error_printer(ray)
     return ray
 
