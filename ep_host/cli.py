@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ep_host import strategies
+from ep_host.cli_providers import add_ray_arg, cmd_providers
 
 EPILOG = """\
 environment:
@@ -188,6 +189,7 @@ def _add_model_args(p: argparse.ArgumentParser, provider_instead: str = PROVIDER
     p.add_argument("--isolate", nargs="?", const=True, type=_csv, metavar="A,B", help="run "
                    "providers in worker processes (needs ep-host[ray]): all but the CPU EP, or "
                    "those named (--isolate=A,B); one that dies or hangs fails alone")
+    add_ray_arg(p)
     p.add_argument("--no-optimize", action="store_true",
                    help="place the model as written, without graph optimizations")
     p.add_argument("--disable-optimization", action="append", default=[], metavar="PASS",
@@ -215,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "version, device, and whether it is available (or why not).")
     _add_json_args(p, "the providers")
     _add_format_arg(p)
+    add_ray_arg(p)
     p.set_defaults(func=cmd_providers)
 
     p = sub.add_parser("explain", help="every provider's answer for every node",
@@ -439,41 +442,6 @@ def _closed_pipe() -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def cmd_providers(args: argparse.Namespace) -> int:
-    from ep_host.discovery import Host
-    from ep_host.report import Output
-
-    host = Host.discover()
-    records = host.providers()
-    from ep_host.calibration import load_summary
-
-    calibrated = {r.name: load_summary(r.name) for r in records}
-    if emit_json(args, [{**_capped_record(r.to_dict()), "calibration": calibrated[r.name]}
-                        for r in records]):
-        return 0
-    out = Output(format=args.format)
-    if not records:
-        out.line("no providers installed (entry-point group ep_host.providers)"
-                 + (": EP_HOST_PROVIDERS is set" if "EP_HOST_PROVIDERS" in os.environ else ""))
-        return 0
-    out.table(
-        "Installed execution providers",
-        ["name", "distribution", "version", "device", "calibrated", "status"],
-        [(r.name, r.distribution or "-", r.version or "-", r.device or "-",
-          calibration_cell(calibrated[r.name]),
-          r.status if not r.fault else f"{r.status}: {r.fault}") for r in records],
-    )
-    return 0
-
-
-def _capped_record(record: dict[str, Any]) -> dict[str, Any]:
-    """A provider's JSON record with its provider-supplied text (all but its name) capped."""
-    from ep_host.text import capped
-
-    return {k: capped(v) if isinstance(v, str) and k != "name" else v
-            for k, v in record.items()}
-
-
 # ---------------------------------------------------------------------------------------------
 # explain / place
 # ---------------------------------------------------------------------------------------------
@@ -508,7 +476,8 @@ def load_model_and_host(args: argparse.Namespace) -> tuple[Any, Any]:
     with status(f"loading {args.model}"):
         model = load_model(args.model)
     requested = provider_names(args.providers)
-    host = Host.discover(requested, isolate=getattr(args, "isolate", None))
+    host = Host.discover(requested, isolate=getattr(args, "isolate", None),
+                         ray_address=getattr(args, "ray_address", None))
     model = declare_output_types(host, model, select_providers(host, requested))
     if not getattr(args, "no_optimize", False):
         with status("optimizing the graph"):

@@ -107,6 +107,7 @@ class ProviderRecord:
     marker_heads: dict[str, bytes] = field(default_factory=dict, repr=False)
     # an isolated provider's proxy (ep_host.remote.RemoteProvider): answers come in batches
     remote: Any = field(default=None, repr=False)
+    node: str | None = None  # the cluster node's label, for a provider on another node
 
     @property
     def available(self) -> bool:
@@ -148,6 +149,7 @@ class Host:
         self.pm.add_hookspecs(hookspecs)
         self.records: dict[str, ProviderRecord] = {}
         self.entry_point_names: set[str] = set()  # every provider entry point seen, loaded or not
+        self.cluster: list[Any] = []  # the Ray cluster's nodes when joined (ep_host.cluster)
         trace = env_flag("EP_HOST_TRACE_PLUGINS") if trace_plugins is None else trace_plugins
         self.traced = False  # hook calls monitored (EP_HOST_TRACE_PLUGINS): always through pluggy
         if trace:
@@ -155,10 +157,43 @@ class Host:
 
     @classmethod
     def discover(cls, names: Sequence[str] | None = None, *, isolate: Any = None,
-                 **kwargs: Any) -> Host:
+                 ray_address: str | None = None, **kwargs: Any) -> Host:
+        """A host with the providers ``names`` loaded (default: all); ``ray_address``: also
+        those on the other nodes of that Ray cluster, as ``NAME@nodeK`` (:meth:`load_cluster`)."""
         host = cls(**kwargs)
-        host.load_entry_points(names, isolate=isolate)
+        if ray_address:  # joined first: isolated providers' workers start on the cluster too
+            from ep_host.cluster import join
+
+            join(ray_address)
+        local = None if names is None else [n for n in names if "@" not in n]
+        host.load_entry_points(local, isolate=isolate)
+        if ray_address:
+            host.load_cluster(ray_address, names)
         return host
+
+    def load_cluster(self, address: str, names: Sequence[str] | None = None) -> None:
+        """Join the Ray cluster at ``address`` and register the providers of its other nodes,
+        each as its own provider ``NAME@nodeK`` in a worker pinned to that node (``names``:
+        only those named so; default all). One not available there is listed with its
+        reason, and no worker is started for it. ``self.cluster`` keeps the nodes listed."""
+        from ep_host import cluster
+        from ep_host.remote import remember_link
+
+        self.cluster = cluster.discover(address, names)
+        for node in self.cluster:
+            if node.link is not None:  # the worker proxies there price copies from it
+                remember_link(node.node_id, node.link)
+        for node, listed in cluster.wanted_remote(names, self.cluster):
+            name = cluster.remote_name(listed["name"], node.label)
+            record = ProviderRecord(name=name, distribution=listed.get("distribution"),
+                                    version=listed.get("version"),
+                                    entry_point=listed.get("entry_point"), node=node.label)
+            if listed.get("status") != "available":
+                record.status = listed.get("status") or "failed"
+                record.fault = f"on {node.label}: {listed.get('fault') or 'not available'}"
+                self.records[name] = record
+                continue
+            self.register_isolated(record, listed["name"], node=(node.node_id, node.label))
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -220,14 +255,18 @@ class Host:
         self.register_isolated(record, ep.name)
 
     def register_isolated(self, record: ProviderRecord, name: str,
-                          module: str | None = None) -> ProviderRecord:
+                          module: str | None = None,
+                          node: tuple[str, str] | None = None) -> ProviderRecord:
         """Provider ``name`` in a worker process (from its entry point, or ``module``:
-        ``"package.module"`` or ``"package.module:attribute"``), registered as ``record``."""
+        ``"package.module"`` or ``"package.module:attribute"``), registered as ``record``
+        (named ``name``, or ``name@LABEL`` for one pinned to cluster node ``node``: (Ray node
+        id, label))."""
         from ep_host.remote import start_worker, worker_timeout
 
-        record.name = name
+        record.name = name if node is None else f"{name}@{node[1]}"
         proxy, described = start_worker(name, module=module, strict=self.strict,
-                                        timeout=worker_timeout(self.hook_timeout))
+                                        timeout=worker_timeout(self.hook_timeout), node=node,
+                                        registered=record.name)
         if proxy is None:
             record.distribution = record.distribution or described.get("distribution")
             record.entry_point = record.entry_point or described.get("entry_point")

@@ -39,6 +39,8 @@ class Device:
     ``cupy.ndarray``; a kernel on the device whose output is not one fails the run. ``None``: the
     host refuses only what is no array on any device (a list, a generator...). Host arrays are
     always exactly ``numpy.ndarray``.
+
+    ``node``: the Ray node id of a device on a cluster node (``ep_host.cluster``), else ``""``.
     """
 
     name: str = "cpu"
@@ -51,6 +53,7 @@ class Device:
     capture: Any = None
     array_type: Any = None
     empty: Any = None
+    node: str = ""
 
     @property
     def is_host(self) -> bool:

@@ -346,6 +346,11 @@ class LinkFigures:
 _measured: dict[str, LinkFigures] = {}  # per Ray node id: measured once per process
 
 
+def remember_link(key: str, figures: LinkFigures) -> None:
+    """Take ``figures`` as the link to Ray node ``key`` (measured by ``ep_host.cluster``)."""
+    _measured[key] = figures
+
+
 def measure_link(ray: Any, actor: Any, key: str, nbytes: int = 8 << 20) -> LinkFigures:
     """Round trips to ``actor``: an empty call (latency) and a tensor of ``nbytes`` each way
     (bandwidth); the median of a few, kept for the rest of the process."""
@@ -422,9 +427,10 @@ class RemoteProvider:
         self.info: ProviderInfo | None = None
         self.call_us = 0.0  # what one call into the worker costs, charged per kernel call
 
-    def connect(self, described: dict[str, Any]) -> None:
+    def connect(self, described: dict[str, Any], label: str | None = None) -> None:
         """Take the worker's description: its provider's info, with a device of the worker's
-        own whose copies and calls are priced from the link as measured."""
+        own (``label``: of cluster node ``label``'s, ``ray@LABEL``) whose copies and calls are
+        priced from the link as measured."""
         fields = dict(described["info"])
         device_name, _ = fields.pop("device")
         link = measure_link(self.ray, self.actor, described.get("node_id") or "local")
@@ -432,7 +438,8 @@ class RemoteProvider:
         if "ep_host_compile_partition" in described["hooks"]:  # a call per partition
             fields["partition_launch_us"] += link.latency_us
         ray = self.ray
-        device = Device(name=f"{device_name}@{self.name}-worker", kind="worker",
+        device = Device(name=f"{device_name}@{self.name}-worker" if label is None
+                        else f"ray@{label}", kind="worker", node=described.get("node_id") or "",
                         link_gbps=link.gbps, link_latency_us=link.latency_us,
                         to_host=lambda a: ray.get(a.ref),
                         from_host=lambda a: RemoteArray(ray.put(a), *_described(a)),
@@ -618,10 +625,14 @@ def _graph_model(graph: Any) -> Any:
 
 
 def start_worker(name: str, *, module: str | None = None, strict: bool = False,
-                 timeout: float | None = None) -> tuple[RemoteProvider | None, dict[str, Any]]:
+                 timeout: float | None = None, node: tuple[str, str] | None = None,
+                 registered: str | None = None
+                 ) -> tuple[RemoteProvider | None, dict[str, Any]]:
     """A worker loading provider ``name`` (from its entry point, or ``module``) and the host's
-    proxy of it; the proxy is ``None`` when the worker could not load it (then the description
-    says why)."""
+    proxy of it, registered as ``registered`` (default ``name``); the proxy is ``None`` when
+    the worker could not load it (then the description says why). ``node``: ``(Ray node id,
+    label)`` of the cluster node the worker is pinned to (``ep_host.cluster``); its device is
+    that node's (``ray@LABEL``), shared by every worker there."""
     ray = start_ray()
     folder = tempfile.mkdtemp(prefix=f"ep-host-{name}-")
     atexit.register(shutil.rmtree, folder, True)
@@ -633,9 +644,14 @@ def start_worker(name: str, *, module: str | None = None, strict: bool = False,
                       sys_path=tuple(p for p in sys.path if p),
                       marker_path=marker_path, fault_path=fault_path)
     actor_class = _actor_class(ray)
-    actor = actor_class.options(num_cpus=0, max_restarts=0,
-                                name=None).remote(spec)
-    where = (ray, actor, name, timeout, marker_path, fault_path)
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    # on the node asked for, else on this process's own (in a cluster, too)
+    target = node[0] if node is not None else ray.get_runtime_context().get_node_id()
+    actor = actor_class.options(num_cpus=0, max_restarts=0, name=None,
+                                scheduling_strategy=NodeAffinitySchedulingStrategy(
+                                    target, soft=False)).remote(spec)
+    where = (ray, actor, registered or name, timeout, marker_path, fault_path)
     try:
         described = RemoteProvider(*where).wait(actor.describe.remote(), "import")
     except ProviderLostError as lost:
@@ -646,7 +662,7 @@ def start_worker(name: str, *, module: str | None = None, strict: bool = False,
     kind = (CompilingRemoteProvider if "ep_host_compile_partition" in described["hooks"]
             else RemoteProvider)
     proxy = kind(*where)
-    proxy.connect(described)
+    proxy.connect(described, None if node is None else node[1])
     return proxy, described
 
 

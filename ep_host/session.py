@@ -71,13 +71,14 @@ def provider_names(providers: Iterable[Any] | None) -> list[str] | None:
     return [p[0] if isinstance(p, tuple) else p for p in providers]
 
 
-def discover_host(names: Sequence[str] | None, isolate: Any = None) -> Host:
+def discover_host(names: Sequence[str] | None, isolate: Any = None,
+                  ray_address: str | None = None) -> Host:
     """A host with the providers ``names`` asks for loaded (``isolate``: see the session); a
     name that is no entry point's may be another name a provider gives itself
     (``ProviderInfo.aliases``), so then all load."""
-    host = Host.discover(names, isolate=isolate)
+    host = Host.discover(names, isolate=isolate, ray_address=ray_address)
     if names is not None and any(n not in host.records for n in names):
-        host = Host.discover(isolate=isolate)
+        host = Host.discover(isolate=isolate, ray_address=ray_address)
     return host
 
 
@@ -273,6 +274,8 @@ class InferenceSession:
     copy. Default: ``SessionOptions.share_prepacked`` (off).
     ``isolate``: providers in worker processes (``ep-host[ray]``): ``True`` for all but ep-host's
     CPU EP, or their names; one that dies or hangs is failed and its nodes placed elsewhere.
+    ``ray_address``: also the providers of the other nodes of that Ray cluster (``"auto"``: the
+    one running here), each its own provider ``NAME@nodeK`` pinned to its node.
     """
 
     def __init__(
@@ -295,6 +298,7 @@ class InferenceSession:
         device_graphs: bool = False,
         share_prepacked: bool | None = None,
         isolate: bool | Sequence[str] | None = None,
+        ray_address: str | None = None,
     ):
         sess_options, providers, provider_options = session_arguments(
             sess_options, providers, provider_options)
@@ -323,7 +327,11 @@ class InferenceSession:
         loaded = model if isinstance(model, Model) else load_model(model, base_dir=base_dir)
         if self._trace_path is not None:
             self.tracer.process_name = f"ep-host: {trace_process_label(loaded)}"
-        self._host = host if host is not None else discover_host(names, isolate)
+        self._host = (host if host is not None
+                      else discover_host(names, isolate, ray_address))
+        if self.tracer is not None:  # a trace process per cluster node (``ep_host.cluster``)
+            self.tracer.processes.update({r.info.device.name: r.node for r in
+                                          self._host.records.values() if r.node and r.info})
         chosen = [p for p in select_providers(self._host, names) if p not in set(exclude)]
         loaded = declare_output_types(self._host, loaded, chosen)
         # a model this session parsed itself is rewritten in place: nobody else holds it

@@ -79,7 +79,8 @@ class Tracer:
     Each span lies on a named track (a trace "thread"): one per provider, ``copies`` for device
     copies and ``session`` for runs, see :func:`track_of`; the same track used from a second
     thread becomes a track of its own (``cpu (thread 2)``), as concurrent runs' spans overlap.
-    The written trace names the process ``process_name`` and each track.
+    The written trace names the process ``process_name`` and each track. ``processes``: device
+    name -> process name; spans on such a device (a cluster node's) lie in that process.
     """
 
     FULL = 2
@@ -91,10 +92,19 @@ class Tracer:
         self._lock = threading.Lock()
         self._t0 = time.perf_counter()
         self._pid = os.getpid()
-        # (track, thread ident) -> (tid, the track's shown name); tids start at 1 in first use
-        self._tracks: dict[tuple[str, int], tuple[int, str]] = {}
+        # (track, thread ident) -> (tid, the track's shown name, pid); tids start at 1
+        self._tracks: dict[tuple[str, int], tuple[int, str, int]] = {}
+        self.processes: dict[str, str] = {}
 
-    def _track_id(self, track: str) -> int:
+    def _pid_of(self, args: dict[str, Any]) -> int:
+        """The trace process of a span: the device's node's, else this process's."""
+        name = self.processes.get(args.get("device")) if self.processes else None
+        return self._pid if name is None else self._node_pid(name)
+
+    def _node_pid(self, name: str) -> int:
+        return self._pid + 1 + sorted(set(self.processes.values())).index(name)
+
+    def _track_id(self, track: str, pid: int) -> int:
         key = (track, threading.get_ident())
         found = self._tracks.get(key)
         if found is not None:
@@ -104,13 +114,14 @@ class Tracer:
             if found is None:
                 same = sum(1 for name, _ in self._tracks if name == track)
                 shown = track if same == 0 else f"{track} (thread {same + 1})"
-                found = self._tracks[key] = (len(self._tracks) + 1, shown)
+                found = self._tracks[key] = (len(self._tracks) + 1, shown, pid)
         return found[0]
 
     @contextmanager
     def span(self, name: str, category: str = "node", **args: Any) -> Iterator[Span]:
         span = Span(name, category, args)
-        tid = self._track_id(track_of(category, args))
+        pid = self._pid_of(args)
+        tid = self._track_id(track_of(category, args), pid)
         token = _active_span.set(span)
         span.start_us = (time.perf_counter() - self._t0) * 1e6
         try:
@@ -124,7 +135,7 @@ class Tracer:
                 "ph": "X",
                 "ts": span.start_us,
                 "dur": span.duration_us,
-                "pid": self._pid,
+                "pid": pid,
                 "tid": tid,
                 "args": span.args,
             }
@@ -143,14 +154,17 @@ class Tracer:
         with self._lock:
             tracks = sorted(self._tracks.values())
 
-        def meta(name: str, tid: int, args: dict[str, Any]) -> dict[str, Any]:
-            return {"name": name, "cat": "__metadata", "ph": "M", "pid": self._pid, "tid": tid,
+        def meta(name: str, tid: int, args: dict[str, Any], pid: int) -> dict[str, Any]:
+            return {"name": name, "cat": "__metadata", "ph": "M", "pid": pid, "tid": tid,
                     "args": args}
 
-        events = [meta("process_name", 0, {"name": self.process_name})]
-        for tid, shown in tracks:
-            events.append(meta("thread_name", tid, {"name": shown}))
-            events.append(meta("thread_sort_index", tid, {"sort_index": tid}))
+        events = [meta("process_name", 0, {"name": self.process_name}, self._pid)]
+        for node in sorted(set(self.processes.values())):
+            events.append(meta("process_name", 0, {"name": f"{self.process_name} @ {node}"},
+                               self._node_pid(node)))
+        for tid, shown, pid in tracks:
+            events.append(meta("thread_name", tid, {"name": shown}, pid))
+            events.append(meta("thread_sort_index", tid, {"sort_index": tid}, pid))
         return events
 
     def trace_events(self) -> list[dict[str, Any]]:
