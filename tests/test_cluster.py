@@ -224,7 +224,7 @@ def test_commands_name_the_node_and_run_a_model_pinned_across_nodes(cluster, tmp
         np.save(tmp_path / f"{key}.npy", value)
     common = ["--ray", cluster["address"], "--providers", "cpu,accel@node2",
               "--pin", "relu=accel@node2"]
-    place = ep_host_cli(cluster, "place", str(model), *common, "--json", "-")
+    place = ep_host_cli(cluster, "place", str(model), *common, "--json")
     assert place.returncode == 0, place.stderr
     data = json.loads(place.stdout[place.stdout.index("{"):])
     where = {n["name"]: n["provider"] for n in data["nodes"]}
