@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from ep_host.errors import HostError
-from ep_host.remote import LinkFigures
+from ep_host.remote import LinkFigures, median_seconds
 from ep_host.stored import CacheDirStores
 
 CLUSTER_HINT = "a Ray cluster needs Ray: pip install 'ep-host[ray]'"
@@ -153,21 +152,13 @@ def measure_link(ray: Any, actor: Any) -> LinkFigures:
     round trip (the median of a few, as a copy there is fetched by a call); the bandwidth is
     the slope of a straight line through the median times of a tensor of each of
     ``LINK_SIZES`` sent there (``ray.put`` and a call) and one sent back."""
-    def median(fn: Any, n: int) -> float:
-        times = []
-        for _ in range(n):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return sorted(times)[n // 2]
-
     ray.get(actor.ping.remote())  # warm: the first call pays for the worker's start
-    empty = median(lambda: ray.get(actor.ping.remote()), 7)
+    empty = median_seconds(lambda: ray.get(actor.ping.remote()), 7)
     one_way = []
     for nbytes in LINK_SIZES:
         payload = np.ones(nbytes, dtype=np.uint8)
-        there = median(lambda p=payload: ray.get(actor.ping.remote(ray.put(p))), 5)
-        back = median(lambda n=nbytes: ray.get(actor.make.remote(n)), 5)
+        there = median_seconds(lambda p=payload: ray.get(actor.ping.remote(ray.put(p))), 5)
+        back = median_seconds(lambda n=nbytes: ray.get(actor.make.remote(n)), 5)
         one_way.append((there + back) / 2)
     per_byte = float(np.polyfit(np.asarray(LINK_SIZES, float), np.asarray(one_way), 1)[0])
     if per_byte <= 0:  # noise: the largest copy's average speed beyond an empty call

@@ -245,14 +245,7 @@ class Host:
 
     def _load_isolated(self, ep: Any) -> None:
         """Provider ``ep`` loaded in a worker process; the host registers its proxy."""
-        dist = getattr(ep, "dist", None)
-        record = ProviderRecord(
-            name=ep.name,
-            distribution=None if dist is None else dist.metadata["Name"],
-            version=None if dist is None else dist.version,
-            entry_point=ep.value,
-        )
-        self.register_isolated(record, ep.name)
+        self.register_isolated(_entry_point_record(ep), ep.name)
 
     def register_isolated(self, record: ProviderRecord, name: str,
                           module: str | None = None,
@@ -302,13 +295,7 @@ class Host:
         return None if dist is None else dist.metadata["Name"]
 
     def _load_entry_point(self, ep: Any) -> None:
-        dist = getattr(ep, "dist", None)
-        record = ProviderRecord(
-            name=ep.name,
-            distribution=None if dist is None else dist.metadata["Name"],
-            version=None if dist is None else dist.version,
-            entry_point=ep.value,
-        )
+        record = _entry_point_record(ep)
         since = sigint.received
         marker = plugin_calls.marker
         if marker is not None:
@@ -548,3 +535,14 @@ class Host:
 
         self.pm.add_hookcall_monitoring(before, after)
         self.traced = True
+
+
+def _entry_point_record(ep: Any) -> ProviderRecord:
+    """A new record for the provider of entry point ``ep``: its name, distribution, version."""
+    dist = getattr(ep, "dist", None)
+    return ProviderRecord(
+        name=ep.name,
+        distribution=None if dist is None else dist.metadata["Name"],
+        version=None if dist is None else dist.version,
+        entry_point=ep.value,
+    )

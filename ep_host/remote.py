@@ -351,24 +351,26 @@ def remember_link(key: str, figures: LinkFigures) -> None:
     _measured[key] = figures
 
 
+def median_seconds(fn: Any, n: int) -> float:
+    """The median wall time of ``n`` calls of ``fn``, in seconds."""
+    times = []
+    for _ in range(n):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[n // 2]
+
+
 def measure_link(ray: Any, actor: Any, key: str, nbytes: int = 8 << 20) -> LinkFigures:
     """Round trips to ``actor``: an empty call (latency) and a tensor of ``nbytes`` each way
     (bandwidth); the median of a few, kept for the rest of the process."""
     if key in _measured:
         return _measured[key]
 
-    def median(fn: Any, n: int) -> float:
-        times = []
-        for _ in range(n):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return sorted(times)[n // 2]
-
     payload = np.ones(nbytes, dtype=np.uint8)
-    empty = median(lambda: ray.get(actor.ping.remote()), 7)
-    there = median(lambda: ray.get(actor.ping.remote(ray.put(payload))), 3)
-    back = median(lambda: ray.get(actor.make.remote(nbytes)).sum(), 3)
+    empty = median_seconds(lambda: ray.get(actor.ping.remote()), 7)
+    there = median_seconds(lambda: ray.get(actor.ping.remote(ray.put(payload))), 3)
+    back = median_seconds(lambda: ray.get(actor.make.remote(nbytes)).sum(), 3)
     moved = max(there + back - 2 * empty, 1e-6)
     figures = LinkFigures(latency_us=empty * 1e6, gbps=2 * nbytes / moved / 1e9)
     _measured[key] = figures
