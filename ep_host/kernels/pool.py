@@ -133,6 +133,7 @@ def _separable_2d(xp, combine, padded, kernel_shape, out, strides, dilations, sc
             return src
         dst = xp.empty_like(src)
         reach = src.size - (k - 1) * step
+        dst[reach:] = 0  # positions no window reaches: defined, for the next pass to read
         part = dst[:reach]
         combine(src[:reach], src[step:step + reach], out=part)
         for j in range(2, k):
