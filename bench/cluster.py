@@ -23,7 +23,7 @@ import time
 import numpy as np
 import onnx
 import ray
-from isolation import add_chain, interleaved, relu, slope
+from isolation import overheads
 from onnx import TensorProto, helper
 from threadpoolctl import threadpool_limits
 
@@ -59,42 +59,12 @@ def start_cluster(address: str | None) -> tuple[str, object]:
 
 
 def per_node_and_mb(inside_host: Host, remote_host: Host, repeat: int, figures: dict) -> None:
-    print("\nper model node: chains of Add on 16 floats on node 2 (median us per run)")
-    print(f"{'nodes':>6} {'in process':>11} {'cpu@node2':>10} {'overhead':>10} {'ratio':>7}")
-    for n in (1, 8, 32):
-        model = add_chain(n).SerializeToString()
-        inside = InferenceSession(model, providers=["cpu"], host=inside_host)
-        remote = InferenceSession(model, providers=["cpu@node2"], host=remote_host)
-        feed = {"v0": np.zeros(16, np.float32)}
-        np.testing.assert_array_equal(remote.run(None, feed)[0], inside.run(None, feed)[0])
-        a, b = interleaved(inside, remote, feed, repeat)
-        figures["chains"].append({"nodes": n, "in_process_us": a, "remote_us": b})
-        print(f"{n:>6} {a:>11.0f} {b:>10.0f} {b - a:>10.0f} {b / a:>7.1f}")
-    base, per_node = slope([c["nodes"] for c in figures["chains"]],
-                           [c["remote_us"] - c["in_process_us"] for c in figures["chains"]])
-    figures["overhead_per_run_us"], figures["overhead_per_node_us"] = base, per_node
-    print(f"remote overhead: {base:.0f} us per run + {per_node:.0f} us per model node")
-
-    print("\nper MB moved: one Relu on node 2, input there and output back (median us per run)")
-    print(f"{'MB':>6} {'in process':>11} {'cpu@node2':>10} {'overhead':>10}")
-    for mb in (0.0625, 1, 4, 16):
-        elements = int(mb * (1 << 20)) // 4
-        model = relu(elements).SerializeToString()
-        inside = InferenceSession(model, providers=["cpu"], host=inside_host)
-        remote = InferenceSession(model, providers=["cpu@node2"], host=remote_host)
-        feed = {"x": np.random.default_rng(0).standard_normal(elements).astype(np.float32)}
-        np.testing.assert_array_equal(remote.run(None, feed)[0], inside.run(None, feed)[0])
-        a, b = interleaved(inside, remote, feed, max(5, repeat // 2))
-        figures["sizes"].append({"mb": mb, "in_process_us": a, "remote_us": b})
-        print(f"{mb:>6g} {a:>11.0f} {b:>10.0f} {b - a:>10.0f}")
-    moved = [2 * s["mb"] for s in figures["sizes"]]  # there and back
-    fixed, per_mb = slope(moved, [s["remote_us"] - s["in_process_us"] for s in figures["sizes"]])
-    figures["overhead_per_mb_us"] = per_mb
+    overheads(inside_host, remote_host, ["cpu@node2"], "remote", (1, 8, 32), repeat, figures)
     device = remote_host.records["cpu@node2"].info.device
     priced = 1e6 / (device.link_gbps * 1e3) * (1 << 20) / 1e6
     figures["priced_per_mb_us"] = priced
-    print(f"remote overhead: {fixed:.0f} us + {per_mb:.0f} us per MB moved; placement prices "
-          f"{priced:.0f} us per MB (+ {device.link_latency_us:.0f} us per copy) from the link")
+    print(f"placement prices {priced:.0f} us per MB (+ {device.link_latency_us:.0f} us per "
+          "copy) from the link")
 
 
 def split_across_nodes(inside_host: Host, split_host: Host, repeat: int, figures: dict) -> None:

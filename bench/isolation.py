@@ -66,6 +66,48 @@ def slope(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return float(c), float(k)
 
 
+def overheads(inside_host: Host, other_host: Host, providers: list[str], label: str,
+              chain_sizes: tuple[int, ...], repeat: int, figures: dict) -> None:
+    """The CPU EP in process (``inside_host``) against ``providers`` on ``other_host`` (isolated
+    or on another node), runs alternating: Add chains of ``chain_sizes`` nodes (overhead per run
+    and per node) and one Relu on 0.0625 to 16 MB (overhead per MB moved, there and back).
+    Fills ``figures["chains"]``, ``["sizes"]`` and the fitted overheads; prints a table each."""
+    key = f"{label}_us"
+    print("\nper node: chains of Add on 16 floats (median us per run)")
+    print(f"{'nodes':>6} {'in process':>11} {label:>10} {'overhead':>10} {'ratio':>7}")
+    for n in chain_sizes:
+        model = add_chain(n).SerializeToString()
+        inside = InferenceSession(model, providers=["cpu"], host=inside_host)
+        other = InferenceSession(model, providers=providers, host=other_host)
+        feed = {"v0": np.zeros(16, np.float32)}
+        np.testing.assert_array_equal(other.run(None, feed)[0], inside.run(None, feed)[0])
+        a, b = interleaved(inside, other, feed, repeat)
+        figures["chains"].append({"nodes": n, "in_process_us": a, key: b})
+        print(f"{n:>6} {a:>11.0f} {b:>10.0f} {b - a:>10.0f} {b / a:>7.1f}")
+    base, per_node = slope([c["nodes"] for c in figures["chains"]],
+                           [c[key] - c["in_process_us"] for c in figures["chains"]])
+    figures["overhead_per_run_us"], figures["overhead_per_node_us"] = base, per_node
+    print(f"{label} overhead: {base:.0f} us per run + {per_node:.0f} us per node")
+
+    print("\nper MB moved: one Relu, input there and output back (median us per run)")
+    print(f"{'MB':>6} {'in process':>11} {label:>10} {'overhead':>10}")
+    for mb in (0.0625, 1, 4, 16):
+        elements = int(mb * (1 << 20)) // 4
+        model = relu(elements).SerializeToString()
+        inside = InferenceSession(model, providers=["cpu"], host=inside_host)
+        other = InferenceSession(model, providers=providers, host=other_host)
+        feed = {"x": np.random.default_rng(0).standard_normal(elements).astype(np.float32)}
+        np.testing.assert_array_equal(other.run(None, feed)[0], inside.run(None, feed)[0])
+        a, b = interleaved(inside, other, feed, max(5, repeat // 2))
+        figures["sizes"].append({"mb": mb, "in_process_us": a, key: b})
+        print(f"{mb:>6g} {a:>11.0f} {b:>10.0f} {b - a:>10.0f}")
+    moved = [2 * s["mb"] for s in figures["sizes"]]  # there and back
+    fixed, per_mb = slope(moved, [s[key] - s["in_process_us"] for s in figures["sizes"]])
+    figures["overhead_per_mb_us"] = per_mb
+    print(f"{label} overhead: {fixed:.0f} us + {per_mb:.0f} us per MB moved "
+          f"({1e6 / per_mb / 1e3 if per_mb > 0 else float('inf'):.2f} GB/s)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=30)
@@ -83,42 +125,10 @@ def main() -> None:
 
     figures: dict = {"start_s": started_s, "link_latency_us": device.link_latency_us,
                      "link_gbps": device.link_gbps, "chains": [], "sizes": [], "walks": []}
-    print("\nper node: chains of Add on 16 floats (median us per run)")
-    print(f"{'nodes':>6} {'in process':>11} {'isolated':>10} {'overhead':>10} {'ratio':>7}")
-    for n in (1, 8, 32, 128):
-        model = add_chain(n).SerializeToString()
-        inside = InferenceSession(model, providers=["cpu"], host=inside_host)
-        isolated = InferenceSession(model, providers=["cpu"], host=isolated_host)
-        feed = {"v0": np.zeros(16, np.float32)}
-        np.testing.assert_array_equal(isolated.run(None, feed)[0], inside.run(None, feed)[0])
-        a, b = interleaved(inside, isolated, feed, args.repeat)
-        figures["chains"].append({"nodes": n, "in_process_us": a, "isolated_us": b})
-        print(f"{n:>6} {a:>11.0f} {b:>10.0f} {b - a:>10.0f} {b / a:>7.1f}")
-    base, per_node = slope([c["nodes"] for c in figures["chains"]],
-                           [c["isolated_us"] - c["in_process_us"] for c in figures["chains"]])
-    figures["overhead_per_run_us"], figures["overhead_per_node_us"] = base, per_node
-    print(f"isolation overhead: {base:.0f} us per run + {per_node:.0f} us per node")
-
-    print("\nper MB moved: one Relu, input to the worker and output back (median us per run)")
-    print(f"{'MB':>6} {'in process':>11} {'isolated':>10} {'overhead':>10}")
-    for mb in (0.0625, 1, 4, 16):
-        elements = int(mb * (1 << 20)) // 4
-        model = relu(elements).SerializeToString()
-        inside = InferenceSession(model, providers=["cpu"], host=inside_host)
-        isolated = InferenceSession(model, providers=["cpu"], host=isolated_host)
-        feed = {"x": np.random.default_rng(0).standard_normal(elements).astype(np.float32)}
-        np.testing.assert_array_equal(isolated.run(None, feed)[0], inside.run(None, feed)[0])
-        a, b = interleaved(inside, isolated, feed, max(5, args.repeat // 2))
-        figures["sizes"].append({"mb": mb, "in_process_us": a, "isolated_us": b})
-        print(f"{mb:>6g} {a:>11.0f} {b:>10.0f} {b - a:>10.0f}")
-    moved = [2 * s["mb"] for s in figures["sizes"]]  # there and back
-    fixed, per_mb = slope(moved, [s["isolated_us"] - s["in_process_us"]
-                                  for s in figures["sizes"]])
-    figures["overhead_per_mb_us"] = per_mb
-    priced = 1e6 / (device.link_gbps * 1e3)  # what Device.copy_cost_us charges per MB
-    print(f"isolation overhead: {fixed:.0f} us + {per_mb:.0f} us per MB moved "
-          f"({1e6 / per_mb / 1e3 if per_mb > 0 else float('inf'):.2f} GB/s); placement prices "
-          f"{priced * (1 << 20) / 1e6:.0f} us per MB from the link figures")
+    overheads(inside_host, isolated_host, ["cpu"], "isolated", (1, 8, 32, 128), args.repeat,
+              figures)
+    print(f"placement prices {1e6 / (device.link_gbps * 1e3) * (1 << 20) / 1e6:.0f} us per MB "
+          "from the link figures")
 
     print("\nthe capability walk (every node's answer; one call to the worker per graph)")
     print(f"{'nodes':>6} {'in process ms':>14} {'isolated ms':>12}")
