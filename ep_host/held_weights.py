@@ -5,7 +5,11 @@ once (protobuf would hold them a second time, in a block freed only with the who
 
 from __future__ import annotations
 
+import mmap
+import os
 import sys
+import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -119,14 +123,10 @@ def _split_tensor(data: memoryview, start: int,
     return name, *raw
 
 
-def split_weights(buffer: np.ndarray) -> tuple[bytes, HeldWeights] | None:
-    """The serialized model in ``buffer`` (a uint8 array of the file) without the raw data of
-    its big float main-graph initializers (each left as an empty ``raw_data``), and those data
-    moved to aligned offsets in ``buffer``; ``None`` when the model has none (or a wire layout
-    this does not follow), to be parsed as it is."""
-    if sys.byteorder != "little":
-        return None
-    data = memoryview(buffer).cast("B")
+def _plan_split(data: memoryview) -> tuple[list, list[tuple[str, int, int]]] | None:
+    """The parts of the serialized model without the raw data of its big float main-graph
+    initializers, and those raw data as (name, start, end); reads ``data`` without changing it,
+    and only the fields' keys and lengths where it skips raw data."""
     try:
         graphs = [f for f in _fields(data, 0, len(data)) if f[0] == MODEL_GRAPH]
         if len(graphs) != 1 or graphs[0][1] != 2:
@@ -149,22 +149,93 @@ def split_weights(buffer: np.ndarray) -> tuple[bytes, HeldWeights] | None:
         return None
     if not moves:
         return None
-    model_parts = [data[:graph_field], *_length_delimited(MODEL_GRAPH, graph_parts),
-                   data[graph_end:]]
-    small = b"".join(bytes(p) if isinstance(p, memoryview) else p for p in model_parts)
-    held = HeldWeights(buffer)
+    return [data[:graph_field], *_length_delimited(MODEL_GRAPH, graph_parts),
+            data[graph_end:]], moves
+
+
+def _spans(moves: list[tuple[str, int, int]]) -> dict[str, tuple[int, int]]:
+    """Where each moved raw data lands: (offset, length), left to right, aligned."""
+    spans = {}
     end = 0
     for name, raw_start, raw_end in moves:  # left to right: each lands at or before its bytes
         offset = -(-end // ALIGN) * ALIGN
         if offset > raw_start:
             offset = -(-end // 8) * 8
-        length = raw_end - raw_start
-        _move_left(buffer, raw_start, offset, length)
-        held.spans[name] = (offset, length)
-        end = offset + length
+        spans[name] = (offset, raw_end - raw_start)
+        end = offset + raw_end - raw_start
     # Between one initializer's raw data and the next's lie at least 8 bytes (the next's tag and
     # length in the graph, the raw data's tag and length), so rounding the previous end up to 8
     # never passes the next raw data's start, and no bytes yet to move are written over.
+    return spans
+
+
+def _joined(parts: list) -> bytes:
+    return b"".join(bytes(p) if isinstance(p, memoryview) else p for p in parts)
+
+
+def split_weights(buffer: np.ndarray) -> tuple[bytes, HeldWeights] | None:
+    """The serialized model in ``buffer`` (a uint8 array of the file) without the raw data of
+    its big float main-graph initializers (each left as an empty ``raw_data``), and those data
+    moved to aligned offsets in ``buffer``; ``None`` when the model has none (or a wire layout
+    this does not follow), to be parsed as it is."""
+    if sys.byteorder != "little":
+        return None
+    planned = _plan_split(memoryview(buffer).cast("B"))
+    if planned is None:
+        return None
+    parts, moves = planned
+    small = _joined(parts)
+    del parts
+    held = HeldWeights(buffer, _spans(moves))
+    for name, raw_start, raw_end in moves:
+        _move_left(buffer, raw_start, held.spans[name][0], raw_end - raw_start)
+    return small, held
+
+
+# Held weights of files that sessions sharing prepacked constants loaded, by the file's identity
+# (device, inode, size, modification time): another such session of the same file reads only
+# the small part and uses the same buffer, so the weights are in memory once. A file rewritten
+# in place to the same size and layout within one tick of the file system's clock would be read
+# from the old buffer: sharing assumes a model file is not rewritten while a session of it lives.
+_SHARED: weakref.WeakValueDictionary[tuple[int, int, int, int], HeldWeights] = (
+    weakref.WeakValueDictionary())
+_SHARED_LOCK = threading.Lock()
+
+
+def file_identity(f) -> tuple[int, int, int, int]:
+    """The open file's (device, inode, size, modification time in ns)."""
+    st = os.fstat(f.fileno())
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def remember_shared(key: tuple[int, int, int, int], held: HeldWeights) -> HeldWeights:
+    """Hold ``held`` for later loads of the file ``key`` names (while a model uses it); the
+    buffer already held for it, if another load got there first."""
+    with _SHARED_LOCK:
+        found = _SHARED.get(key)
+        if found is not None and found.spans == held.spans:
+            return found
+        _SHARED[key] = held
+        return held
+
+
+def split_shared(f, key: tuple[int, int, int, int]) -> tuple[bytes, HeldWeights] | None:
+    """The small part of the open file ``f`` and the held weights a live model loaded from the
+    same file; ``None`` when there are none or the file's layout does not match them. Maps the
+    file read-only and touches only the pages around the fields' keys, not the weights."""
+    held = _SHARED.get(key)
+    if held is None or sys.byteorder != "little" or key[2] == 0:
+        return None
+    with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        data = memoryview(mapped)
+        try:
+            planned = _plan_split(data)
+            if planned is None or _spans(planned[1]) != held.spans:
+                return None
+            small = _joined(planned[0])
+        finally:
+            planned = None  # every view of the mapping goes before it closes
+            data.release()
     return small, held
 
 

@@ -33,7 +33,15 @@ from ep_host.graph import (
     paused_gc,
     scan_nodes,
 )
-from ep_host.held_weights import SPLIT_MIN_FILE_BYTES, HeldWeights, read_aligned, split_weights
+from ep_host.held_weights import (
+    SPLIT_MIN_FILE_BYTES,
+    HeldWeights,
+    file_identity,
+    read_aligned,
+    remember_shared,
+    split_shared,
+    split_weights,
+)
 from ep_host.prepacked import content_identity
 from ep_host.tensors import (
     check_initializer,
@@ -59,11 +67,14 @@ def load_model(
     *,
     base_dir: str | None = None,
     infer_shapes: bool = True,
+    share_weights: bool = False,
 ) -> Model:
     """Load an ONNX model from a path, bytes or a ``ModelProto``, without reading external data.
 
     External data is read, when a value is asked for, only from inside the model's folder (or
-    ``base_dir`` for bytes and protos). Raises :class:`ModelLoadError` naming the file and fault.
+    ``base_dir`` for bytes and protos). ``share_weights``: a file's big weights are held once
+    in the process for every model loaded from that file with it (sessions sharing prepacked
+    constants). Raises :class:`ModelLoadError` naming the file and fault.
     """
     path = None
     held = None
@@ -79,14 +90,22 @@ def load_model(
                 size = os.fstat(f.fileno()).st_size
                 if size > MAX_PROTOBUF_BYTES:
                     raise ModelLoadError(_too_big(path, size))
-                with memory_stage("loading", path):
-                    data = (read_aligned(f, size) if size >= SPLIT_MIN_FILE_BYTES
-                            else f.read())
+                key = (file_identity(f) if share_weights and size >= SPLIT_MIN_FILE_BYTES
+                       else None)
+                shared = split_shared(f, key) if key is not None else None
+                if shared is not None:  # another live model of this file holds its weights
+                    data, held = shared
+                else:
+                    with memory_stage("loading", path):
+                        data = (read_aligned(f, size) if size >= SPLIT_MIN_FILE_BYTES
+                                else f.read())
         except OSError as exc:
             raise ModelLoadError(f"cannot read model {path!r}: {exc.strerror or exc}") from exc
         if isinstance(data, np.ndarray):  # big weights stay in this buffer, out of protobuf
             split = split_weights(data)
             data, held = split if split is not None else (memoryview(data), None)
+            if held is not None and key is not None:
+                held = remember_shared(key, held)
         with memory_stage("loading", path, need=PARSED_BYTES_PER_BYTE * len(data)):
             proto = _parse(data, path)
             del data

@@ -270,8 +270,9 @@ class InferenceSession:
     ``device_graphs``: record each partition of every provider whose device can capture as a
     device graph (per provider: the provider option ``enable_device_graph``).
     ``share_prepacked``: share constants and what kernels pack from them (``Kernel.prepacked``)
-    with the process's other sharing sessions, by contents: two sessions of one model hold one
-    copy. Default: ``SessionOptions.share_prepacked`` (off).
+    with the process's other sharing sessions, by contents, and a model file's big weights with
+    every sharing session of the same file: two sessions of one model hold one copy. Default:
+    ``SessionOptions.share_prepacked`` (off).
     ``isolate``: providers in worker processes (``ep-host[ray]``): ``True`` for all but ep-host's
     CPU EP, or their names; one that dies or hangs is failed and its nodes placed elsewhere.
     ``ray_address``: also the providers of the other nodes of that Ray cluster (``"auto"``: the
@@ -324,7 +325,8 @@ class InferenceSession:
             self.tracer, self._trace_path = trace, None
         else:
             self.tracer, self._trace_path = Tracer(), os.fspath(trace)
-        loaded = model if isinstance(model, Model) else load_model(model, base_dir=base_dir)
+        loaded = model if isinstance(model, Model) else load_model(
+            model, base_dir=base_dir, share_weights=self._sess_options.share_prepacked)
         if self._trace_path is not None:
             self.tracer.process_name = f"ep-host: {trace_process_label(loaded)}"
         self._host = (host if host is not None

@@ -4,6 +4,8 @@ session and one run 1172 -> 547 MB, onnxruntime's 575)."""
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import onnx
 import onnxruntime
@@ -90,3 +92,58 @@ def test_a_small_file_is_parsed_as_it_is(tmp_path):
     model = load_model(str(path))
     assert model.held is None
     np.testing.assert_array_equal(model.graph.values["w"].value, w)
+
+
+def test_models_sharing_weights_of_one_file_hold_one_buffer(tmp_path):
+    path = tmp_path / "big.onnx"
+    _, arrays = big_model(path)
+    first = load_model(str(path), share_weights=True)
+    second = load_model(str(path), share_weights=True)
+    assert second.held is first.held  # the file's weights are in memory once
+    alone = load_model(str(path))  # without sharing: a buffer of its own
+    assert alone.held is not first.held
+    assert not np.shares_memory(alone.held.buffer, first.held.buffer)
+    for name, want in arrays.items():
+        np.testing.assert_array_equal(second.graph.values[name].value, want)
+        if name in first.held.spans:
+            assert np.shares_memory(second.graph.values[name].value, first.held.buffer)
+
+
+def test_a_rewritten_file_is_not_read_from_the_old_buffer(tmp_path):
+    path = tmp_path / "big.onnx"
+    big_model(path)
+    first = load_model(str(path), share_weights=True)
+    before = path.stat().st_mtime_ns
+    _, arrays = big_model(path)  # new weights, same layout, same size
+    if path.stat().st_mtime_ns == before:  # a coarse clock: the rewrite is a second later
+        os.utime(path, ns=(before + 10**9, before + 10**9))
+    second = load_model(str(path), share_weights=True)
+    assert second.held is not first.held
+    for name, want in arrays.items():
+        np.testing.assert_array_equal(second.graph.values[name].value, want)
+
+
+def test_the_shared_buffer_goes_with_the_last_model(tmp_path):
+    import gc
+    import weakref
+
+    path = tmp_path / "big.onnx"
+    big_model(path)
+    first = load_model(str(path), share_weights=True)
+    buffer = weakref.ref(first.held)
+    del first
+    gc.collect()
+    assert buffer() is None
+    third = load_model(str(path), share_weights=True)  # read afresh
+    np.testing.assert_array_equal(third.graph.values["w0"].value.shape, (1200, 1200))
+
+
+def test_two_sessions_sharing_prepacked_use_one_copy_of_the_weights(tmp_path):
+    path = tmp_path / "big.onnx"
+    big_model(path)
+    x = RNG.standard_normal((1, 1200)).astype(np.float32)
+    first = InferenceSession(str(path), providers=["cpu"], share_prepacked=True)
+    second = InferenceSession(str(path), providers=["cpu"], share_prepacked=True)
+    assert second._model.held is first._model.held
+    for a, b in zip(first.run(None, {"x": x}), second.run(None, {"x": x}), strict=True):
+        np.testing.assert_array_equal(a, b)
