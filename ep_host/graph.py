@@ -7,6 +7,7 @@ with schema defaults filled in, and a constant reads its data only when asked.
 from __future__ import annotations
 
 import gc
+import math
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from functools import cache
@@ -385,6 +386,42 @@ def laid_out(node: NodeView, answer: Any) -> NodeView:
     copy.outputs = tuple(view(v, output_layout(answer, k)) for k, v in enumerate(node.outputs))
     copy.__class__ = NodeView
     return copy  # type: ignore[return-value]
+
+
+SIGNATURE_CONSTANT_ELEMENTS = 1024
+"""Constant inputs up to this many elements are part of a node's signature by value (a
+Reshape's shape, a Resize's scales); bigger ones (weights) by dtype and shape."""
+
+
+def node_signature(node: NodeView) -> tuple[Any, ...] | None:
+    """What a provider that answers by signature (``ProviderInfo.answers_by_signature``) may
+    read of ``node``: op, domain, versions, attributes, each input's and output's kind, dtype
+    and shape, which inputs are constant and the values of small constants. ``None`` for a
+    node with control-flow bodies (always asked on its own)."""
+    if node._has_graphs:
+        return None
+    attributes = (b"".join(a.SerializeToString() for a in node._proto.attribute)
+                  if node._has_attributes else b"")
+    inputs = []
+    for v in node.inputs:
+        if v is None:
+            inputs.append(None)
+        elif v._tensor is None:
+            inputs.append((v.kind, None if v.dtype is None else v.dtype.name, v.shape))
+        else:
+            shape = v.shape
+            small = shape is not None and all(isinstance(d, int) for d in shape) and (
+                math.prod(shape) <= SIGNATURE_CONSTANT_ELEMENTS)
+            data = v.value if small else None
+            if data is not None:  # strings by their text, numbers by their bytes
+                data = (data.dtype.str, tuple(map(str, data.ravel())) if data.dtype.hasobject
+                        else data.tobytes())
+            inputs.append((v.kind, None if v.dtype is None else v.dtype.name, shape, "constant",
+                           data))
+    outputs = tuple(None if v is None else (v.kind, None if v.dtype is None else v.dtype.name,
+                                            v.shape) for v in node.outputs)
+    return (node.domain, node.op_type, node.opset, node.since_version, attributes,
+            tuple(inputs), outputs)
 
 
 def node_proto(node: NodeView) -> NodeProto:
