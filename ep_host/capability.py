@@ -57,15 +57,33 @@ class CapabilityTable:
         row = self.answers[node]
         return [p for p in self.providers if row[p].is_supported]
 
+    # bumped by whoever changes ``answers`` after the walk (``node_times.apply``), so the
+    # answers' summaries below are worked out again
+    revision: int = 0
+    _layouts_seen: tuple[int, int, int, frozenset[str]] | None = field(default=None,
+                                                                       repr=False)
+
     @property
     def layout_providers(self) -> frozenset[str]:
         """The providers that claim some node of ``nodes`` in a layout not the model's."""
+        key = (self.revision, len(self.nodes), len(self.answers))
+        if self._layouts_seen is not None and self._layouts_seen[:3] == key:
+            return self._layouts_seen[3]
+        found = self._layout_providers()
+        self._layouts_seen = (*key, found)
+        return found
+
+    def _layout_providers(self) -> frozenset[str]:
         found = set()
         rows = {id(row): row for row in map(self.answers.get, (n.name for n in self.nodes))
                 if row is not None}
+        seen: set[int] = set()  # answers shared by many rows are looked at once
         for row in rows.values():
             for provider, answer in row.items():
-                if provider not in found and answer.is_supported and has_layouts(answer):
+                if provider in found or id(answer) in seen:
+                    continue
+                seen.add(id(answer))
+                if answer.is_supported and has_layouts(answer):
                     found.add(provider)
         return frozenset(found)
 
@@ -374,6 +392,8 @@ def walk(
     claims = {r.name: {} for r in records if r.info is not None and r.remote is None
               and r.info.answers_by_signature}
     numbering: dict[tuple[Any, ...], int] = {}
+    declines: dict[str, dict[tuple[str, Any], KernelMatch]] = {
+        r.name: {} for r in records if r.status == "available"}
     answers = table.answers
     rows: dict[tuple[int, ...], Mapping[str, KernelMatch]] = {}  # holds the answers it names
 
@@ -397,6 +417,10 @@ def walk(
                 columns[name] = provider_answers(host, r, batch, context, checked)
             if name in calibrations and name not in fixed and r.status == "available":
                 columns[name] = calibrations[name].apply(batch, columns[name])
+            if name in declines:  # equal declines as one object: rows of equal answers shared
+                same = declines[name]
+                columns[name] = [a if a.is_supported else same.setdefault((a.reason, a.code), a)
+                                 for a in columns[name]]
         names = [name for name, *_ in asked]
         answered_rows = (zip(*(columns[name] for name in names), strict=True) if names
                          else [()] * len(batch))

@@ -388,15 +388,21 @@ def laid_out(node: NodeView, answer: Any) -> NodeView:
     return copy  # type: ignore[return-value]
 
 
-SIGNATURE_CONSTANT_ELEMENTS = 1024
-"""Constant inputs up to this many elements are part of a node's signature by value (a
-Reshape's shape, a Resize's scales); bigger ones (weights) by dtype and shape."""
+SIGNATURE_INDEX_ELEMENTS = 1024
+SIGNATURE_OTHER_ELEMENTS = 16
+"""Constant inputs are part of a node's signature by value when they are integer or boolean
+tensors of up to 1024 elements (shapes, axes, pads, indices) or other tensors of up to 16
+(scales, clip bounds, a pad value); bigger ones (weights, biases) by dtype and shape."""
+_INDEX_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32",
+                          "uint64", "bool"})
 
 
 def node_signature(node: NodeView) -> tuple[Any, ...] | None:
     """What a provider that answers by signature (``ProviderInfo.answers_by_signature``) may
     read of ``node``: op, domain, versions, attributes, each input's and output's kind, dtype
-    and shape, which inputs are constant and the values of small constants. ``None`` for a
+    and shape, which inputs are constant and the values of small constants (see
+    ``SIGNATURE_INDEX_ELEMENTS``). In-process only (attributes as protobuf bytes, symbolic
+    dims allowed); ``ep_host.node_times.node_signature`` is the key kept on disk. ``None`` for a
     node with control-flow bodies (always asked on its own)."""
     if node._has_graphs:
         return None
@@ -410,8 +416,10 @@ def node_signature(node: NodeView) -> tuple[Any, ...] | None:
             inputs.append((v.kind, None if v.dtype is None else v.dtype.name, v.shape))
         else:
             shape = v.shape
+            limit = (SIGNATURE_INDEX_ELEMENTS if v.dtype is not None
+                     and v.dtype.name in _INDEX_TYPES else SIGNATURE_OTHER_ELEMENTS)
             small = shape is not None and all(isinstance(d, int) for d in shape) and (
-                math.prod(shape) <= SIGNATURE_CONSTANT_ELEMENTS)
+                math.prod(shape) <= limit)
             data = v.value if small else None
             if data is not None:  # strings by their text, numbers by their bytes
                 data = (data.dtype.str, tuple(map(str, data.ravel())) if data.dtype.hasobject

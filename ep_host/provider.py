@@ -112,8 +112,9 @@ class ProviderInfo:
     ``answers_by_signature``: ``True`` when a claim from ``ep_host_supports_op`` depends only on
     the node's signature (``ep_host.graph.node_signature``: op, domain, versions, attributes,
     the kind, dtype and shape of every input and output, which inputs are constant and the
-    values of constants of up to 1024 elements), never on the node's or its values' names,
-    its neighbours, or the values of bigger constants. The capability walk then asks for the
+    values of integer or boolean constants of up to 1024 elements and of other constants of up
+    to 16), never on the node's or its values' names, its neighbours, or the values of bigger
+    constants (weights, biases). The capability walk then asks for the
     first node of each signature and gives the same claim to the others (a long model of
     repeated layers is asked a few hundred times, not once per node); a decline is asked again
     for each node, so reasons may name the node's values.
