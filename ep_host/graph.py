@@ -420,6 +420,12 @@ def node_signature(node: NodeView) -> tuple[Any, ...] | None:
                      and v.dtype.name in _INDEX_TYPES else SIGNATURE_OTHER_ELEMENTS)
             small = shape is not None and all(isinstance(d, int) for d in shape) and (
                 math.prod(shape) <= limit)
+            tensor = v._tensor
+            if small and tensor.data_location == TensorProto.EXTERNAL:
+                # by where its data lies: the walk reads no external file
+                inputs.append((v.kind, None if v.dtype is None else v.dtype.name, shape,
+                               "external", tuple((e.key, e.value) for e in tensor.external_data)))
+                continue
             data = v.value if small else None
             if data is not None:  # strings by their text, numbers by their bytes
                 data = (data.dtype.str, tuple(map(str, data.ravel())) if data.dtype.hasobject

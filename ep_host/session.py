@@ -26,13 +26,13 @@ from ep_host.errors import (
     HostError,
     InputError,
     KernelError,
-    ResourceLimitError,
     RunCancelledError,
     describe_exception,
     lost_provider,
     memory_stage,
     out_of_memory,
 )
+from ep_host.feeds import FeedChecker
 from ep_host.graph import GraphView, NodeView
 from ep_host.kernel import Kernel
 from ep_host.limits import MAX_TENSOR_BYTES, max_tensor_bytes_from_env, run_timeout_from_env
@@ -57,7 +57,7 @@ from ep_host.placement import Placement, choose
 from ep_host.plan import Plan, Step, build_plan
 from ep_host.prepacked import SHARED_PREPACKED, PrepackedUse
 from ep_host.provider import HOST, Device
-from ep_host.runloop import PlanRun, RunToken, StepChecks, read_only
+from ep_host.runloop import PlanRun, RunToken, StepChecks
 from ep_host.subgraph import PartitionView
 from ep_host.threads import BlasThreads, default_threads
 from ep_host.tracing import Tracer
@@ -351,6 +351,7 @@ class InferenceSession:
                                  self.tracer, max_tensor_bytes, device_graphs,
                                  self._threads.threads, self._sess_options.share_prepacked)
         self._pins = pins
+        self._feeds = FeedChecker(self._model, max_tensor_bytes)
         placement = self._runtime.place(self._model.graph, pins)
         self._plan, self._run = self._runtime.plan(self._model.graph, placement)
         # a kernel that failed to build moved its node: the plan's placement is the one that runs
@@ -585,72 +586,8 @@ class InferenceSession:
 
     def _check_inputs(self, feed: Mapping[str, Any],
                       on_device: Mapping[str, Device] | None = None) -> dict[str, Any]:
-        """The feeds checked against the model's inputs and made read-only host arrays; those
-        named in ``on_device`` are arrays on that device, checked and passed as they are."""
-        on_device = on_device or {}
-        label = self._model.label
-        declared = {v.name: v for v in self._model.graph.inputs}
-        unknown = [n for n in feed if n not in declared]
-        if unknown:
-            initializers = set(self._model.graph.initializer_inputs)
-            hint = [n for n in unknown if n in initializers]
-            extra = (f" ({', '.join(hint)} is an initializer and cannot be fed)" if hint else "")
-            raise InputError(
-                f"{label}: unknown input(s) {', '.join(map(repr, unknown))}{extra}; "
-                f"the model's inputs are {', '.join(map(repr, declared))}"
-            )
-        missing = [n for n in declared if n not in feed]
-        if missing:
-            raise InputError(f"{label}: missing input(s) {', '.join(map(repr, missing))}")
-        bound: dict[str, tuple[int, str]] = {}
-        out = {}
-        for name, view in declared.items():
-            array = feed[name]
-            if view.kind in ("sequence", "optional", "map"):
-                out[name] = array
-                continue
-            if array is None:
-                raise InputError(f"{label}: input {name!r} is None")
-            device = on_device.get(name)
-            if device is None:
-                if not isinstance(array, np.ndarray):
-                    array = np.asarray(array)
-                if not array.dtype.isnative:
-                    array = array.astype(array.dtype.newbyteorder("="))
-                if not array.flags.c_contiguous:
-                    array = np.ascontiguousarray(array)  # kernels may assume C order
-            limit = self._runtime.max_tensor_bytes
-            if limit is not None and array.nbytes > limit:
-                raise ResourceLimitError(
-                    f"{label}: input {name!r} takes {array.nbytes} bytes, over the limit of "
-                    f"{limit} (max_tensor_bytes / EP_HOST_MAX_TENSOR_BYTES)")
-            expected = view.dtype.numpy if view.dtype is not None else None
-            if expected is not None and array.dtype != expected:
-                raise InputError(
-                    f"{label}: input {name!r} must be {view.dtype.name}, got {array.dtype} "
-                    "(ep-host does not cast inputs)"
-                )
-            if view.shape is not None:
-                if array.ndim != len(view.shape):
-                    raise InputError(
-                        f"{label}: input {name!r} must have rank {len(view.shape)} "
-                        f"(shape {list(view.shape)}), got shape {list(array.shape)}"
-                    )
-                for axis, (want, got) in enumerate(zip(view.shape, array.shape, strict=True)):
-                    if isinstance(want, int) and want != got:
-                        raise InputError(
-                            f"{label}: input {name!r} dim {axis} must be {want} "
-                            f"(shape {list(view.shape)}), got shape {list(array.shape)}"
-                        )
-                    if isinstance(want, str) and want:
-                        prev = bound.setdefault(want, (got, name))
-                        if prev[0] != got:
-                            raise InputError(
-                                f"{label}: dim {want!r} is {prev[0]} in input {prev[1]!r} "
-                                f"but {got} in input {name!r}"
-                            )
-            out[name] = read_only(array) if device is None else array
-        return out
+        """The feeds checked against the model's inputs (``ep_host.feeds``)."""
+        return self._feeds.check(feed, on_device)
 
 
 def hand_out(outputs: list[Any]) -> list[Any]:

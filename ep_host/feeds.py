@@ -1,0 +1,118 @@
+"""Checking a run's feeds against the model's inputs: names, dtypes, ranks, dims (symbolic dims
+bound consistently), the tensor size limit; arrays made read-only, C-ordered host arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from ep_host.errors import InputError, ResourceLimitError
+from ep_host.loading import Model
+from ep_host.provider import Device
+from ep_host.runloop import read_only
+
+
+def _static_inputs(inputs: Sequence[Any]) -> tuple[tuple[str, Any, tuple[int, ...]], ...] | None:
+    """(name, numpy dtype, shape) of each input when every one is a tensor of known dtype and
+    static shape (feeds of exactly those need no other check); else ``None``."""
+    out = []
+    for v in inputs:
+        if (v.kind != "tensor" or v.dtype is None or v.dtype.numpy is None or v.shape is None
+                or not all(isinstance(d, int) for d in v.shape)):
+            return None
+        out.append((v.name, v.dtype.numpy, tuple(v.shape)))
+    return tuple(out)
+
+
+class FeedChecker:
+    """The checks of one session's feeds; inputs that are all tensors of static shape and
+    known dtype take a short path when the feeds are exactly such arrays."""
+
+    def __init__(self, model: Model, max_tensor_bytes: int | None):
+        self.model = model
+        self.max_tensor_bytes = max_tensor_bytes
+        self.plain = _static_inputs(model.graph.inputs)
+
+    def check(self, feed: Mapping[str, Any],
+              on_device: Mapping[str, Device] | None = None) -> dict[str, Any]:
+        """The feeds checked against the model's inputs and made read-only host arrays; those
+        named in ``on_device`` are arrays on that device, checked and passed as they are."""
+        if not on_device and self.max_tensor_bytes is None:
+            fast = self.plain
+            if fast is not None and len(feed) == len(fast):
+                out = {}
+                for name, dtype, shape in fast:  # what the checks below would let through
+                    array = feed.get(name)
+                    if (array.__class__ is not np.ndarray or array.dtype != dtype
+                            or array.shape != shape or not array.flags.c_contiguous):
+                        break
+                    out[name] = read_only(array)
+                else:
+                    return out
+        on_device = on_device or {}
+        label = self.model.label
+        declared = {v.name: v for v in self.model.graph.inputs}
+        unknown = [n for n in feed if n not in declared]
+        if unknown:
+            initializers = set(self.model.graph.initializer_inputs)
+            hint = [n for n in unknown if n in initializers]
+            extra = (f" ({', '.join(hint)} is an initializer and cannot be fed)" if hint else "")
+            raise InputError(
+                f"{label}: unknown input(s) {', '.join(map(repr, unknown))}{extra}; "
+                f"the model's inputs are {', '.join(map(repr, declared))}"
+            )
+        missing = [n for n in declared if n not in feed]
+        if missing:
+            raise InputError(f"{label}: missing input(s) {', '.join(map(repr, missing))}")
+        bound: dict[str, tuple[int, str]] = {}
+        out = {}
+        for name, view in declared.items():
+            array = feed[name]
+            if view.kind in ("sequence", "optional", "map"):
+                out[name] = array
+                continue
+            if array is None:
+                raise InputError(f"{label}: input {name!r} is None")
+            device = on_device.get(name)
+            if device is None:
+                if not isinstance(array, np.ndarray):
+                    array = np.asarray(array)
+                if not array.dtype.isnative:
+                    array = array.astype(array.dtype.newbyteorder("="))
+                if not array.flags.c_contiguous:
+                    array = np.ascontiguousarray(array)  # kernels may assume C order
+            limit = self.max_tensor_bytes
+            if limit is not None and array.nbytes > limit:
+                raise ResourceLimitError(
+                    f"{label}: input {name!r} takes {array.nbytes} bytes, over the limit of "
+                    f"{limit} (max_tensor_bytes / EP_HOST_MAX_TENSOR_BYTES)")
+            expected = view.dtype.numpy if view.dtype is not None else None
+            if expected is not None and array.dtype != expected:
+                raise InputError(
+                    f"{label}: input {name!r} must be {view.dtype.name}, got {array.dtype} "
+                    "(ep-host does not cast inputs)"
+                )
+            if view.shape is not None:
+                if array.ndim != len(view.shape):
+                    raise InputError(
+                        f"{label}: input {name!r} must have rank {len(view.shape)} "
+                        f"(shape {list(view.shape)}), got shape {list(array.shape)}"
+                    )
+                for axis, (want, got) in enumerate(zip(view.shape, array.shape, strict=True)):
+                    if isinstance(want, int) and want != got:
+                        raise InputError(
+                            f"{label}: input {name!r} dim {axis} must be {want} "
+                            f"(shape {list(view.shape)}), got shape {list(array.shape)}"
+                        )
+                    if isinstance(want, str) and want:
+                        prev = bound.setdefault(want, (got, name))
+                        if prev[0] != got:
+                            raise InputError(
+                                f"{label}: dim {want!r} is {prev[0]} in input {prev[1]!r} "
+                                f"but {got} in input {name!r}"
+                            )
+            out[name] = read_only(array) if device is None else array
+        return out
