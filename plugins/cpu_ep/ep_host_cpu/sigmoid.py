@@ -1,6 +1,7 @@
 """A float32 logistic sigmoid compiled by numba, bound on the CPU EP's namespace as
-``xp.compiled_sigmoid`` for the library's Sigmoid on large float32 tensors (EfficientNet's SiLU
-activations); numpy's exp-based passes otherwise, and with ``EP_HOST_NUMBA=0``.
+``xp.compiled_sigmoid`` for the library's Sigmoid on large float32 tensors, and for SiLU
+(``x * sigmoid(x)``, EfficientNet's activation, fused to ``com.microsoft::QuickGelu`` with
+alpha 1) in the same pass; numpy's exp-based passes otherwise, and with ``EP_HOST_NUMBA=0``.
 
 numba calls libm's scalar ``expf`` (3.7 ns an element here, against numpy's vectorized exp at
 1.3 ns), so the exponential is written out in a form the compiler vectorizes:
@@ -35,8 +36,10 @@ TAIL = np.float32(-87.33654)  # log of float32's smallest normal number, 1.17549
 HALF_TAIL = np.float32(-43.66827)
 
 
-def sigmoid_float32(x, y):
-    """y = 1 / (1 + exp(-x)) elementwise (see the module's docstring); x and y flat float32."""
+def sigmoid_float32(x, y, times_x):
+    """y = 1 / (1 + exp(-x)) elementwise (see the module's docstring), times x when
+    ``times_x`` (the float32 sigmoid, then the product rounded, as Sigmoid then Mul compute it);
+    x and y flat float32."""
     one = np.float32(1)
     bits = np.empty(CHUNK, dtype=np.int32)
     scale = bits.view(np.float32)
@@ -70,19 +73,22 @@ def sigmoid_float32(x, y):
             value = (e if v < 0 else one) / (one + e)
             if v < TAIL:  # a NaN keeps its value
                 value = np.float32(0)
+            if times_x:
+                value = value * v
             ys[i] = value
 
 
 def signature(numba: Any) -> list[Any]:
     array = numba.types.Array(numba.types.float32, 1, "C")
     return [numba.types.void(numba.types.Array(numba.types.float32, 1, "C", readonly=True),
-                             array)]
+                             array, numba.types.boolean)]
 
 
 class CompiledSigmoid:
     """``xp.compiled_sigmoid``: :meth:`ready` says whether the compiled loop is used (numba
     installed and wanted; compiled, or read from numba's disk cache, the first time it says
-    yes); calling it computes a float32 array's sigmoid into ``out`` or a new array."""
+    yes); calling it computes a float32 array's sigmoid (``x * sigmoid(x)`` with ``times_x``)
+    into ``out`` or a new array."""
 
     MIN_SIZE = 16384  # below, numpy's passes cost about the same and nothing is compiled
 
@@ -96,9 +102,9 @@ class CompiledSigmoid:
             self._compiled = compiled(sigmoid_float32, signature) or False
         return bool(self._compiled)
 
-    def __call__(self, x, out=None):
+    def __call__(self, x, out=None, times_x=False):
         flat = np.ascontiguousarray(x).reshape(-1)
         y = np.empty(x.shape, dtype=np.float32) if out is None or not out.flags.c_contiguous \
             else out
-        self._compiled(flat, y.reshape(-1))
+        self._compiled(flat, y.reshape(-1), times_x)
         return y
