@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import types
 import warnings
 from collections.abc import Callable
 from functools import cache
@@ -74,16 +75,26 @@ def numba_module() -> Any:
     return numba
 
 
-def compiled(py_func: Any, signatures: Callable[[Any], list[Any]]) -> Any:
+def compiled(py_func: Any, signatures: Callable[[Any], list[Any]],
+             helpers: tuple[Any, ...] = ()) -> Any:
     """``py_func`` compiled by numba for ``signatures(numba)`` (eagerly: read from the disk
     cache when an earlier process compiled it), one thread, floating-point contraction (FMA)
-    allowed and no other fast-math, numpy's division rules (:data:`OPTIONS`); ``None`` (numpy's path) when numba is not wanted, cannot be
-    imported or cannot compile it, the last two with a warning."""
+    allowed and no other fast-math, numpy's division rules (:data:`OPTIONS`); ``None``
+    (numpy's path) when numba is not wanted, cannot be imported or cannot compile it, the last
+    two with a warning. ``helpers``: functions of the same module that ``py_func`` calls by
+    name, compiled with it (each a loop the compiler vectorizes better on its own)."""
     if not numba_wanted():
         return None
     numba = numba_module()
     if numba is None:
         return None
+    if helpers:  # py_func reads them from its globals: a copy of those with the compiled ones
+        names = dict(py_func.__globals__)
+        names.update({h.__name__: numba.njit(**OPTIONS)(h) for h in helpers})
+        func = types.FunctionType(py_func.__code__, names, py_func.__name__,
+                                  py_func.__defaults__, py_func.__closure__)
+        func.__qualname__, func.__module__ = py_func.__qualname__, py_func.__module__
+        py_func = func
     try:
         return numba.njit(signatures(numba), **OPTIONS)(py_func)
     except Exception as exc:  # a numba that cannot compile it: numpy's path, said once

@@ -14,7 +14,7 @@ the result, smaller than float32's smallest normal number, is 0, as under flush-
 computing with subnormal numbers ran 7x slower (random-weight exports are full of large
 activations), and the error is below 1.2e-38. Measured on 2,000,001 values in [-110, 110]
 against float64: at most 2.9e-7 relative error (about 2.5 float32 ulps) elsewhere; NaN stays
-NaN, +-inf give 1 and 0. 1.2M values: 0.92 ms (2.6 ms before numpy's division rules, see
+NaN, +-inf give 1 and 0. 1.2M values: 0.68 ms (2.6 ms before numpy's division rules, see
 :mod:`ep_host_cpu.jit`), against 8.6 ms for numpy's passes and 0.5 ms
 for onnxruntime's.
 """
@@ -39,43 +39,53 @@ HALF_TAIL = np.float32(-43.66827)
 def sigmoid_float32(x, y, times_x):
     """y = 1 / (1 + exp(-x)) elementwise (see the module's docstring), times x when
     ``times_x`` (the float32 sigmoid, then the product rounded, as Sigmoid then Mul compute it);
-    x and y flat float32."""
-    one = np.float32(1)
+    x and y flat float32. Two loops over each chunk, each compiled on its own (1.2M values:
+    0.56 against 0.74 ns a value as one function)."""
     bits = np.empty(CHUNK, dtype=np.int32)
-    scale = bits.view(np.float32)
     poly = np.empty(CHUNK, dtype=np.float32)
     size = x.size
     for start in range(0, size, CHUNK):
         m = min(CHUNK, size - start)
         xs = x[start:start + m]
-        ys = y[start:start + m]
-        for i in range(m):
-            h = np.float32(-0.5) * abs(xs[i])
-            if h < HALF_TAIL:  # also -inf; a NaN passes
-                h = HALF_TAIL
-            k = np.int32(h * LOG2E - np.float32(0.5))  # h <= 0: truncation rounds to nearest
-            n = np.float32(k)
-            r = h - n * LN2_HIGH - n * LN2_LOW
-            p = TAYLOR[0]
-            p = p * r + TAYLOR[1]
-            p = p * r + TAYLOR[2]
-            p = p * r + TAYLOR[3]
-            p = p * r + TAYLOR[4]
-            p = p * r + TAYLOR[5]
-            p = p * r + one
-            p = p * r + one
-            poly[i] = p
-            bits[i] = (k + np.int32(127)) << np.int32(23)  # 2^k, k in [-63, 0]
-        for i in range(m):
-            s = poly[i] * scale[i]
-            e = s * s
-            v = xs[i]
-            value = (e if v < 0 else one) / (one + e)
-            if v < TAIL:  # a NaN keeps its value
-                value = np.float32(0)
-            if times_x:
-                value = value * v
-            ys[i] = value
+        exp_parts(xs, poly[:m], bits[:m])
+        sigmoid_of_parts(xs, poly[:m], bits[:m].view(np.float32), y[start:start + m], times_x)
+
+
+def exp_parts(x, poly, bits):
+    """exp(-|x| / 2) as poly * 2^k: ``poly`` the polynomial, ``bits`` the float32 2^k."""
+    one = np.float32(1)
+    for i in range(x.size):
+        h = np.float32(-0.5) * abs(x[i])
+        if h < HALF_TAIL:  # also -inf; a NaN passes
+            h = HALF_TAIL
+        k = np.int32(h * LOG2E - np.float32(0.5))  # h <= 0: truncation rounds to nearest
+        n = np.float32(k)
+        r = h - n * LN2_HIGH - n * LN2_LOW
+        p = TAYLOR[0]
+        p = p * r + TAYLOR[1]
+        p = p * r + TAYLOR[2]
+        p = p * r + TAYLOR[3]
+        p = p * r + TAYLOR[4]
+        p = p * r + TAYLOR[5]
+        p = p * r + one
+        p = p * r + one
+        poly[i] = p
+        bits[i] = (k + np.int32(127)) << np.int32(23)  # 2^k, k in [-63, 0]
+
+
+def sigmoid_of_parts(x, poly, scale, y, times_x):
+    """y = sigmoid(x) (times x) from :func:`exp_parts`'s ``poly`` and ``scale`` (its bits)."""
+    one = np.float32(1)
+    for i in range(x.size):
+        s = poly[i] * scale[i]
+        e = s * s
+        v = x[i]
+        value = (e if v < 0 else one) / (one + e)
+        if v < TAIL:  # a NaN keeps its value
+            value = np.float32(0)
+        if times_x:
+            value = value * v
+        y[i] = value
 
 
 def signature(numba: Any) -> list[Any]:
@@ -99,7 +109,8 @@ class CompiledSigmoid:
         if not numba_wanted():
             return False
         if self._compiled is None:
-            self._compiled = compiled(sigmoid_float32, signature) or False
+            self._compiled = compiled(sigmoid_float32, signature,
+                                      (exp_parts, sigmoid_of_parts)) or False
         return bool(self._compiled)
 
     def __call__(self, x, out=None, times_x=False):
