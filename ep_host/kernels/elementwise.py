@@ -430,8 +430,9 @@ def celu(xp, x, *, alpha):
 @kernel("HardSigmoid", 1, 6, dtypes=FLOATS, family="transcendental")
 def hard_sigmoid(xp, x, *, alpha, beta):
     """A provider's ``xp.compiled_hard_sigmoid`` (the CPU EP's, numba) takes float32."""
-    if _hard_sigmoid_compiled(xp, x):
-        return xp.compiled_hard_sigmoid(x, alpha, beta)
+    compiled = _compiled_hard_sigmoid(xp, x)
+    if compiled is not None:
+        return compiled(x, alpha, beta)
     return _unary(xp, lambda y: xp.clip(alpha * y + beta, 0, 1), x)
 
 
@@ -439,14 +440,18 @@ def hard_sigmoid(xp, x, *, alpha, beta):
 @kernel("HardSwish", 14, dtypes=FLOATS, family="transcendental")
 def hard_swish(xp, x):
     """x * HardSigmoid(x) with alpha 1/6 and beta 0.5; see :func:`hard_sigmoid`."""
-    if _hard_sigmoid_compiled(xp, x):
-        return xp.compiled_hard_sigmoid(x, 1 / 6, 0.5, times_x=True)
+    compiled = _compiled_hard_sigmoid(xp, x)
+    if compiled is not None:
+        return compiled(x, 1 / 6, 0.5, times_x=True)
     return _unary(xp, lambda y: y * xp.clip(y / 6 + 0.5, 0, 1), x)
 
 
-def _hard_sigmoid_compiled(xp, x):
+def _compiled_hard_sigmoid(xp, x):
+    """The provider's ``xp.compiled_hard_sigmoid`` where it has one ready for ``x``, else
+    ``None`` (the CUDA EP has none)."""
     compiled = getattr(xp, "compiled_hard_sigmoid", None)
-    return compiled is not None and x.dtype == xp.float32 and compiled.ready()
+    return compiled if compiled is not None and x.dtype == xp.float32 and compiled.ready() \
+        else None
 
 
 @kernel("Softplus", 22, dtypes=FLOATS_BF16, family="transcendental")
