@@ -1,6 +1,6 @@
 """Fusion passes of the graph optimizations: a group of nodes becomes one op (FusedConv, Gelu,
-QuickGelu, LayerNormalization, Gemm) that remembers the nodes it replaced, so they can be placed instead
-when no provider claims it.
+QuickGelu, LayerNormalization, Gemm) that remembers the nodes it replaced, so they can be
+placed instead when no provider claims it.
 """
 
 from __future__ import annotations

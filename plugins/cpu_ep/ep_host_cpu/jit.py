@@ -49,9 +49,9 @@ def _numba_installed() -> bool:
 
 def numba_cache_dir() -> str:
     """Where compiled kernels are kept: ``NUMBA_CACHE_DIR`` when set, else ``numba/CACHE_TAG``
-    under the user's ep-host cache directory. Not under ``EP_HOST_CACHE_DIR``: numba keys what it keeps by
-    the source file, its timestamp and the CPU, so one copy serves every cache directory (tests
-    give each session a fresh one, and would otherwise compile every time)."""
+    under the user's ep-host cache directory. Not under ``EP_HOST_CACHE_DIR``: numba keys what
+    it keeps by the source file, its timestamp and the CPU, so one copy serves every cache
+    directory (tests give each session a fresh one, and would otherwise compile every time)."""
     import platformdirs
 
     return os.environ.get("NUMBA_CACHE_DIR") or str(

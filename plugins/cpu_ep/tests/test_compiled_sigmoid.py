@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cpukit import feeds_model, make_model, run_ep_host, run_onnxruntime
-from onnx import TensorProto, helper
 from ep_host_cpu.sigmoid import CompiledSigmoid
 from ep_host_cpu.xp import numpy_xp
+from onnx import TensorProto, helper
 
 from ep_host.kernels.contrib import quick_gelu
 from ep_host.kernels.elementwise import sigmoid

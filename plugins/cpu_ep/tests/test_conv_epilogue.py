@@ -10,6 +10,7 @@ from cpukit import make_model, run_ep_host, run_onnxruntime
 from ep_host_cpu.conv_epilogue import ConvEpilogue
 from onnx import TensorProto, helper, numpy_helper
 
+import ep_host
 from ep_host.tracing import Tracer
 
 F = TensorProto.FLOAT
@@ -80,8 +81,6 @@ def test_bias_and_activation_after_each_gemm_variant(path, rng, kernel, strides,
     x[0, 0, 4, 4] = np.nan
     x[1, 2, 3, 3] = np.inf
     tracer = Tracer()
-    import ep_host
-
     session = ep_host.InferenceSession(model.SerializeToString(), providers=["cpu"],
                                        trace=tracer)
     with np.errstate(invalid="ignore"):
