@@ -216,14 +216,6 @@ def test_global_average_pool_of_squeeze_excite_shapes(rng, shape):
     np.testing.assert_allclose(y, want, rtol=5e-7, atol=1e-6)
 
 
-def test_global_average_pool_gives_channels_of_equal_data_equal_means(rng):
-    """Not an ulp apart: a Softmax over the means of values near 1e10 tells them apart."""
-    channel = (rng.standard_normal((1, 1, 13, 13)) * 1e9 + 9e9).astype(np.float32)
-    x = np.repeat(channel, 1000, axis=1)
-    y = pool_kernels.global_average_pool(numpy_xp, x)
-    assert (y == y[0, 0]).all()
-
-
 def test_global_average_pool_of_a_strided_input_and_of_nothing():
     x = np.arange(2 * 3 * 4 * 5, dtype=np.float64).reshape(2, 3, 4, 5).transpose(0, 1, 3, 2)
     np.testing.assert_array_equal(pool_kernels.global_average_pool(numpy_xp, x),
