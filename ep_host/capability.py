@@ -19,7 +19,7 @@ from ep_host.cost import Cost
 from ep_host.discovery import Host, ProviderRecord
 from ep_host.errors import HostError, ProviderError, describe_exception
 from ep_host.functions import expand_function
-from ep_host.graph import NodeView, op_schema, paused_gc
+from ep_host.graph import NodeView, node_signature, op_schema, paused_gc
 from ep_host.layouts import check_match_layouts, has_layouts
 from ep_host.loading import Model
 from ep_host.match import Decline, KernelMatch, ReasonCode
@@ -57,15 +57,33 @@ class CapabilityTable:
         row = self.answers[node]
         return [p for p in self.providers if row[p].is_supported]
 
+    # bumped by whoever changes ``answers`` after the walk (``node_times.apply``), so the
+    # answers' summaries below are worked out again
+    revision: int = 0
+    _layouts_seen: tuple[int, int, int, frozenset[str]] | None = field(default=None,
+                                                                       repr=False)
+
     @property
     def layout_providers(self) -> frozenset[str]:
         """The providers that claim some node of ``nodes`` in a layout not the model's."""
+        key = (self.revision, len(self.nodes), len(self.answers))
+        if self._layouts_seen is not None and self._layouts_seen[:3] == key:
+            return self._layouts_seen[3]
+        found = self._layout_providers()
+        self._layouts_seen = (*key, found)
+        return found
+
+    def _layout_providers(self) -> frozenset[str]:
         found = set()
         rows = {id(row): row for row in map(self.answers.get, (n.name for n in self.nodes))
                 if row is not None}
+        seen: set[int] = set()  # answers shared by many rows are looked at once
         for row in rows.values():
             for provider, answer in row.items():
-                if provider not in found and answer.is_supported and has_layouts(answer):
+                if provider in found or id(answer) in seen:
+                    continue
+                seen.add(id(answer))
+                if answer.is_supported and has_layouts(answer):
                     found.add(provider)
         return frozenset(found)
 
@@ -284,6 +302,40 @@ def provider_answers(
     return answered
 
 
+def answers_by_signature(
+    host: Host,
+    record: ProviderRecord,
+    nodes: Sequence[NodeView],
+    context: ProviderContext,
+    checked: dict[int, tuple[KernelMatch, KernelMatch]],
+    signatures: Sequence[int | None],
+    claims: dict[int, KernelMatch],
+) -> list[KernelMatch]:
+    """The answers of a provider that answers by signature (``ProviderInfo.
+    answers_by_signature``): the first node of each signature not claimed before is asked;
+    where that gave a claim, every node of the signature gets it (kept in ``claims``), and the
+    nodes of signatures it declined are asked one by one. ``signatures``: each node's
+    signature as a number (``None``: a node asked on its own)."""
+    got: dict[int, KernelMatch] = {}
+    leads: dict[Any, int] = {}
+    for k, sig in enumerate(signatures):
+        if sig is None or (sig not in claims and sig not in leads):
+            leads[sig if sig is not None else ("node", k)] = k
+    first = list(leads.values())
+    got.update(zip(first, provider_answers(host, record, [nodes[k] for k in first], context,
+                                           checked), strict=True))
+    for sig, k in leads.items():
+        if got[k].is_supported and signatures[k] is not None:
+            claims[sig] = got[k]
+    rest = [k for k, sig in enumerate(signatures)
+            if k not in got and (sig is None or sig not in claims)]
+    if rest:
+        got.update(zip(rest, provider_answers(host, record, [nodes[k] for k in rest], context,
+                                              checked), strict=True))
+    return [got[k] if k in got else claims[sig]  # type: ignore[index]
+            for k, sig in enumerate(signatures)]
+
+
 class HostCalibration:
     """The calibration the host applies to a provider that does not apply it itself
     (``ProviderInfo.applies_calibration``): each claim's cost scaled by the factors for its
@@ -336,6 +388,12 @@ def walk(
     # An unavailable provider declines every node alike: one (immutable) answer serves them all.
     fixed = {r.name: unavailable_answer(r) for r in records if r.status != "available"}
     asked = [(r.name, r, table.contexts[r.name], {}) for r in records]
+    # per provider answering by signature: its claim for each signature seen
+    claims = {r.name: {} for r in records if r.info is not None and r.remote is None
+              and r.info.answers_by_signature}
+    numbering: dict[tuple[Any, ...], int] = {}
+    declines: dict[str, dict[tuple[str, Any], KernelMatch]] = {
+        r.name: {} for r in records if r.status == "available"}
     answers = table.answers
     rows: dict[tuple[int, ...], Mapping[str, KernelMatch]] = {}  # holds the answers it names
 
@@ -345,20 +403,34 @@ def walk(
 
     def visit(batch: Sequence[NodeView], depth: int) -> None:
         columns = {}
+        # each signature hashed once, here: later look-ups are by its number
+        signatures = ([None if (sig := node_signature(n)) is None
+                       else numbering.setdefault(sig, len(numbering)) for n in batch]
+                      if claims else [])
         for name, r, context, checked in asked:
             if name in fixed or r.status != "available":
                 columns[name] = [fixed.get(name) or unavailable_answer(r)] * len(batch)
+            elif name in claims:
+                columns[name] = answers_by_signature(host, r, batch, context, checked,
+                                                     signatures, claims[name])
             else:
                 columns[name] = provider_answers(host, r, batch, context, checked)
-                if name in calibrations:
-                    columns[name] = calibrations[name].apply(batch, columns[name])
-        for k, node in enumerate(batch):
+            if name in calibrations and name not in fixed and r.status == "available":
+                columns[name] = calibrations[name].apply(batch, columns[name])
+            if name in declines:  # equal declines as one object: rows of equal answers shared
+                same = declines[name]
+                columns[name] = [a if a.is_supported else same.setdefault((a.reason, a.code), a)
+                                 for a in columns[name]]
+        names = [name for name, *_ in asked]
+        answered_rows = (zip(*(columns[name] for name in names), strict=True) if names
+                         else [()] * len(batch))
+        for node, answered in zip(batch, answered_rows, strict=True):
             # nodes answered with the very same objects (a provider's shared claim) share one
             # read-only row: a dict per node is ~200 bytes of a long model
-            key = tuple(id(columns[name][k]) for name, *_ in asked)
+            key = tuple(map(id, answered))
             row = rows.get(key)
             if row is None:
-                row = rows[key] = MappingProxyType({name: columns[name][k] for name, *_ in asked})
+                row = rows[key] = MappingProxyType(dict(zip(names, answered, strict=True)))
             answers[node.name] = row
             table.all_nodes.append(node)
             if expand and depth < MAX_EXPANSION_DEPTH and not any(

@@ -60,9 +60,74 @@ class ImportTimeout(Exception):
     """An entry point's import did not finish in time (it goes on in an abandoned thread)."""
 
 
+class _EntryPointScan:
+    """The provider entry points of the installed distributions, scanned once and again only
+    when the import path or one of its folders changed (installing or removing a distribution
+    changes its folder's modification time): a scan reads every distribution's metadata, some
+    milliseconds per session otherwise."""
+
+    def __init__(self) -> None:
+        self.key: tuple[Any, ...] | None = None
+        self.entry_points: tuple[Any, ...] = ()
+        self.records: dict[tuple[str, str, str | None], ProviderRecord] = {}
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _key() -> tuple[Any, ...]:
+        stamps: list[tuple[int, ...] | None] = []
+        for entry in sys.path:  # a new folder in a folder adds one to its links too
+            try:
+                st = os.stat(entry or ".")
+            except OSError:
+                stamps.append(None)
+            else:
+                stamps.append((st.st_ino, st.st_mtime_ns, st.st_nlink, st.st_size))
+        return tuple(sys.path), tuple(stamps)
+
+    def scan(self) -> tuple[Any, ...]:
+        key = self._key()
+        with self.lock:
+            if key != self.key:
+                import importlib_metadata
+
+                self.entry_points = tuple(
+                    importlib_metadata.entry_points(group=ENTRY_POINT_GROUP))
+                self.records = {}
+                self.key = key
+            return self.entry_points
+
+    def record(self, ep: Any) -> ProviderRecord:
+        """A new record for the provider of ``ep`` (its distribution's metadata read once)."""
+        dist = getattr(ep, "dist", None)
+        key = (ep.name, ep.value, None if dist is None else str(getattr(dist, "_path", "")))
+        with self.lock:
+            found = self.records.get(key)
+            if found is None:
+                found = self.records[key] = ProviderRecord(
+                    name=ep.name,
+                    distribution=None if dist is None else dist.metadata["Name"],
+                    version=None if dist is None else dist.version,
+                    entry_point=ep.value)
+        return ProviderRecord(name=found.name, distribution=found.distribution,
+                              version=found.version, entry_point=found.entry_point)
+
+
+_SCAN = _EntryPointScan()
+
+
+def provider_entry_points() -> tuple[Any, ...]:
+    """Every installed entry point of the ``ep_host.providers`` group."""
+    return _SCAN.scan()
+
+
 def load_in_time(ep: Any, seconds: float | None) -> Any:
     """``ep.load()`` on a daemon thread, waited for at most ``seconds``: a module that never
-    finishes importing cannot hang the host. Whatever the import raises is raised here."""
+    finishes importing cannot hang the host. Whatever the import raises is raised here. A module
+    already imported is only looked up, on this thread."""
+    module = sys.modules.get(getattr(ep, "module", None) or "")
+    if module is not None and getattr(getattr(module, "__spec__", None), "_initializing",
+                                       False) is False:
+        return ep.load()
     outcome: list[Any] = []
 
     def load() -> None:
@@ -206,13 +271,11 @@ class Host:
         instead of importing them here: ``True`` for every provider but ep-host's own CPU EP,
         or the names of the providers to isolate (an isolated name that is no entry point's is
         a :class:`HostError`)."""
-        import importlib_metadata
-
         if names is None and "EP_HOST_PROVIDERS" in os.environ:
             names = [n.strip() for n in os.environ["EP_HOST_PROVIDERS"].split(",") if n.strip()]
         wanted = None if names is None else set(names)
         by_name: dict[str, list[Any]] = {}
-        for ep in importlib_metadata.entry_points(group=ENTRY_POINT_GROUP):
+        for ep in provider_entry_points():
             self.entry_point_names.add(ep.name)
             if wanted is None or ep.name in wanted:
                 by_name.setdefault(ep.name, []).append(ep)
@@ -539,10 +602,4 @@ class Host:
 
 def _entry_point_record(ep: Any) -> ProviderRecord:
     """A new record for the provider of entry point ``ep``: its name, distribution, version."""
-    dist = getattr(ep, "dist", None)
-    return ProviderRecord(
-        name=ep.name,
-        distribution=None if dist is None else dist.metadata["Name"],
-        version=None if dist is None else dist.version,
-        entry_point=ep.value,
-    )
+    return _SCAN.record(ep)

@@ -130,10 +130,18 @@ def memory_stage(stage: str, model: str, nodes: int | None = None,
     try:
         yield
     except MemoryError as exc:
-        exc.__traceback__ = None  # its frames hold what the stage allocated: release them first
-        raise ResourceLimitError(
-            f"{model}: ran out of memory during {stage} of the model{size}; give the process "
-            "more memory or use a smaller model") from exc
+        raise out_of_memory(exc, stage, model, nodes) from exc
+
+
+def out_of_memory(exc: MemoryError, stage: str, model: str,
+                  nodes: int | None = None) -> ResourceLimitError:
+    """The error for ``exc`` raised during ``stage`` (what :func:`memory_stage` raises; a hot
+    path catches ``MemoryError`` itself and raises this, without a context manager's cost)."""
+    exc.__traceback__ = None  # its frames hold what the stage allocated: release them first
+    size = "" if nodes is None else f" ({nodes} nodes)"
+    return ResourceLimitError(
+        f"{model}: ran out of memory during {stage} of the model{size}; give the process "
+        "more memory or use a smaller model")
 
 
 class NotSupportedError(HostError, NotImplementedError):

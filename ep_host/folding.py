@@ -1,6 +1,7 @@
 """Folding passes of the graph optimizations: Constant nodes lifted to initializers, constant
-folding (by onnx's reference evaluator) and folding BatchNormalization, per-channel Mul and
-per-channel Add into the Conv or BatchNormalization before them.
+folding (the common cases directly, the rest by onnx's reference evaluator) and folding
+BatchNormalization, per-channel Mul and per-channel Add into the Conv or BatchNormalization
+before them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
 
+from ep_host.fold_direct import fold_directly
 from ep_host.graph import DEFAULT_DOMAIN
 from ep_host.rewriter import Rewriter, copy_node, is_op, node_attribute, node_domain, other_input
 
@@ -116,7 +118,9 @@ def constant_folding(rw: Rewriter) -> int:
             if not all(rw.is_const(i) for i in node.input if i):
                 continue
             inputs = [rw.const(i) if i else None for i in node.input]
-            results = _evaluate(rw, node, inputs)
+            results = _direct(rw, node, inputs)
+            if results is None:
+                results = _evaluate(rw, node, inputs)
             if results is None:
                 continue
         for name, value in zip(node.output, results, strict=False):
@@ -141,6 +145,22 @@ def _shape_of_static(rw: Rewriter, node: NodeProto) -> list[np.ndarray] | None:
     start = min(max(start + rank if start < 0 else start, 0), rank)
     end = min(max(end + rank if end < 0 else end, 0), rank)
     return [np.array(shape[start:end], dtype=np.int64)]
+
+
+def _direct(rw: Rewriter, node: NodeProto,
+            inputs: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
+    """The node's output computed directly (``ep_host.fold_direct``), under the checks the
+    evaluator's results pass; ``None`` where that does not apply."""
+    if any(v is not None and v.dtype.kind not in FOLDABLE_KINDS for v in inputs):
+        return None
+    opset = rw.model.opset_imports.get(DEFAULT_DOMAIN, 1)
+    results = fold_directly(node, inputs, opset)
+    if results is None:
+        return None
+    value = results[0]
+    if value.dtype != rw.dtype(node.output[0]) or value.size > FOLD_MAX_ELEMENTS:
+        return None
+    return results
 
 
 def _evaluate(rw: Rewriter, node: NodeProto,

@@ -50,20 +50,30 @@ class PlacementObjective:
         answers = table.answers
         self.options: list[dict[int, float]] = []
         self.host_in: list[dict[int, frozenset[int]]] = []
+        by_row: dict[int, tuple[dict[int, float], dict[int, frozenset[int]]]] = {}
+        totals: dict[int, float] = {}  # per claim object: providers share claims across nodes
         for node in table.nodes:
             row = answers[node.name]
             pin = pins.get(node.name)
-            names = [pin] if pin is not None else self.providers
-            opts: dict[int, float] = {}
-            hin: dict[int, frozenset[int]] = {}
-            for p in names:
-                a = row[p]
-                if a.is_supported:
-                    opts[index[p]] = a.cost.total_us
-                    if a.host_inputs:
-                        hin[index[p]] = frozenset(a.host_inputs)
-            self.options.append(opts)
-            self.host_in.append(hin)
+            known = by_row.get(id(row)) if pin is None else None
+            if known is None:  # nodes of one shared row (equal answers) share their options
+                names = [pin] if pin is not None else self.providers
+                opts: dict[int, float] = {}
+                hin: dict[int, frozenset[int]] = {}
+                for p in names:
+                    a = row[p]
+                    if a.is_supported:
+                        total = totals.get(id(a))
+                        if total is None:
+                            total = totals[id(a)] = a.cost.total_us
+                        opts[index[p]] = total
+                        if a.host_inputs:
+                            hin[index[p]] = frozenset(a.host_inputs)
+                known = (opts, hin)
+                if pin is None:
+                    by_row[id(row)] = known
+            self.options.append(known[0])
+            self.host_in.append(known[1])
         # a place is a (location, layout) pair, place = location * n_layouts + layout; layout
         # 0 is the model's, the others are those some claim reads or writes
         self.layout_providers = {index[p] for p in table.layout_providers}

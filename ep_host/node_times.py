@@ -226,5 +226,6 @@ def apply(host: Any, table: Any, nodes: Iterable[NodeView]) -> int:
                 measured[provider] = measured_answer(answer, float(found["us"]))
         if measured:  # rows may be shared by nodes of equal answers: this node gets its own
             table.answers[node.name] = MappingProxyType({**row, **measured})
+            table.revision += 1
             replaced += len(measured)
     return replaced

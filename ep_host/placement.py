@@ -336,6 +336,8 @@ def _claims(table: CapabilityTable, pins: Mapping[str, str],
     unplaceable: list[str] = []
     answers = table.answers
     providers = table.providers
+    by_row: dict[int, dict[str, float]] = {}
+    totals: dict[int, float] = {}
     for node in table.nodes:
         name = node.name
         row = answers[name]
@@ -349,7 +351,16 @@ def _claims(table: CapabilityTable, pins: Mapping[str, str],
                 )
             claims.append({pin: answer.cost.total_us})
             continue
-        claim = {p: a.cost.total_us for p in providers if (a := row[p]).is_supported}
+        claim = by_row.get(id(row))
+        if claim is None:  # nodes of one shared row (equal answers) share their claims
+            claim = by_row[id(row)] = {}
+            for p in providers:
+                a = row[p]
+                if a.is_supported:
+                    total = totals.get(id(a))
+                    if total is None:  # per claim object: providers share claims across nodes
+                        total = totals[id(a)] = a.cost.total_us
+                    claim[p] = total
         if not claim:
             unplaceable.append(name)
         claims.append(claim)

@@ -108,6 +108,16 @@ class ProviderInfo:
     ``ep-host calibrate`` fitted for it (its cost model reads ``ep_host.family_factors``, as the
     CPU EP's does). Otherwise the host applies them to every cost it answers: the factors of
     the op family calibration measured the node's op in, else those fitted over all its cases.
+
+    ``answers_by_signature``: ``True`` when a claim from ``ep_host_supports_op`` depends only on
+    the node's signature (``ep_host.graph.node_signature``: op, domain, versions, attributes,
+    the kind, dtype and shape of every input and output, which inputs are constant and the
+    values of integer or boolean constants of up to 1024 elements and of other constants of up
+    to 16), never on the node's or its values' names, its neighbours, or the values of bigger
+    constants (weights, biases). The capability walk then asks for the
+    first node of each signature and gives the same claim to the others (a long model of
+    repeated layers is asked a few hundred times, not once per node); a decline is asked again
+    for each node, so reasons may name the node's values.
     """
 
     name: str
@@ -121,6 +131,7 @@ class ProviderInfo:
     device_graph_option: str = ""
     partition_launch_us: float = 0.0
     applies_calibration: bool = False
+    answers_by_signature: bool = False
 
     def __post_init__(self) -> None:
         if not self.available and not self.reason:
@@ -152,7 +163,7 @@ def checked_info(info: ProviderInfo) -> ProviderInfo:
         if type(getattr(info, name)) is not str:
             raise TypeError(f"ProviderInfo.{name} is a {type(getattr(info, name)).__name__}, "
                             "not a str")
-    for flag in ("available", "applies_calibration"):
+    for flag in ("available", "applies_calibration", "answers_by_signature"):
         if type(getattr(info, flag)) is not bool:
             raise TypeError(f"ProviderInfo.{flag} is a {type(getattr(info, flag)).__name__}, "
                             "not a bool")

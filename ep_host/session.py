@@ -31,6 +31,7 @@ from ep_host.errors import (
     describe_exception,
     lost_provider,
     memory_stage,
+    out_of_memory,
 )
 from ep_host.graph import GraphView, NodeView
 from ep_host.kernel import Kernel
@@ -533,14 +534,17 @@ class InferenceSession:
     def _run_plan(self, runner: PlanRun, feeds: dict[str, Any], names: list[str], cancel: Any,
                   timeout: float | None) -> list[Any]:
         model = self._model
-        with self._threads, memory_stage("a run", model.label, len(model.graph.nodes)):
-            if timeout:
-                outputs = self._run_with_timeout(runner, feeds, names, cancel, timeout)
-            elif self.tracer is None:
-                outputs = runner.run(feeds, names=names, cancel=cancel)
-            else:
-                with self.tracer.span("run", "session", model=self._model.label):
+        try:
+            with self._threads:
+                if timeout:
+                    outputs = self._run_with_timeout(runner, feeds, names, cancel, timeout)
+                elif self.tracer is None:
                     outputs = runner.run(feeds, names=names, cancel=cancel)
+                else:
+                    with self.tracer.span("run", "session", model=self._model.label):
+                        outputs = runner.run(feeds, names=names, cancel=cancel)
+        except MemoryError as exc:
+            raise out_of_memory(exc, "a run", model.label, len(model.graph.nodes)) from exc
         return outputs
 
     def _run_with_timeout(self, runner: PlanRun, feeds: dict[str, Any], names: list[str],

@@ -27,7 +27,8 @@ class _Pools:
         self.lock = threading.Lock()
         self.libraries: list[Any] | None = None
         self.active: dict[int, int] = {}  # limit -> runs using it
-        self.saved: list[int] = []
+        self.saved: list[int] = []  # each library's threads before the first run began
+        self.current: list[int] = []  # and what they are now
 
     def _find(self) -> list[Any]:
         if self.libraries is None:
@@ -45,25 +46,30 @@ class _Pools:
             libraries = self._find()
             if not self.active:
                 self.saved = [lib.get_num_threads() for lib in libraries]
+                self.current = list(self.saved)
             self.active[limit] = self.active.get(limit, 0) + 1
             # concurrent runs asking for different limits get the largest of them
-            want = max(self.active)
-            for lib in libraries:
-                lib.set_num_threads(want)
+            self._set(max(self.active))
 
     def exit(self, limit: int) -> None:
         with self.lock:
             self.active[limit] -= 1
             if not self.active[limit]:
                 del self.active[limit]
-            libraries = self.libraries or []
             if self.active:
-                want = max(self.active)
-                for lib in libraries:
-                    lib.set_num_threads(want)
+                self._set(max(self.active))
             else:
-                for lib, n in zip(libraries, self.saved, strict=False):
-                    lib.set_num_threads(n)
+                self._set(None)
+
+    def _set(self, want: int | None) -> None:
+        """Each library at ``want`` threads (``None``: at what it had before), calling it
+        only where that changes something (a call costs microseconds, a run of a small model
+        only tens)."""
+        for i, lib in enumerate(self.libraries or []):
+            n = self.saved[i] if want is None else want
+            if self.current[i] != n:
+                lib.set_num_threads(n)
+                self.current[i] = n
 
 
 POOLS = _Pools()

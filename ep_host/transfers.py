@@ -84,8 +84,8 @@ def copy_walk(placement: Placement) -> Iterator[tuple[Transfer, str | None, str 
     devices = placement.devices
     table = placement.table
     where = {n.name: n.provider for n in placement.nodes}
-    layouts = bool(table.layout_providers) and not table.layout_providers.isdisjoint(
-        where.values())
+    laid_out = table.layout_providers
+    layouts = bool(laid_out) and not laid_out.isdisjoint(where.values())
     if not layouts and all(devices.get(p, HOST).name == HOST.name for p in set(where.values())):
         return  # every value starts, lives and ends on the host: nothing moves
     # value -> (device, layout, producing node)

@@ -103,7 +103,7 @@ def _check_activation(node, provider, *attributes):
 
 @kernel("Gelu", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_activation)
 def gelu(xp, x):
-    return gelu_of(xp, _wide(xp, x), "none").astype(x.dtype)
+    return gelu_of(xp, _wide(xp, x), "none").astype(x.dtype, copy=False)
 
 
 @kernel("BiasGelu", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_activation)

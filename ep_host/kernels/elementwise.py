@@ -479,7 +479,12 @@ def mish(xp, x):
 
 
 def gelu_of(xp, y, approximate):
-    """0.5 y (1 + erf(y / sqrt 2)), or with tanh; in place on its own one temporary."""
+    """0.5 y (1 + erf(y / sqrt 2)), or with tanh; in place on its own one temporary (the
+    namespace's ``gelu_float32``, where it has one, computes the erf form of float32 in one
+    pass over the array)."""
+    fused = getattr(xp, "gelu_float32", None)
+    if approximate != "tanh" and fused is not None and y.dtype == xp.float32 and y.size:
+        return fused(y)
     if approximate == "tanh":
         t = xp.multiply(y, y)
         t *= 0.044715

@@ -92,7 +92,8 @@ def get(name: str) -> Strategy:
 class PlacementRequest:
     """What a strategy places: the capability table, each provider's device, the pins, and
     ``claims``: per node (in the table's order) the providers allowed to run it, in the user's
-    order, with their ``total_us`` (a pinned node: its pin alone). Every node has a claim."""
+    order, with their ``total_us`` (a pinned node: its pin alone). Every node has a claim.
+    Read them only: nodes answered alike share one dict."""
 
     def __init__(self, table: CapabilityTable, devices: Mapping[str, Device],
                  pins: Mapping[str, str], claims: list[dict[str, float]]):

@@ -49,7 +49,8 @@ LAUNCH_US = 50.0
 @hookimpl
 def ep_host_provider_info() -> ProviderInfo:
     return ProviderInfo(name=NAME, version=__version__,
-                        description=f"example NHWC EP: {CLAIMS}, computed channels last")
+                        description=f"example NHWC EP: {CLAIMS}, computed channels last",
+                        answers_by_signature=True)
 
 
 @hookimpl

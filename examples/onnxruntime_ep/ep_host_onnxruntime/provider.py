@@ -49,6 +49,7 @@ def ep_host_provider_info() -> ProviderInfo:
     return ProviderInfo(
         name=NAME, version=__version__, aliases=("ort",),
         partition_launch_us=runtime_profile().call_overhead_us, applies_calibration=True,
+        answers_by_signature=True,
         description=f"onnxruntime {runtime.version()} CPUExecutionProvider: one session per "
                     "node, or one per compiled partition",
     )

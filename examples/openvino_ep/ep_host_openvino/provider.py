@@ -69,7 +69,7 @@ def ep_host_provider_info() -> ProviderInfo:
                         description=f"OpenVINO {runtime_version}, CPU plugin, compiles partitions",
                         aliases=("OpenVINOExecutionProvider",),
                         partition_launch_us=openvino_profile().call_overhead_us,
-                        applies_calibration=True)
+                        applies_calibration=True, answers_by_signature=True)
 
 
 @hookimpl

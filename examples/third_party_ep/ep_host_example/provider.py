@@ -84,7 +84,9 @@ CLAIMS = "com.example::FastSwish (version 1) and float32 Relu and Sigmoid"
 @hookimpl
 def ep_host_provider_info() -> ProviderInfo:
     return ProviderInfo(
-        name=NAME, version=__version__, description=f"example third-party EP: {CLAIMS}"
+        name=NAME, version=__version__, description=f"example third-party EP: {CLAIMS}",
+        # a claim depends only on the op, dtypes and shapes: asked once per signature
+        answers_by_signature=True,
     )
 
 

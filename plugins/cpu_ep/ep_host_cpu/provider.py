@@ -93,7 +93,8 @@ CLAIMS = Claims()
 @hookimpl
 def ep_host_provider_info() -> ProviderInfo:
     return ProviderInfo(name="cpu", version=__version__, description="numpy kernels on the host",
-                        aliases=("CPUExecutionProvider",), applies_calibration=True)
+                        aliases=("CPUExecutionProvider",), applies_calibration=True,
+                        answers_by_signature=True)
 
 
 @hookimpl

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import scipy.special
-from ep_host_cpu.erf import CHUNK, erf, erf_float32
+from ep_host_cpu.erf import CHUNK, erf, erf_float32, gelu_float32
 from ep_host_cpu.xp import numpy_xp
 
 from ep_host.kernels import contrib, elementwise
@@ -93,3 +93,17 @@ def test_tanh_gelu_matches_its_formula(rng):
     x64 = x.astype(np.float64)
     want = 0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64 ** 3)))
     np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [1, 1000, CHUNK + 17, 3 * CHUNK])
+def test_chunked_gelu_equals_the_whole_array_formula_bit_for_bit(n):
+    """The same float32 steps as gelu_of's erf form on the whole array, in chunks."""
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32) * 4
+    x[::97] = np.nan
+    want = erf_float32(x * (1 / math.sqrt(2)))
+    want += 1
+    want *= x
+    want *= 0.5
+    got = gelu_float32(x.reshape(1, -1))
+    assert got.shape == (1, n) and got.dtype == np.float32
+    np.testing.assert_array_equal(got.reshape(-1), want)

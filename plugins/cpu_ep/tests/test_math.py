@@ -182,11 +182,39 @@ BF16 = ml_dtypes.bfloat16
     ("ij,jk->ik", [(2, 3), (3, 4)]), ("bij, bjk -> bik", [(2, 2, 3), (2, 3, 2)]),
     ("i,i", [(5,), (5,)]), ("ii->i", [(3, 3)]), ("...ij->...ji", [(2, 3, 4)]),
     ("ij", [(2, 3)]), ("ba", [(2, 3)]), ("Ab,bA->", [(2, 3), (3, 2)]),
+    # through one batched matmul (ep_host.kernels.math._einsum_matmul)
+    ("B G H I D, B G H J D -> B G H I J", [(1, 4, 2, 7, 8), (1, 4, 2, 5, 8)]),
+    ("bhij,bhjd->bhid", [(2, 3, 5, 6), (2, 3, 6, 4)]),
+    ("bid,jd->bji", [(2, 3, 4), (5, 4)]), ("ik,kj->ji", [(3, 4), (4, 2)]),
+    ("abc,cd->", [(2, 3, 4), (4, 5)]), ("ijk,jl->li", [(2, 3, 4), (3, 5)]),
+    ("i,j->ij", [(3,), (4,)]), ("bij,bij->bi", [(2, 3, 4), (2, 3, 4)]),
 ])
 def test_einsum_matches_onnxruntime(equation, shapes, rng):
     feeds = {f"x{i}": rng.standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)}
     assert_matches_onnxruntime(model_of("Einsum", feeds, opset=12, equation=equation), feeds,
                                rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("equation", "shapes"), [
+    ("bhid,bhjd->bhij", [(1, 2, 3, 4), (1, 2, 5, 4)]), ("ijk,jl->li", [(2, 3, 4), (3, 5)]),
+    ("abc,cd->", [(2, 3, 4), (4, 5)]), ("i,j->ji", [(3,), (4,)]),
+    ("xbz,zy->yxb", [(2, 0, 3), (3, 4)]),
+])
+def test_einsum_by_matmul_equals_numpy_einsum(equation, shapes, rng):
+    from ep_host.kernels.math import _einsum_matmul
+
+    a, b = (rng.standard_normal(s) for s in shapes)
+    got = _einsum_matmul(np, equation, a, b)
+    assert got is not None and got.flags.c_contiguous
+    np.testing.assert_allclose(got, np.einsum(equation, a, b), rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("equation", ["...ij,...jk->...ik", "ii,ij->j", "ij,jk", "ij,jk,kl->il"])
+def test_einsum_by_matmul_leaves_what_it_does_not_take_to_numpy(equation):
+    from ep_host.kernels.math import _einsum_matmul
+
+    x = np.ones((3, 3))
+    assert _einsum_matmul(np, equation, x, x) is None
 
 
 def test_integer_and_bfloat16_einsum():
