@@ -15,6 +15,7 @@ from ep_host_cpu.grouped_conv import GroupedConv2d
 from ep_host_cpu.hard_sigmoid import CompiledHardSigmoid
 from ep_host_cpu.layer_norm import CompiledLayerNorm
 from ep_host_cpu.sigmoid import CompiledSigmoid
+from ep_host_cpu.softmax import CompiledSoftmax
 
 
 def numpy_namespace() -> SimpleNamespace:
@@ -24,6 +25,7 @@ def numpy_namespace() -> SimpleNamespace:
     ns.grouped_conv2d = GroupedConv2d()  # numba's loops, compiled when a Conv first asks
     ns.conv_epilogue = ConvEpilogue()  # numba's bias and clamp pass after a Conv's GEMMs
     ns.compiled_layer_norm = CompiledLayerNorm()  # numba's, for float32 LayerNormalization
+    ns.compiled_softmax = CompiledSoftmax()  # numba's, for float32 Softmax over the last axis
     ns.compiled_sigmoid = CompiledSigmoid()  # numba's, compiled when a large Sigmoid first runs
     ns.compiled_hard_sigmoid = CompiledHardSigmoid()  # numba's, for HardSigmoid and HardSwish
     ns.__name__ = "numpy"

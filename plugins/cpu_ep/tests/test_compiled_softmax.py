@@ -1,0 +1,75 @@
+"""Softmax of float32 over the last axis: numba's compiled rows against float64, numpy's
+passes (``EP_HOST_NUMBA=0``) and onnxruntime, NaN, infinities and huge spreads included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cpukit import feeds_model, run_ep_host, run_onnxruntime
+from ep_host_cpu.softmax import CompiledSoftmax
+from ep_host_cpu.xp import numpy_xp
+
+from ep_host.kernels.normalization import softmax
+
+
+def reference(x):
+    x = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+
+@pytest.mark.parametrize("shape", [(1, 64, 2, 49, 49), (128, 1000), (3, 7, 4099), (8192, 1)])
+def test_compiled_softmax_matches_float64_and_numpy(shape, rng, monkeypatch):
+    x = (rng.standard_normal(shape) * 30).astype(np.float32)
+    assert x.size >= CompiledSoftmax.MIN_SIZE and numpy_xp.compiled_softmax.ready()
+    got = softmax(numpy_xp, x, axis=-1)
+    want = reference(x)
+    assert got.shape == x.shape and got.dtype == np.float32
+    tiny = np.finfo(np.float32).tiny
+    normal = want >= tiny
+    # float32's x - max alone errs by an ulp of x: 30 * 4 sigma * 6e-8 relative in the result
+    np.testing.assert_allclose(got[normal], want[normal], rtol=1e-5, atol=0)
+    np.testing.assert_allclose(got[~normal], want[~normal], rtol=0, atol=tiny)
+    monkeypatch.setenv("EP_HOST_NUMBA", "0")
+    passes = softmax(numpy_xp, x, axis=-1)
+    np.testing.assert_allclose(got, passes, rtol=1e-6, atol=tiny)  # the same float32 steps
+
+
+def test_special_values_give_what_numpy_passes_give(monkeypatch):
+    rows = np.full((64, 80), 0.5, dtype=np.float32)
+    rows[1, 3] = np.nan
+    rows[2, 5] = np.inf
+    rows[3, :] = -np.inf
+    rows[4, 7] = -np.inf
+    rows[5, :] = 0
+    rows[6, 0] = 1e30
+    rows[7, :40] = -1e30
+    got = softmax(numpy_xp, rows, axis=-1)
+    monkeypatch.setenv("EP_HOST_NUMBA", "0")
+    with np.errstate(invalid="ignore"):
+        want = softmax(numpy_xp, rows, axis=-1)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+
+
+def test_a_session_matches_onnxruntime(rng):
+    x = (rng.standard_normal((1, 16, 4, 49, 49)) * 5).astype(np.float32)
+    model = feeds_model("Softmax", {"x": x}, opset=13, axis=-1)
+    (got,) = run_ep_host(model, {"x": x})
+    (want,) = run_onnxruntime(model, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+
+
+def test_other_axes_and_log_softmax_take_numpy_passes(rng, monkeypatch):
+    calls = []
+    compiled = numpy_xp.compiled_softmax
+    original = type(compiled).__call__
+    monkeypatch.setattr(type(compiled), "__call__",
+                        lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    x = rng.standard_normal((64, 128)).astype(np.float32)
+    softmax(numpy_xp, x, axis=1)
+    assert calls == [1]
+    softmax(numpy_xp, x, axis=0)
+    softmax(numpy_xp, x.astype(np.float64), axis=1)
+    assert calls == [1]
