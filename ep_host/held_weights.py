@@ -1,6 +1,8 @@
-"""Weights kept out of the parsed protobuf: a model file's big float initializers stay in one
-aligned buffer read from the file, and their arrays are views of it, so the weights are held
-once (protobuf would hold them a second time, in a block freed only with the whole model).
+"""Weights kept out of the parsed protobuf: a model file's big float initializers are read
+straight from the file into one aligned buffer (the file's layout found through a read-only
+mapping that touches only the fields' keys), and their arrays are views of it, so the weights
+are held once and copied once (protobuf would hold them a second time, in a block freed only
+with the whole model).
 """
 
 from __future__ import annotations
@@ -154,42 +156,19 @@ def _plan_split(data: memoryview) -> tuple[list, list[tuple[str, int, int]]] | N
 
 
 def _spans(moves: list[tuple[str, int, int]]) -> dict[str, tuple[int, int]]:
-    """Where each moved raw data lands: (offset, length), left to right, aligned."""
+    """Where each big raw data lies in the held buffer: (offset, length), in file order, each
+    at a multiple of ``ALIGN`` bytes."""
     spans = {}
     end = 0
-    for name, raw_start, raw_end in moves:  # left to right: each lands at or before its bytes
+    for name, raw_start, raw_end in moves:
         offset = -(-end // ALIGN) * ALIGN
-        if offset > raw_start:
-            offset = -(-end // 8) * 8
         spans[name] = (offset, raw_end - raw_start)
         end = offset + raw_end - raw_start
-    # Between one initializer's raw data and the next's lie at least 8 bytes (the next's tag and
-    # length in the graph, the raw data's tag and length), so rounding the previous end up to 8
-    # never passes the next raw data's start, and no bytes yet to move are written over.
     return spans
 
 
 def _joined(parts: list) -> bytes:
     return b"".join(bytes(p) if isinstance(p, memoryview) else p for p in parts)
-
-
-def split_weights(buffer: np.ndarray) -> tuple[bytes, HeldWeights] | None:
-    """The serialized model in ``buffer`` (a uint8 array of the file) without the raw data of
-    its big float main-graph initializers (each left as an empty ``raw_data``), and those data
-    moved to aligned offsets in ``buffer``; ``None`` when the model has none (or a wire layout
-    this does not follow), to be parsed as it is."""
-    if sys.byteorder != "little":
-        return None
-    planned = _plan_split(memoryview(buffer).cast("B"))
-    if planned is None:
-        return None
-    parts, moves = planned
-    small = _joined(parts)
-    del parts
-    held = HeldWeights(buffer, _spans(moves))
-    for name, raw_start, raw_end in moves:
-        _move_left(buffer, raw_start, held.spans[name][0], raw_end - raw_start)
-    return small, held
 
 
 # Held weights of files that sessions sharing prepacked constants loaded, by the file's identity
@@ -219,45 +198,56 @@ def remember_shared(key: tuple[int, int, int, int], held: HeldWeights) -> HeldWe
         return held
 
 
-def split_shared(f, key: tuple[int, int, int, int]) -> tuple[bytes, HeldWeights] | None:
-    """The small part of the open file ``f`` and the held weights a live model loaded from the
-    same file; ``None`` when there are none or the file's layout does not match them. Maps the
-    file read-only and touches only the pages around the fields' keys, not the weights."""
-    held = _SHARED.get(key)
-    if held is None or sys.byteorder != "little" or key[2] == 0:
+def _mapped_plan(f) -> tuple[bytes, list[tuple[str, int, int]]] | None:
+    """The small part of the open file ``f`` and where its big float initializers' raw data
+    lie, read through a read-only mapping that touches only the pages around the fields' keys;
+    ``None`` when the file has none (or a layout this does not follow)."""
+    if sys.byteorder != "little" or os.fstat(f.fileno()).st_size == 0:
         return None
     with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         data = memoryview(mapped)
         try:
             planned = _plan_split(data)
-            if planned is None or _spans(planned[1]) != held.spans:
+            if planned is None:
                 return None
-            small = _joined(planned[0])
+            small, moves = _joined(planned[0]), planned[1]
         finally:
             planned = None  # every view of the mapping goes before it closes
             data.release()
-    return small, held
+    return small, moves
 
 
-def _move_left(buffer: np.ndarray, source: int, target: int, length: int,
-               chunk: int = 2**20) -> None:
-    """Copy ``length`` bytes from ``source`` down to ``target`` (<= source) in chunks, so an
-    overlap costs a temporary of one chunk, not of the whole tensor."""
-    if target == source:
-        return
-    for done in range(0, length, chunk):
-        n = min(chunk, length - done)
-        buffer[target + done:target + done + n] = buffer[source + done:source + done + n]
-
-
-def read_aligned(f, size: int) -> np.ndarray:
-    """The open file's ``size`` bytes in a fresh, aligned uint8 array."""
-    buffer = np.empty(size, np.uint8)
+def read_split(f) -> tuple[bytes, HeldWeights] | None:
+    """The small part of the open file ``f`` (each big float main-graph initializer's raw data
+    left empty) and those raw data read straight to their aligned places in one buffer: one
+    copy of the weights, from the file; ``None`` when the file has none."""
+    planned = _mapped_plan(f)
+    if planned is None:
+        return None
+    small, moves = planned
+    spans = _spans(moves)
+    buffer = np.empty(max(offset + length for offset, length in spans.values()), np.uint8)
     view = memoryview(buffer)
-    got = 0
-    while got < size:
-        n = f.readinto(view[got:])
-        if not n:
-            break
-        got += n
-    return buffer[:got]
+    for name, raw_start, _ in moves:
+        offset, length = spans[name]
+        f.seek(raw_start)
+        got = 0
+        while got < length:
+            n = f.readinto(view[offset + got:offset + length])
+            if not n:
+                raise OSError(f"the file ended inside tensor {name!r}")
+            got += n
+    return small, HeldWeights(buffer, spans)
+
+
+def split_shared(f, key: tuple[int, int, int, int]) -> tuple[bytes, HeldWeights] | None:
+    """The small part of the open file ``f`` and the held weights a live model loaded from the
+    same file; ``None`` when there are none or the file's layout does not match them. Reads
+    only the pages around the fields' keys, not the weights."""
+    held = _SHARED.get(key)
+    if held is None:
+        return None
+    planned = _mapped_plan(f)
+    if planned is None or _spans(planned[1]) != held.spans:
+        return None
+    return planned[0], held

@@ -37,10 +37,9 @@ from ep_host.held_weights import (
     SPLIT_MIN_FILE_BYTES,
     HeldWeights,
     file_identity,
-    read_aligned,
+    read_split,
     remember_shared,
     split_shared,
-    split_weights,
 )
 from ep_host.prepacked import content_identity
 from ep_host.tensors import (
@@ -92,20 +91,20 @@ def load_model(
                     raise ModelLoadError(_too_big(path, size))
                 key = (file_identity(f) if share_weights and size >= SPLIT_MIN_FILE_BYTES
                        else None)
-                shared = split_shared(f, key) if key is not None else None
-                if shared is not None:  # another live model of this file holds its weights
-                    data, held = shared
+                split = split_shared(f, key) if key is not None else None
+                if split is None and size >= SPLIT_MIN_FILE_BYTES:
+                    with memory_stage("loading", path):  # big weights out of protobuf
+                        split = read_split(f)
+                    if split is not None and key is not None:
+                        split = split[0], remember_shared(key, split[1])
+                if split is not None:
+                    data, held = split
                 else:
+                    f.seek(0)
                     with memory_stage("loading", path):
-                        data = (read_aligned(f, size) if size >= SPLIT_MIN_FILE_BYTES
-                                else f.read())
+                        data = f.read()
         except OSError as exc:
             raise ModelLoadError(f"cannot read model {path!r}: {exc.strerror or exc}") from exc
-        if isinstance(data, np.ndarray):  # big weights stay in this buffer, out of protobuf
-            split = split_weights(data)
-            data, held = split if split is not None else (memoryview(data), None)
-            if held is not None and key is not None:
-                held = remember_shared(key, held)
         with memory_stage("loading", path, need=PARSED_BYTES_PER_BYTE * len(data)):
             proto = _parse(data, path)
             del data
