@@ -146,6 +146,19 @@ def test_tree_ensemble_min_and_max(aggregate):
     assert_same(model, {"x": TREE_X.astype(np.float32)}, rtol=1e-6)
 
 
+@pytest.mark.parametrize("aggregate", [1, 3])
+def test_tree_ensemble_one_row_at_a_time(aggregate):
+    # one row compares every node once (membership and NaN included) instead of walking
+    from ep_host import load_model
+    from ep_host.kernels.trees import _tree_ensemble_forest
+
+    model = tree_model(F, aggregate, tracks=[1, 0, 0, 1], targets=[0] * 6)
+    forest = _tree_ensemble_forest(load_model(model.SerializeToString()).graph.nodes[0])
+    assert forest["forest"].compares_every_node(1)
+    for row in TREE_X.astype(np.float32):
+        assert_same(model, {"x": row[None, :]}, rtol=1e-6)
+
+
 def test_tree_ensemble_declines_min_when_a_target_may_get_no_vote():
     answer = cpu_answer(tree_model(F, aggregate=2))
     assert not answer.is_supported and answer.code == "attribute"
