@@ -328,18 +328,21 @@ def _flat_children(ids, is_leaf, n_interior):
     return np.where(np.asarray(is_leaf, bool).reshape(-1), n_interior + _ids(ids), _ids(ids))
 
 
-def _every_target_voted(roots, true_child, false_child, n_interior, n_leaves, votes,
-                        n_targets):
-    """Whether every row gets a vote for every target (see :func:`always_voted`); ``votes``:
-    (leaf, target) arrays, targets outside [0, n_targets) ignored. Raises ValueError for a
-    tree that never reaches its leaves."""
-    leaf, target = votes
-    has = np.zeros((max(n_leaves, 1), n_targets), bool)
-    inside = (target >= 0) & (target < n_targets)
-    has[leaf[inside], target[inside]] = True
-    tree, reached, _ = reached_leaves(roots, true_child, false_child, n_interior,
-                                      n_interior + n_leaves)
-    return always_voted(tree, reached - n_interior, has)
+def remembered(build):
+    """``build(attrs, *args)`` kept for the last node: a kernel's check and its bind ask for
+    the same forest one after the other. The node's attribute mapping (built once per node,
+    never changed) is compared by identity, the other arguments by value."""
+    last = [None]
+
+    def remembered_build(attrs, *args):
+        held = last[0]
+        if held is not None and held[0] is attrs and held[1] == args:
+            return held[2]
+        result = build(attrs, *args)
+        last[0] = (attrs, args, result)
+        return result
+
+    return remembered_build
 
 
 def _check_tree_ensemble(node, provider):
@@ -387,19 +390,16 @@ def _check_tree_ensemble(node, provider):
     bad = targets[(targets < 0) | (targets >= n_targets)]
     require(not bad.size, "TreeEnsemble: leaf_targetids {} outside [0, {})",
             sorted(set(bad.tolist()))[:3], n_targets, code="attribute")
-    try:
-        covered = _every_target_voted(
-            roots, _flat_children(attrs["nodes_truenodeids"], attrs["nodes_trueleafs"], n),
-            _flat_children(attrs["nodes_falsenodeids"], attrs["nodes_falseleafs"], n), n,
-            n_leaves, (np.arange(n_leaves), targets), n_targets)
-    except ValueError as exc:
-        deny("TreeEnsemble: {}", exc, code="attribute")
-    _require_votes(node, aggregate, covered)
     members = [i for i, m in enumerate(modes) if m == MEMBER]
     if members:
         sets = _membership_sets(attrs.get("membership_values"))
         require(len(sets) == len(members), "TreeEnsemble: membership_values holds {} sets for "
                 "{} BRANCH_MEMBER nodes", len(sets), len(members), code="attribute")
+    try:
+        forest = _tree_ensemble_forest_of(attrs)
+    except ValueError as exc:
+        deny("TreeEnsemble: {}", exc, code="attribute")
+    _require_votes(node, aggregate, forest.always_voted)
 
 
 def _membership_sets(values):
@@ -423,13 +423,13 @@ def _require_votes(node, aggregate, covered):
             "gives 0, onnx's reference the float maximum)", node.op_type, code="attribute")
 
 
-def _tree_ensemble_forest(node):
-    attrs = node.attributes
+@remembered
+def _tree_ensemble_forest_of(attrs):
     modes = [int(m) for m in attrs["nodes_modes"].reshape(-1).tolist()]
     members = [i for i, m in enumerate(modes) if m == MEMBER]
     n = len(modes)
     weights = attrs["leaf_weights"].reshape(-1).astype(np.float64)
-    forest = Forest(
+    return Forest(
         attrs["nodes_featureids"], modes, attrs["nodes_splits"].reshape(-1).astype(np.float64),
         _flat_children(attrs["nodes_truenodeids"], attrs["nodes_trueleafs"], n),
         _flat_children(attrs["nodes_falsenodeids"], attrs["nodes_falseleafs"], n),
@@ -438,7 +438,10 @@ def _tree_ensemble_forest(node):
         _ids(attrs["tree_roots"]), len(weights),
         (np.arange(len(weights)), _ids(attrs["leaf_targetids"]), weights),
         attrs["n_targets"], attrs.get("aggregate_function", 1))
-    return {"forest": forest}
+
+
+def _tree_ensemble_forest(node):
+    return {"forest": _tree_ensemble_forest_of(node.attributes)}
 
 
 def _rows(x):
@@ -474,11 +477,42 @@ def _either(attrs, name):
     return None if values is None else list(values)
 
 
+class NodeIds:
+    """Where each (tree id, node id) pair sits in the node table, looked up with numpy: both ids
+    ranked among their distinct values, the pairs sorted by rank."""
+
+    def __init__(self, tree_ids, node_ids):
+        self.trees, tree_rank = np.unique(tree_ids, return_inverse=True)
+        self.nodes, node_rank = np.unique(node_ids, return_inverse=True)
+        keys = tree_rank.reshape(-1) * len(self.nodes) + node_rank.reshape(-1)
+        self.order = np.argsort(keys, kind="stable")
+        self.keys = keys[self.order]
+
+    def repeated(self):
+        """The first position (in table order) whose pair an earlier node has, or None."""
+        later = self.order[1:][self.keys[1:] == self.keys[:-1]]
+        return int(later.min()) if later.size else None
+
+    def find(self, tree_ids, node_ids):
+        """The table position of each pair, -1 where no node has it."""
+        tree_ids, node_ids = _ids(tree_ids), _ids(node_ids)
+        if not len(self.keys) or not len(tree_ids):
+            return np.full(len(tree_ids), -1, np.intp)
+        tree = np.searchsorted(self.trees, tree_ids)
+        node = np.searchsorted(self.nodes, node_ids)
+        tree_in = self.trees[np.minimum(tree, len(self.trees) - 1)] == tree_ids
+        node_in = self.nodes[np.minimum(node, len(self.nodes) - 1)] == node_ids
+        at = np.searchsorted(self.keys, tree * len(self.nodes) + node)
+        at = np.minimum(at, len(self.keys) - 1)
+        found = tree_in & node_in & (self.keys[at] == tree * len(self.nodes) + node)
+        return np.where(found, self.order[at], -1)
+
+
 def _regressor_layout(attrs):
     """The node table as interior nodes and leaves (flat indices: interior nodes, then
     leaves), with each tree's root (ordered by tree id); raises ValueError for an inconsistent
     table."""
-    tree_ids, node_ids = list(attrs["nodes_treeids"]), list(attrs["nodes_nodeids"])
+    tree_ids, node_ids = _ids(attrs["nodes_treeids"]), _ids(attrs["nodes_nodeids"])
     modes = list(attrs["nodes_modes"])
     n = len(node_ids)
     for name in ("nodes_treeids", "nodes_featureids", "nodes_modes", "nodes_truenodeids",
@@ -494,13 +528,9 @@ def _regressor_layout(attrs):
     unknown = sorted({m for m in modes if m != "LEAF" and m not in BRANCH_MODES})
     if unknown:
         raise ValueError(f"unknown node modes {unknown}")
-    position = dict(zip(zip(tree_ids, node_ids, strict=True), range(n)))
-    if len(position) != n:
-        seen = set()
-        for key in zip(tree_ids, node_ids, strict=True):
-            if key in seen:
-                raise ValueError(f"tree {key[0]} repeats node id {key[1]}")
-            seen.add(key)
+    ids = NodeIds(tree_ids, node_ids)
+    if (i := ids.repeated()) is not None:
+        raise ValueError(f"tree {tree_ids[i]} repeats node id {node_ids[i]}")
     is_leaf = np.array([m == "LEAF" for m in modes], bool)
     interior = np.flatnonzero(~is_leaf)
     n_interior = len(interior)
@@ -509,14 +539,14 @@ def _regressor_layout(attrs):
     flat[is_leaf] = n_interior + np.arange(n - n_interior)
 
     def children(ids_name):
-        ids = attrs[ids_name]
-        found = np.asarray([position.get((tree_ids[i], ids[i]), -1) for i in interior.tolist()],
-                           np.intp)
+        child_ids = _ids(attrs[ids_name])[interior]
+        found = ids.find(tree_ids[interior], child_ids)
         missing = np.flatnonzero(found < 0)
         if missing.size:
-            i = int(interior[missing[0]])
+            k = int(missing[0])
+            i = int(interior[k])
             raise ValueError(f"node {node_ids[i]} of tree {tree_ids[i]} points to a missing "
-                             f"node {ids[i]}")
+                             f"node {child_ids[k]}")
         return found
 
     true_, false_ = children("nodes_truenodeids"), children("nodes_falsenodeids")
@@ -524,71 +554,66 @@ def _regressor_layout(attrs):
     is_child[true_] = True
     is_child[false_] = True
     roots = np.flatnonzero(~is_child)
-    root_trees = [tree_ids[i] for i in roots.tolist()]
-    if len(set(root_trees)) != len(root_trees):
-        seen = set()
-        for tree in root_trees:
-            if tree in seen:
-                raise ValueError(f"tree {tree} has more than one root")
-            seen.add(tree)
-    roots = roots[np.argsort(np.asarray(root_trees, np.int64), kind="stable")]
+    root_trees = tree_ids[roots]
+    order = np.argsort(root_trees, kind="stable")
+    twice = np.flatnonzero(root_trees[order][1:] == root_trees[order][:-1])
+    if twice.size:  # the first root (in table order) of a tree that has one already
+        i = int(roots[order][twice + 1].min())
+        raise ValueError(f"tree {tree_ids[i]} has more than one root")
     return {
         "feature": _ids(attrs["nodes_featureids"])[interior],
         "modes": np.asarray([BRANCH_MODES[modes[i]] for i in interior.tolist()], np.int8),
         "values": np.asarray(values, np.float64)[interior], "true": flat[true_],
         "false": flat[false_], "tracks": np.asarray(tracks, bool)[interior],
-        "roots": flat[roots], "position": position, "is_leaf": is_leaf, "flat": flat,
+        "roots": flat[roots[order]], "ids": ids, "is_leaf": is_leaf, "flat": flat,
         "n_interior": n_interior, "n_leaves": n - n_interior,
     }
 
 
+@remembered
 def _layout_and_votes(attrs, prefix):
     """The layout and the (leaf, target, weight) vote arrays of ``<prefix>_treeids/nodeids/
     ids/weights``, leaves counted from 0; raises ValueError for an inconsistent table."""
     layout = _regressor_layout(attrs)
     weights = _either(attrs, prefix + "_weights") or []
-    tree_ids = list(attrs.get(prefix + "_treeids") or ())
-    node_ids = list(attrs.get(prefix + "_nodeids") or ())
-    ids = list(attrs.get(prefix + "_ids") or ())
+    tree_ids = _ids(attrs.get(prefix + "_treeids") or ())
+    node_ids = _ids(attrs.get(prefix + "_nodeids") or ())
+    ids = _ids(attrs.get(prefix + "_ids") or ())
     if not len(tree_ids) == len(node_ids) == len(ids) == len(weights):
         raise ValueError(f"{prefix}_treeids, {prefix}_nodeids, {prefix}_ids and "
                          f"{prefix}_weights differ in length")
-    position = layout["position"]
-    at = np.asarray([position.get(key, -1) for key in zip(tree_ids, node_ids, strict=True)],
-                    np.intp)
+    at = layout["ids"].find(tree_ids, node_ids)
     off = np.flatnonzero((at < 0) | ~layout["is_leaf"][at])
     if off.size:
         k = int(off[0])
         raise ValueError(f"a {prefix} weight is on node {node_ids[k]} of tree {tree_ids[k]}, "
                          f"which is not a LEAF")
     leaves = layout["flat"][at] - layout["n_interior"]
-    return layout, (leaves, _ids(ids), np.asarray(weights, np.float64))
+    return layout, (leaves, ids, np.asarray(weights, np.float64))
 
 
-def _old_forest(layout, votes, n_targets, aggregate):
+@remembered
+def _old_forest(attrs, prefix, n_targets, aggregate):
+    layout, votes = _layout_and_votes(attrs, prefix)
     return Forest(layout["feature"], layout["modes"], layout["values"], layout["true"],
                   layout["false"], layout["tracks"], {}, layout["roots"],
                   max(layout["n_leaves"], 1), votes, n_targets, aggregate)
 
 
-def _old_covered(layout, votes, n_targets):
-    """Whether every row gets a vote for every target; raises ValueError for a cycle."""
-    return _every_target_voted(layout["roots"], layout["true"], layout["false"],
-                               layout["n_interior"], layout["n_leaves"], votes[:2], n_targets)
+def _aggregate(attrs):
+    return AGGREGATE_NAMES.get(attrs.get("aggregate_function") or "SUM")
 
 
 def _check_tree_regressor(node, provider):
     attrs = node.attributes
     n_targets = attrs.get("n_targets")
     try:
-        layout, votes = _layout_and_votes(attrs, "target")
-        covered = _old_covered(layout, votes, n_targets or 0)
+        _, votes = _layout_and_votes(attrs, "target")
     except ValueError as exc:
         deny("TreeEnsembleRegressor: {}", exc, code="attribute")
-    _require_votes(node, AGGREGATE_NAMES.get(attrs.get("aggregate_function", "SUM")), covered)
-    require(attrs.get("aggregate_function", "SUM") in AGGREGATE_NAMES,
-            "TreeEnsembleRegressor: aggregate_function must be AVERAGE, SUM, MIN or MAX, got "
-            "{!r}", attrs.get("aggregate_function"), code="attribute")
+    require(_aggregate(attrs) is not None, "TreeEnsembleRegressor: aggregate_function must be "
+            "AVERAGE, SUM, MIN or MAX, got {!r}", attrs.get("aggregate_function"),
+            code="attribute")
     transform = attrs.get("post_transform", "NONE")
     require(transform in TRANSFORM_NAMES, "TreeEnsembleRegressor: post_transform must be one "
             "of {}, got {!r}", "/".join(TRANSFORM_NAMES), transform, code="attribute")
@@ -601,14 +626,17 @@ def _check_tree_regressor(node, provider):
     bad = sorted(set(targets[(targets < 0) | (targets >= n_targets)].tolist()))
     require(not bad, "TreeEnsembleRegressor: target_ids {} outside [0, {})", bad[:3], n_targets,
             code="attribute")
+    try:
+        forest = _old_forest(attrs, "target", n_targets, _aggregate(attrs))
+    except ValueError as exc:
+        deny("TreeEnsembleRegressor: {}", exc, code="attribute")
+    _require_votes(node, _aggregate(attrs), forest.always_voted)
 
 
 def _regressor_forest(node):
     attrs = node.attributes
-    layout, votes = _layout_and_votes(attrs, "target")
-    aggregate = AGGREGATE_NAMES[attrs.get("aggregate_function") or "SUM"]
     base = _either(attrs, "base_values")
-    return {"forest": _old_forest(layout, votes, attrs["n_targets"], aggregate),
+    return {"forest": _old_forest(attrs, "target", attrs["n_targets"], _aggregate(attrs)),
             "base": np.asarray(base, np.float64) if base else None}
 
 
@@ -662,8 +690,7 @@ def _check_tree_classifier(node, provider):
             "classlabels_int64s must be set", op, code="attribute")
     n_classes = len(_class_labels(attrs))
     try:
-        layout, votes = _layout_and_votes(attrs, "class")
-        _old_covered(layout, votes, n_classes)  # a tree that never reaches a leaf declines
+        _, votes = _layout_and_votes(attrs, "class")
     except ValueError as exc:
         deny("{}: {}", op, exc, code="attribute")
     classes = votes[1]
@@ -692,6 +719,10 @@ def _check_tree_classifier(node, provider):
                 "define the label (onnxruntime labels these 1 or 0 by the second score's sign, "
                 "whatever the class labels); exporters write one column of votes for class 0",
                 op, code="attribute")
+    try:
+        _old_forest(attrs, "class", n_classes, 1)
+    except ValueError as exc:  # a tree that never reaches its leaves
+        deny("{}: {}", op, exc, code="attribute")
 
 
 class ClassifierRule:
@@ -712,9 +743,8 @@ class ClassifierRule:
 
 def _classifier_forest(node):
     attrs = node.attributes
-    layout, votes = _layout_and_votes(attrs, "class")
     rule = ClassifierRule(attrs)
-    return {"forest": _old_forest(layout, votes, rule.n_classes, 1), "rule": rule}
+    return {"forest": _old_forest(attrs, "class", rule.n_classes, 1), "rule": rule}
 
 
 def _one_column_scores(xp, score, mixed_signs, transform):

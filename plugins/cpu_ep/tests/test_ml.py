@@ -217,6 +217,22 @@ def test_array_feature_extractor(rng, shape):
     assert_same(model, {"x": x, "i": np.array([4, 1], np.int64)})
 
 
+@pytest.mark.parametrize("indices, fits", [([4, 1], True), ([0, 5], False), ([-1], False)])
+def test_array_feature_extractor_constant_indices(rng, indices, fits):
+    # constant indices are checked once when the kernel is made, against each run's input
+    node = helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain=ML)
+    model = make_model([node], [("x", F, [3, 5])], [("y", F, [3, len(indices)])],
+                       initializers=[numpy_helper.from_array(np.array(indices, np.int64), "i")],
+                       domains=[(ML, 1)])
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    if fits:
+        (y,) = assert_same(model, {"x": x})
+        np.testing.assert_array_equal(y, x[:, indices])
+    else:
+        with pytest.raises(Exception, match="out of range for a last axis of 5"):
+            run_ep_host(model, {"x": x})
+
+
 def test_binarizer():
     model = ml_model("Binarizer", [("x", F, [5])], [("y", F, [5])], threshold=1.0)
     assert_same(model, {"x": np.array([-1, 0, 1, 1.5, 3], np.float32)})
