@@ -331,7 +331,8 @@ def _flat_children(ids, is_leaf, n_interior):
 def remembered(build):
     """``build(attrs, *args)`` kept for the last node: a kernel's check and its bind ask for
     the same forest one after the other. The node's attribute mapping (built once per node,
-    never changed) is compared by identity, the other arguments by value."""
+    never changed) is compared by identity, the other arguments by value; ``forget()`` lets
+    go of it (a bind, once its kernel holds the forest)."""
     last = [None]
 
     def remembered_build(attrs, *args):
@@ -342,6 +343,7 @@ def remembered(build):
         last[0] = (attrs, args, result)
         return result
 
+    remembered_build.forget = lambda: last.__setitem__(0, None)
     return remembered_build
 
 
@@ -441,7 +443,9 @@ def _tree_ensemble_forest_of(attrs):
 
 
 def _tree_ensemble_forest(node):
-    return {"forest": _tree_ensemble_forest_of(node.attributes)}
+    forest = _tree_ensemble_forest_of(node.attributes)
+    _tree_ensemble_forest_of.forget()
+    return {"forest": forest}
 
 
 def _rows(x):
@@ -633,11 +637,17 @@ def _check_tree_regressor(node, provider):
     _require_votes(node, _aggregate(attrs), forest.always_voted)
 
 
+def _forget_old_forest():
+    _old_forest.forget()
+    _layout_and_votes.forget()
+
+
 def _regressor_forest(node):
     attrs = node.attributes
     base = _either(attrs, "base_values")
-    return {"forest": _old_forest(attrs, "target", attrs["n_targets"], _aggregate(attrs)),
-            "base": np.asarray(base, np.float64) if base else None}
+    forest = _old_forest(attrs, "target", attrs["n_targets"], _aggregate(attrs))
+    _forget_old_forest()
+    return {"forest": forest, "base": np.asarray(base, np.float64) if base else None}
 
 
 def _compare_type(xp, x):
@@ -744,7 +754,9 @@ class ClassifierRule:
 def _classifier_forest(node):
     attrs = node.attributes
     rule = ClassifierRule(attrs)
-    return {"forest": _old_forest(attrs, "class", rule.n_classes, 1), "rule": rule}
+    forest = _old_forest(attrs, "class", rule.n_classes, 1)
+    _forget_old_forest()
+    return {"forest": forest, "rule": rule}
 
 
 def _one_column_scores(xp, score, mixed_signs, transform):

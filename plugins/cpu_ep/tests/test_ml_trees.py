@@ -336,3 +336,19 @@ def test_nan_at_a_neq_node_tracking_true_takes_the_true_branch():
     x = np.array([[np.nan, 0, 0, 0], [0.5, 0, 0, 0]], np.float32)
     (y,) = assert_same(neq_stump(tracks=1), x)
     assert y.tolist() == [[1.0], [2.0]]
+
+
+def test_two_ensembles_in_one_model_keep_their_own_trees(rng):
+    # each node's check and kernel build their forest from that node's attributes
+    first, second = regressor(rng, 3, targets=1), regressor(rng, 3, targets=1)
+    nodes = [first.graph.node[0], second.graph.node[0]]
+    nodes[1].output[0] = "y2"
+    graph = helper.make_graph(
+        nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, F])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [None, 1])
+         for name in ("y", "y2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(ML, 3)])
+    model.ir_version = 10
+    y, y2 = assert_same(model, inputs(rng, rows=50))
+    assert not np.allclose(y, y2)
