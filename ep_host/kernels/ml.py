@@ -235,13 +235,28 @@ def category_mapper(xp, x, *, default_int64, default_string, cats_int64s=(), cat
 # ---------------------------------------------------------------------------------------------
 
 
-@kernel("ArrayFeatureExtractor", 1, domain=ML, dtypes=NUMBERS | {"string"})
-def array_feature_extractor(xp, x, y):
+def _feature_indices(xp, y):
+    """ArrayFeatureExtractor's indices as int64, with their smallest and largest value."""
     index = y.reshape(-1).astype(xp.int64)
-    if index.size and (int(index.min()) < 0 or int(index.max()) >= x.shape[-1]):
+    if not index.size:
+        return index, 0, -1
+    return index, int(index.min()), int(index.max())
+
+
+def _prepare_feature_indices(xp, constants, **_):
+    y = constants.get(1)
+    return {} if y is None else {"indices": _feature_indices(xp, y)}
+
+
+@kernel("ArrayFeatureExtractor", 1, domain=ML, dtypes=NUMBERS | {"string"},
+        prepare=_prepare_feature_indices)
+def array_feature_extractor(xp, x, y, *, indices=None):
+    """``indices``: constant indices with their bounds, worked out once."""
+    index, low, high = indices if indices is not None else _feature_indices(xp, y)
+    if index.size and (low < 0 or high >= x.shape[-1]):
         raise IndexError(f"indices {index.tolist()} out of range for a last axis of "
                          f"{x.shape[-1]}")
-    out = xp.take(x, index, axis=-1)
+    out = x.take(index, axis=-1)
     return out.reshape(1, -1) if x.ndim == 1 else out
 
 
@@ -256,11 +271,17 @@ def _feature_params(values, features, what):
     return values
 
 
-@kernel("Scaler", 1, domain=ML, dtypes=NUMBERS)
-def scaler(xp, x, *, offset=(), scale=()):
+def _scaler_params(node):
+    attrs = node.attributes
+    return {"params": (np.asarray(attrs.get("offset") or (0.0,), np.float32),
+                       np.asarray(attrs.get("scale") or (1.0,), np.float32))}
+
+
+@kernel("Scaler", 1, domain=ML, dtypes=NUMBERS, bind=_scaler_params)
+def scaler(xp, x, *, offset=(), scale=(), params=None):
     features = x.shape[-1] if x.ndim else 1
-    off = xp.asarray(_feature_params(offset or (0.0,), features, "offset"), dtype=xp.float32)
-    sc = xp.asarray(_feature_params(scale or (1.0,), features, "scale"), dtype=xp.float32)
+    off, sc = (xp.asarray(_feature_params(p, features, what))
+               for p, what in zip(params, ("offset", "scale"), strict=True))
     return ((x.astype(xp.float32) - off) * sc).astype(xp.float32)
 
 
@@ -357,17 +378,29 @@ def _check_linear_regressor(node, provider):
             code="attribute")
 
 
-@kernel("LinearRegressor", 1, domain=ML, dtypes=NUMBERS, check=_check_linear_regressor)
-def linear_regressor(xp, x, *, post_transform, targets, coefficients=(), intercepts=None):
+def _linear_regressor_params(node):
+    attrs = node.attributes
+    intercepts = attrs.get("intercepts")
+    return {"params": (np.asarray(attrs.get("coefficients") or (), np.float32)
+                       .reshape(attrs.get("targets", 1), -1),
+                       np.asarray(intercepts, np.float32) if intercepts else None)}
+
+
+@kernel("LinearRegressor", 1, domain=ML, dtypes=NUMBERS, check=_check_linear_regressor,
+        bind=_linear_regressor_params)
+def linear_regressor(xp, x, *, post_transform, targets, coefficients=(), intercepts=None,
+                     params=None):
     rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
-    coef = xp.asarray(coefficients, dtype=xp.float32).reshape(targets, -1)
+    coef, bias = params
     if coef.shape[1] != rows.shape[1]:
         raise ValueError(f"{coef.shape[1]} coefficients per target for {rows.shape[1]} "
                          f"features")
-    y = rows.astype(xp.float32) @ coef.T
-    if intercepts:
-        y = y + xp.asarray(intercepts, dtype=xp.float32)
+    y = rows.astype(xp.float32) @ xp.asarray(coef).T
+    if bias is not None:
+        y = y + xp.asarray(bias)
     kind = TRANSFORM_NAMES[post_transform]
+    if kind == 0:
+        return y
     return transform_scores(xp, y.astype(xp.float64), kind).astype(xp.float32)
 
 
@@ -407,23 +440,42 @@ def _check_linear_classifier(node, provider):
                 targets, code="attribute")
 
 
-@kernel("LinearClassifier", 1, domain=ML, dtypes=NUMBERS, check=_check_linear_classifier)
+class LinearClassifierTables:
+    """LinearClassifier's attributes as arrays, worked out once per kernel: coefficients
+    [classes, features] (float32, and transposed in float64), intercepts, labels."""
+
+    def __init__(self, attrs):
+        intercepts = attrs.get("intercepts") or ()
+        coef = np.asarray(attrs.get("coefficients") or (), np.float32)
+        self.coef = coef.reshape(len(intercepts), -1)
+        self.coef_t64 = np.ascontiguousarray(self.coef.T.astype(np.float64))
+        self.intercepts = np.asarray(intercepts, np.float32)
+        self.labels = _linear_labels(attrs)
+        self.int_labels = (None if isinstance(self.labels[0], str)
+                           else np.asarray(self.labels, np.int64))
+
+
+def _linear_classifier_tables(node):
+    return {"tables": LinearClassifierTables(node.attributes)}
+
+
+@kernel("LinearClassifier", 1, domain=ML, dtypes=NUMBERS, check=_check_linear_classifier,
+        bind=_linear_classifier_tables)
 def linear_classifier(xp, x, *, multi_class, post_transform, classlabels_ints=None,
-                      classlabels_strings=None, coefficients=None, intercepts=None):
+                      classlabels_strings=None, coefficients=None, intercepts=None,
+                      tables=None):
     """The label is the class of the highest raw score (the first on ties); with one score
     column s, the second class where s > 0, and scores [1 - p, p] for p = s or its logistic.
     multi_class does not change the scores."""
     if x.ndim not in (1, 2):
         raise ValueError(f"takes [N, features] or [features] input, got shape {x.shape}")
     rows = (x.reshape(1, -1) if x.ndim == 1 else x).astype(xp.float32)
-    labels = _linear_labels({"classlabels_strings": classlabels_strings,
-                             "classlabels_ints": classlabels_ints})
-    coef = xp.asarray(coefficients, dtype=xp.float32).reshape(len(intercepts), -1)
-    if coef.shape[1] != rows.shape[1]:
-        raise ValueError(f"{coef.shape[1]} coefficients per class for {rows.shape[1]} features")
-    scores = (rows.astype(xp.float64) @ coef.T.astype(xp.float64)
-              + xp.asarray(intercepts, dtype=xp.float32)).astype(xp.float32).astype(xp.float64)
-    if len(intercepts) == 1:
+    if tables.coef.shape[1] != rows.shape[1]:
+        raise ValueError(f"{tables.coef.shape[1]} coefficients per class for {rows.shape[1]} "
+                         f"features")
+    scores = (rows.astype(xp.float64) @ xp.asarray(tables.coef_t64)
+              + xp.asarray(tables.intercepts)).astype(xp.float32).astype(xp.float64)
+    if len(tables.intercepts) == 1:
         s = scores[:, 0]
         winner = (s > 0).astype(xp.intp)
         p = transform_scores(xp, scores, TRANSFORM_NAMES[post_transform])[:, 0]
@@ -431,10 +483,10 @@ def linear_classifier(xp, x, *, multi_class, post_transform, classlabels_ints=No
     else:
         winner = scores.argmax(axis=1)
         out = transform_scores(xp, scores, TRANSFORM_NAMES[post_transform])
-    if isinstance(labels[0], str):
-        label = object_array(xp, [labels[i] for i in winner.tolist()], winner.shape)
+    if tables.int_labels is None:
+        label = object_array(xp, [tables.labels[i] for i in winner.tolist()], winner.shape)
     else:
-        label = xp.asarray(labels, dtype=xp.int64)[winner]
+        label = xp.asarray(tables.int_labels)[winner]
     return label, out.astype(xp.float32)
 
 

@@ -111,6 +111,8 @@ def _sharing_key(kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:
     """``kwargs`` as a key that tells apart every pair of values a kernel could treat apart
     (``-0.0`` and ``0.0``, ``1`` and ``True``: type and repr), or ``None`` when a value is not
     plain (an array, a graph): its kernel is not shared."""
+    if any(type(v) is not tuple and type(v) not in _PLAIN for v in kwargs.values()):
+        return None  # before reading long tuples (a tree ensemble's nodes) element by element
     key = []
     for name, value in kwargs.items():
         if type(value) is tuple:

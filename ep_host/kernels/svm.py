@@ -21,12 +21,15 @@ def _rows(x):
     return x.reshape(1, -1) if x.ndim == 1 else x
 
 
-def kernel_matrix(xp, x, vectors, kernel_type, kernel_params):
+def kernel_matrix(xp, x, vectors, kernel_type, kernel_params, vector_norms=None):
     """K[n, v] = kernel(x[n], vectors[v]) in float64; kernel_params are gamma, coef0, degree
-    (zeros when absent)."""
+    (zeros when absent); ``vector_norms``: each vector's squared length, when worked out
+    already."""
     gamma, coef0, degree = (list(kernel_params) or [0.0, 0.0, 0.0])[:3]
     if kernel_type == "RBF":
-        squared = ((x * x).sum(axis=1)[:, None] + (vectors * vectors).sum(axis=1)[None, :]
+        if vector_norms is None:
+            vector_norms = (vectors * vectors).sum(axis=1)
+        squared = ((x * x).sum(axis=1)[:, None] + vector_norms[None, :]
                    - 2 * (x @ vectors.T))
         return xp.exp(-gamma * xp.maximum(squared, 0.0))
     dot = x @ vectors.T
@@ -128,13 +131,58 @@ def _pair_weights(coefficients, per_class):
     return weights, pairs
 
 
+def _float32_values(values):
+    """Attribute floats as onnxruntime reads them: float32, computed with in float64."""
+    return np.asarray(values, dtype=np.float32).astype(np.float64)
+
+
+class SupportVectors:
+    """An SVM's support vectors as arrays, worked out once per kernel: [vectors, features] in
+    float64 and each vector's squared length (RBF)."""
+
+    def __init__(self, values, count):
+        self.vectors = _float32_values(values).reshape(count, -1)
+        self.norms = (self.vectors * self.vectors).sum(axis=1)
+        self.n_features = self.vectors.shape[1]
+
+    def kernels(self, xp, rows, kernel_type, kernel_params):
+        return kernel_matrix(xp, rows, self.vectors, kernel_type, kernel_params, self.norms)
+
+
+class ClassifierTables:
+    """SVMClassifier's attributes as arrays: the labels, the support vectors, the pairs'
+    weights, biases and voting matrices; or, without support vectors (liblinear), one row of
+    coefficients per class."""
+
+    def __init__(self, attrs):
+        labels = _labels(attrs)
+        self.labels, self.k = labels, len(labels)
+        self.int_labels = (None if isinstance(labels[0], str)
+                           else np.asarray(labels, dtype=np.int64))
+        per_class = list(attrs.get("vectors_per_class") or ())
+        rho = attrs["rho"]
+        if sum(per_class) == 0:  # liblinear: one linear score per class
+            self.support = None
+            self.coef = _float32_values(attrs["coefficients"]).reshape(self.k, -1)
+            self.bias = np.float64(np.float32(rho[0]))
+            return
+        self.pair_weights, self.pairs = _pair_weights(attrs["coefficients"], per_class)
+        self.support = SupportVectors(attrs["support_vectors"], self.pair_weights.shape[0])
+        self.rho = _float32_values(rho)
+        self.first = np.zeros((len(self.pairs), self.k))
+        self.second = np.zeros((len(self.pairs), self.k))
+        for p, (i, j) in enumerate(self.pairs):
+            self.first[p, i] = 1
+            self.second[p, j] = 1
+
+    def label_array(self, xp, winner):
+        if self.int_labels is None:
+            return object_array(xp, [self.labels[i] for i in winner.tolist()], winner.shape)
+        return xp.asarray(self.int_labels)[winner]
+
+
 def _bind_classifier(node):
-    attrs = node.attributes
-    per_class = list(attrs.get("vectors_per_class") or ())
-    if sum(per_class) == 0:
-        return {"pair_weights": None, "pairs": None}
-    weights, pairs = _pair_weights(attrs["coefficients"], per_class)
-    return {"pair_weights": weights, "pairs": pairs}
+    return {"tables": ClassifierTables(node.attributes)}
 
 
 def pairwise_coupling(r):
@@ -181,48 +229,32 @@ def _probabilities(scores, prob_a, prob_b, pairs, k):
     return pairwise_coupling(r)
 
 
-def _label_array(xp, labels, winner):
-    if isinstance(labels[0], str):
-        return object_array(xp, [labels[i] for i in winner.tolist()], winner.shape)
-    return xp.asarray(labels, dtype=xp.int64)[winner]
-
-
 @kernel("SVMClassifier", 1, domain=ML, dtypes=NUMBERS, check=_check_classifier,
         bind=_bind_classifier)
 def svm_classifier(xp, x, *, kernel_type, post_transform, classlabels_ints=None,
                    classlabels_strings=None, coefficients=None, kernel_params=None, prob_a=None,
                    prob_b=None, rho=None, support_vectors=None, vectors_per_class=None,
-                   pair_weights=None, pairs=None):
+                   tables=None):
     """The label is the class with the most one-vs-one votes (the first on ties; a pair's
     decision value above 0 votes for its first class), also when probabilities are asked for.
     Scores: with prob_a/prob_b, the coupled class probabilities; without, the pairs' decision
     values (two classes: [-d, d], or their logistic); then the post transform."""
-    labels = _labels({"classlabels_strings": classlabels_strings,
-                      "classlabels_ints": classlabels_ints})
-    k = len(labels)
-    if pair_weights is None:  # liblinear: one linear score per class
-        coef = np.asarray(coefficients, dtype=np.float32).astype(np.float64).reshape(k, -1)
-        rows = _features(x, coef.shape[1], "SVMClassifier")
-        scores = rows @ coef.T + np.float64(np.float32(rho[0]))
+    k = tables.k
+    if tables.support is None:  # liblinear: one linear score per class
+        rows = _features(x, tables.coef.shape[1], "SVMClassifier")
+        scores = rows @ tables.coef.T + tables.bias
         winner = scores.argmax(axis=1)
         out = transform_scores(xp, scores, TRANSFORM_NAMES[post_transform])
-        return _label_array(xp, labels, winner), out.astype(xp.float32)
-    vectors = np.asarray(support_vectors, dtype=np.float32).astype(np.float64)
-    vectors = vectors.reshape(pair_weights.shape[0], -1)
-    rows = _features(x, vectors.shape[1], "SVMClassifier")
-    kernels = kernel_matrix(xp, rows, vectors, kernel_type, kernel_params).astype(np.float32)
-    scores = kernels.astype(np.float64) @ pair_weights
-    scores = (scores + np.asarray(rho, dtype=np.float32).astype(np.float64)).astype(np.float32)
-    first = np.zeros((len(pairs), k))
-    second = np.zeros((len(pairs), k))
-    for p, (i, j) in enumerate(pairs):
-        first[p, i] = 1
-        second[p, j] = 1
+        return tables.label_array(xp, winner), out.astype(xp.float32)
+    rows = _features(x, tables.support.n_features, "SVMClassifier")
+    kernels = tables.support.kernels(xp, rows, kernel_type, kernel_params).astype(np.float32)
+    scores = kernels.astype(np.float64) @ tables.pair_weights
+    scores = (scores + tables.rho).astype(np.float32)
     wins = scores > 0
-    votes = wins @ first + (~wins) @ second
+    votes = wins @ tables.first + (~wins) @ tables.second
     winner = votes.argmax(axis=1)
     if prob_a:
-        out = _probabilities(scores, prob_a, prob_b, pairs, k).astype(np.float64)
+        out = _probabilities(scores, prob_a, prob_b, tables.pairs, k).astype(np.float64)
         out = transform_scores(xp, out, TRANSFORM_NAMES[post_transform])
     elif k == 2:
         d = scores[:, 0].astype(np.float64)
@@ -233,7 +265,7 @@ def svm_classifier(xp, x, *, kernel_type, post_transform, classlabels_ints=None,
             out = xp.stack([-d, d], axis=1)
     else:
         out = transform_scores(xp, scores.astype(np.float64), TRANSFORM_NAMES[post_transform])
-    return _label_array(xp, labels, winner), out.astype(xp.float32)
+    return tables.label_array(xp, winner), out.astype(xp.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -260,17 +292,24 @@ def _check_regressor(node, provider):
         deny("{}: n_supports must not be negative, got {}", op, n_supports, code="attribute")
 
 
-@kernel("SVMRegressor", 1, domain=ML, dtypes=NUMBERS, check=_check_regressor)
+def _bind_regressor(node):
+    attrs = node.attributes
+    n_supports = attrs.get("n_supports", 0)
+    support = (SupportVectors(attrs["support_vectors"], n_supports) if n_supports > 0
+               else None)
+    return {"support": support, "coef": _float32_values(attrs["coefficients"]),
+            "bias": np.float64(np.float32(attrs["rho"][0]))}
+
+
+@kernel("SVMRegressor", 1, domain=ML, dtypes=NUMBERS, check=_check_regressor,
+        bind=_bind_regressor)
 def svm_regressor(xp, x, *, kernel_type, n_supports, one_class, post_transform,
-                  coefficients=None, kernel_params=None, rho=None, support_vectors=None):
+                  coefficients=None, kernel_params=None, rho=None, support_vectors=None,
+                  support=None, coef=None, bias=None):
     """Output [N, 1]; with one_class, 1 where the decision value is above 0 and -1 elsewhere."""
-    coef = np.asarray(coefficients, dtype=np.float32).astype(np.float64)
-    bias = np.float64(np.float32(rho[0]))
-    if n_supports > 0:
-        vectors = np.asarray(support_vectors, dtype=np.float32).astype(np.float64)
-        vectors = vectors.reshape(n_supports, -1)
-        rows = _features(x, vectors.shape[1], "SVMRegressor")
-        kernels = kernel_matrix(xp, rows, vectors, kernel_type, kernel_params)
+    if support is not None:
+        rows = _features(x, support.n_features, "SVMRegressor")
+        kernels = support.kernels(xp, rows, kernel_type, kernel_params)
         y = kernels.astype(np.float32).astype(np.float64) @ coef + bias
     else:
         rows = _features(x, coef.shape[0], "SVMRegressor")

@@ -146,6 +146,19 @@ def test_tree_ensemble_min_and_max(aggregate):
     assert_same(model, {"x": TREE_X.astype(np.float32)}, rtol=1e-6)
 
 
+@pytest.mark.parametrize("aggregate", [1, 3])
+def test_tree_ensemble_one_row_at_a_time(aggregate):
+    # one row compares every node once (membership and NaN included) instead of walking
+    from ep_host import load_model
+    from ep_host.kernels.trees import _tree_ensemble_forest
+
+    model = tree_model(F, aggregate, tracks=[1, 0, 0, 1], targets=[0] * 6)
+    forest = _tree_ensemble_forest(load_model(model.SerializeToString()).graph.nodes[0])
+    assert forest["forest"].compares_every_node(1)
+    for row in TREE_X.astype(np.float32):
+        assert_same(model, {"x": row[None, :]}, rtol=1e-6)
+
+
 def test_tree_ensemble_declines_min_when_a_target_may_get_no_vote():
     answer = cpu_answer(tree_model(F, aggregate=2))
     assert not answer.is_supported and answer.code == "attribute"
@@ -202,6 +215,22 @@ def test_array_feature_extractor(rng, shape):
                      [("y", F, out)])
     x = rng.standard_normal(shape).astype(np.float32)
     assert_same(model, {"x": x, "i": np.array([4, 1], np.int64)})
+
+
+@pytest.mark.parametrize("indices, fits", [([4, 1], True), ([0, 5], False), ([-1], False)])
+def test_array_feature_extractor_constant_indices(rng, indices, fits):
+    # constant indices are checked once when the kernel is made, against each run's input
+    node = helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain=ML)
+    model = make_model([node], [("x", F, [3, 5])], [("y", F, [3, len(indices)])],
+                       initializers=[numpy_helper.from_array(np.array(indices, np.int64), "i")],
+                       domains=[(ML, 1)])
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    if fits:
+        (y,) = assert_same(model, {"x": x})
+        np.testing.assert_array_equal(y, x[:, indices])
+    else:
+        with pytest.raises(Exception, match="out of range for a last axis of 5"):
+            run_ep_host(model, {"x": x})
 
 
 def test_binarizer():

@@ -223,3 +223,132 @@ def test_classifier_empty_batch(rng):
     label, scores = run_ep_host(classifier(rng, 3, [0, 1, 2]), {"x": np.zeros((0, F),
                                                                              np.float32)})
     assert label.shape == (0,) and scores.shape == (0, 3)
+
+
+# -- a few rows: every node compared once per row ----------------------------------------------
+
+
+def forest_of(model):
+    """The kernel's flattened forest, to check which way a batch is scored."""
+    from ep_host import load_model
+    from ep_host.kernels import trees
+
+    node = load_model(model.SerializeToString()).graph.nodes[0]
+    bind = (trees._classifier_forest if node.op_type == "TreeEnsembleClassifier"
+            else trees._regressor_forest)
+    return bind(node)["forest"]
+
+
+@pytest.mark.parametrize("modes", [("BRANCH_LEQ",), ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE",
+                                                     "BRANCH_GT"), ("BRANCH_EQ", "BRANCH_LEQ")])
+@pytest.mark.parametrize("rows", [1, 2, 3])
+def test_regressor_few_rows_with_nan_like_onnxruntime(rng, modes, rows):
+    model = regressor(rng, 3, modes=modes, tracks=True, trees=20, depth=5)
+    assert forest_of(model).compares_every_node(rows)
+    for _ in range(5):
+        assert_same(model, inputs(rng, rows=rows, nan=True))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3])
+def test_regressor_few_rows_every_mode_like_onnxruntime(rng, rows):
+    modes = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ")
+    model = regressor(rng, 3, modes=modes, trees=20, depth=5)
+    assert forest_of(model).compares_every_node(rows)
+    for _ in range(5):
+        assert_same(model, inputs(rng, rows=rows))
+
+
+def test_regressor_few_rows_hit_thresholds_exactly(rng):
+    modes = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ")
+    model = regressor(rng, 1, modes=modes, trees=20)
+    assert forest_of(model).compares_every_node(1)
+    thresholds = np.array([a for a in model.graph.node[0].attribute
+                           if a.name == "nodes_values"][0].floats, np.float32)
+    for _ in range(20):
+        assert_same(model, rng.choice(thresholds, size=(1, F)).astype(np.float32))
+
+
+@pytest.mark.parametrize("aggregate", ["AVERAGE", "MIN", "MAX"])
+def test_regressor_few_rows_aggregates(rng, aggregate):
+    model = regressor(rng, 3, targets=3, aggregate=aggregate, trees=20)
+    assert forest_of(model).compares_every_node(2)
+    assert_same(model, inputs(rng, rows=2))
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_classifier_few_rows(rng, rows):
+    model = classifier(rng, 3, [0, 1, 2], transform="SOFTMAX", trees=20, tracks=True)
+    assert forest_of(model).compares_every_node(rows)
+    for _ in range(5):
+        label, _ = assert_same(model, inputs(rng, rows=rows, nan=True))
+        assert label.shape == (rows,)
+
+
+def test_one_row_of_a_big_forest_walks_the_trees(rng):
+    # 100 trees of depth 8: comparing 51,100 nodes costs more than 800 steps of a walk
+    model = regressor(rng, 3, targets=1, trees=100, depth=8)
+    assert not forest_of(model).compares_every_node(1)
+    assert_same(model, inputs(rng, rows=1, nan=True))
+
+
+# -- tables the walk cannot take ---------------------------------------------------------------
+
+
+def test_a_tree_with_a_cycle_declines(rng):
+    # node 1 of tree 0 is its own true child: no walk from the root ends
+    node = helper.make_node(
+        "TreeEnsembleRegressor", ["x"], ["y"], domain=ML, nodes_treeids=[0, 0, 0],
+        nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 1, 0], nodes_values=[0.0, 0.0, 0.0],
+        nodes_modes=["BRANCH_LEQ", "BRANCH_LEQ", "LEAF"], nodes_truenodeids=[1, 1, 0],
+        nodes_falsenodeids=[2, 2, 0], target_treeids=[0], target_nodeids=[2], target_ids=[0],
+        target_weights=[1.0], n_targets=1)
+    answer = cpu_answer(ml_model(node, [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, [None, 1])], 3))
+    assert not answer.is_supported and answer.code == "attribute"
+    assert "does not reach its leaves" in answer.reason
+
+
+def neq_stump(tracks):
+    """One tree: x0 != 0.5 ? leaf 1 (weight 1) : leaf 2 (weight 2)."""
+    node = helper.make_node(
+        "TreeEnsembleRegressor", ["x"], ["y"], domain=ML, nodes_treeids=[0, 0, 0],
+        nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0], nodes_values=[0.5, 0.0, 0.0],
+        nodes_modes=["BRANCH_NEQ", "LEAF", "LEAF"], nodes_truenodeids=[1, 0, 0],
+        nodes_falsenodeids=[2, 0, 0], nodes_missing_value_tracks_true=[tracks, 0, 0],
+        target_treeids=[0, 0], target_nodeids=[1, 2], target_ids=[0, 0],
+        target_weights=[1.0, 2.0], n_targets=1)
+    return ml_model(node, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])], 3)
+
+
+@pytest.mark.parametrize("rows", [1, 300])
+def test_nan_at_a_neq_node_not_tracking_true_is_refused(rows):
+    # the spec sends the NaN to the false branch (2), onnxruntime to the true one (1)
+    model = neq_stump(tracks=0)
+    x = np.zeros((rows, F), np.float32)
+    assert_same(model, x + 0.5)
+    assert_same(model, x)
+    x[-1, 0] = np.nan
+    with pytest.raises(Exception, match="BRANCH_NEQ.*spec sends it to the false branch"):
+        run_ep_host(model, {"x": x})
+
+
+def test_nan_at_a_neq_node_tracking_true_takes_the_true_branch():
+    x = np.array([[np.nan, 0, 0, 0], [0.5, 0, 0, 0]], np.float32)
+    (y,) = assert_same(neq_stump(tracks=1), x)
+    assert y.tolist() == [[1.0], [2.0]]
+
+
+def test_two_ensembles_in_one_model_keep_their_own_trees(rng):
+    # each node's check and kernel build their forest from that node's attributes
+    first, second = regressor(rng, 3, targets=1), regressor(rng, 3, targets=1)
+    nodes = [first.graph.node[0], second.graph.node[0]]
+    nodes[1].output[0] = "y2"
+    graph = helper.make_graph(
+        nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, F])],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, [None, 1])
+         for name in ("y", "y2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(ML, 3)])
+    model.ir_version = 10
+    y, y2 = assert_same(model, inputs(rng, rows=50))
+    assert not np.allclose(y, y2)
