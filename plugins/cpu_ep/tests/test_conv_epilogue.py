@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from cpukit import make_model, run_ep_host, run_onnxruntime
 from ep_host_cpu.conv_epilogue import ConvEpilogue
+from ep_host_cpu.jit import numba_module
 from onnx import TensorProto, helper, numpy_helper
 
 import ep_host
@@ -19,7 +20,51 @@ F = TensorProto.FLOAT
 @pytest.fixture(params=["numba", "numpy"])
 def path(request, monkeypatch):
     monkeypatch.setenv("EP_HOST_NUMBA", "1" if request.param == "numba" else "0")
+    if request.param == "numba":  # the pass waits for another kernel to have imported numba
+        assert numba_module() is not None
     return request.param
+
+
+def test_the_compiled_pass_equals_numpys_passes_bit_for_bit(rng):
+    assert numba_module() is not None
+    epilogue = ConvEpilogue()
+    assert epilogue.ready(np.float32)
+    y = (rng.standard_normal((2, 7, 300)) * 10).astype(np.float32)
+    y[0, 1, :5] = [np.nan, np.inf, -np.inf, -0.0, 6.0]
+    bias = rng.standard_normal(7).astype(np.float32)
+    for clamp in (None, (0.0, 6.0), (-1.5, 2.5), (1.0, -1.0)):
+        want = y + bias.reshape(1, -1, 1)
+        if clamp is not None:
+            want = np.minimum(np.maximum(want, np.float32(clamp[0])), np.float32(clamp[1]))
+        got = epilogue(y.copy(), bias, clamp)
+        np.testing.assert_array_equal(got, want)
+        assert np.array_equal(np.signbit(got), np.signbit(want), equal_nan=True)
+
+
+def test_a_model_of_plain_convolutions_never_imports_numba(tmp_path):
+    """The pass alone is not worth numba's memory: a fresh process running dense convs with
+    bias and Relu leaves numba unimported (and gets the same values)."""
+    import subprocess
+    import sys
+
+    from ep_host_cpu.profile import machine_profile
+
+    machine_profile()  # measured once per machine (and cache folder), compiled kernels included
+    rng = np.random.default_rng(0)
+    model, w, b = conv_model(6, 10, 3, 1, "Relu", (), True, rng)
+    path = tmp_path / "conv.onnx"
+    path.write_bytes(model.SerializeToString())
+    x = rng.standard_normal((2, 6, 10, 12)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    code = ("import sys, numpy as np, ep_host; "
+            f"s = ep_host.InferenceSession({str(path)!r}, providers=['cpu']); "
+            f"y = s.run(None, {{'x': np.load({str(tmp_path / 'x.npy')!r})}})[0]; "
+            f"np.save({str(tmp_path / 'y.npy')!r}, y); print('numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, check=True)
+    assert out.stdout.strip() == "False"
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), definition(x, w, b, 1, "Relu", ()),
+                               rtol=1e-5, atol=1e-5)
 
 
 def conv_model(c, m, kernel, strides, activation, params, bias, rng):
