@@ -195,7 +195,8 @@ def _add_model_args(p: argparse.ArgumentParser, provider_instead: str = PROVIDER
     p.add_argument("--disable-optimization", action="append", default=[], metavar="PASS",
                    help="skip one graph optimization (repeatable): constant_lifting, "
                    "constant_folding, conv_bn_folding, channel_affine_folding, "
-                   "conv_activation_fusion, gelu_fusion, layer_norm_fusion, matmul_add_fusion")
+                   "conv_activation_fusion, gelu_fusion, silu_fusion, layer_norm_fusion, "
+                   "matmul_add_fusion")
 
 
 COMPLETION_SHELLS = ("bash", "zsh", "tcsh")

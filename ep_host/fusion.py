@@ -1,6 +1,6 @@
 """Fusion passes of the graph optimizations: a group of nodes becomes one op (FusedConv, Gelu,
-LayerNormalization, Gemm) that remembers the nodes it replaced, so they can be placed instead
-when no provider claims it.
+QuickGelu, LayerNormalization, Gemm) that remembers the nodes it replaced, so they can be
+placed instead when no provider claims it.
 """
 
 from __future__ import annotations
@@ -212,6 +212,32 @@ def _match_gelu(rw: Rewriter, erf: NodeProto) -> tuple[str, list[NodeProto], str
             and _close(_scalar(rw, other_input(half, x) or ""), 0.5)):  # (0.5 * x) * (1 + erf)
         return x, [half, scaled, erf, plus, mul], mul.output[0]
     return None
+
+
+# -- SiLU ------------------------------------------------------------------------------------------
+
+
+def silu_fusion(rw: Rewriter) -> int:
+    """``x * sigmoid(x)`` (SiLU, Swish: a Sigmoid read only by a Mul of its own input) ->
+    ``com.microsoft::QuickGelu`` with alpha 1, one pass instead of two."""
+    fused = 0
+    for sigmoid, mul in _matches(rw, "Sigmoid", _match_silu):
+        name = rw.fresh(f"{mul.name}::QuickGelu")
+        _fuse(rw, [sigmoid, mul], helper.make_node("QuickGelu", [sigmoid.input[0]],
+                                                   [mul.output[0]], name=name, domain=MS_DOMAIN,
+                                                   alpha=1.0))
+        fused += 1
+    return fused
+
+
+def _match_silu(rw: Rewriter, sigmoid: NodeProto) -> tuple[NodeProto, NodeProto] | None:
+    x = sigmoid.input[0]
+    if rw.dtype(x) not in (np.float16, np.float32):  # QuickGelu's types
+        return None
+    mul = rw.only_consumer(sigmoid.output[0])
+    if not is_op(mul, "Mul") or other_input(mul, sigmoid.output[0]) != x:
+        return None
+    return sigmoid, mul
 
 
 # -- LayerNormalization ----------------------------------------------------------------------------

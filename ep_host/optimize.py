@@ -22,6 +22,8 @@ provider claims it, the capability walk places those nodes instead, as it does a
 - ``gelu_fusion``: the exact GELU written out as Div/Mul, Erf, Add, Mul, Mul becomes one
   ``com.microsoft::Gelu``; GPT-2's tanh GELU (Pow or Mul for the cube, Mul, Add, Mul, Tanh,
   Add, Mul, Mul) one ``com.microsoft::FastGelu``.
+- ``silu_fusion``: SiLU, ``x * sigmoid(x)`` as Sigmoid then Mul of its own input (float16 or
+  float32), becomes one ``com.microsoft::QuickGelu`` with alpha 1.
 - ``layer_norm_fusion``: LayerNormalization written out (ReduceMean, Sub, Pow or Mul,
   ReduceMean, Add, Sqrt, Div, Mul by a constant scale, optionally Add of a constant bias) over
   the last axis becomes one LayerNormalization (models of ai.onnx opset 17 on).
@@ -44,7 +46,13 @@ from ep_host.folding import (
     constant_lifting,
     conv_bn_folding,
 )
-from ep_host.fusion import conv_activation_fusion, gelu_fusion, layer_norm_fusion, matmul_add_fusion
+from ep_host.fusion import (
+    conv_activation_fusion,
+    gelu_fusion,
+    layer_norm_fusion,
+    matmul_add_fusion,
+    silu_fusion,
+)
 from ep_host.graph import node_reads, normalize_domain
 from ep_host.loading import Model
 from ep_host.rewriter import MS_DOMAIN, Rewriter, node_domain
@@ -56,6 +64,7 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "channel_affine_folding": channel_affine_folding,
     "conv_activation_fusion": conv_activation_fusion,
     "gelu_fusion": gelu_fusion,
+    "silu_fusion": silu_fusion,
     "layer_norm_fusion": layer_norm_fusion,
     "matmul_add_fusion": matmul_add_fusion,
 }

@@ -200,6 +200,42 @@ def test_a_fused_node_nobody_claims_runs_as_the_nodes_it_replaced(host):
     np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-6, atol=1e-6)
 
 
+def silu_model(mul_inputs, extra_reader=False):
+    """Sigmoid of x read by a Mul of ``mul_inputs`` (names among x, s, g), optionally also by
+    a Neg; g is a second graph input of x's shape."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"], name="sigmoid"),
+             helper.make_node("Mul", mul_inputs, ["y"], name="mul")]
+    outputs = [("y", F, [2, 3, 5, 5])]
+    if extra_reader:
+        nodes.append(helper.make_node("Neg", ["s"], ["z"], name="neg"))
+        outputs.append(("z", F, [2, 3, 5, 5]))
+    return make_model(nodes, [("x", F, [2, 3, 5, 5]), ("g", F, [2, 3, 5, 5])], outputs)
+
+
+@pytest.mark.parametrize("mul_inputs", [["x", "s"], ["s", "x"]])
+def test_silu_becomes_one_quick_gelu_that_computes_the_same(mul_inputs):
+    x = (RNG.standard_normal((2, 3, 5, 5)) * 4).astype(np.float32)
+    model = silu_model(mul_inputs)
+    session, got, want = run_both(model, {"x": x, "g": x})
+    assert session.model.optimizations == {"silu_fusion": 1}
+    assert [n.qualified_op for n in session.placement.table.nodes] == [
+        "com.microsoft::QuickGelu"]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-7)
+    ort = onnxruntime.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got[0], ort.run(None, {"x": x, "g": x})[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("mul_inputs", "extra_reader"), [
+    (["g", "s"], False),  # a squeeze-excite's Mul: the sigmoid scales another tensor
+    (["s", "s"], False),  # sigmoid squared
+    (["x", "s"], True),  # the sigmoid is read by another node too
+])
+def test_a_sigmoid_times_anything_but_its_own_input_is_not_fused(mul_inputs, extra_reader):
+    model = optimize(load_model(silu_model(mul_inputs, extra_reader)))
+    assert "silu_fusion" not in model.optimizations
+
+
 def test_matmul_add_becomes_gemm_for_two_d_inputs_only():
     def model(shape):
         nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
@@ -224,7 +260,7 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
         optimize(model, passes=["fold_everything"])
     assert set(PASSES) == {"constant_lifting", "constant_folding", "conv_bn_folding",
                            "channel_affine_folding", "conv_activation_fusion", "gelu_fusion",
-                           "layer_norm_fusion", "matmul_add_fusion"}
+                           "silu_fusion", "layer_norm_fusion", "matmul_add_fusion"}
 
 
 def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):

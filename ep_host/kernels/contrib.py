@@ -12,7 +12,7 @@ import math
 
 from ep_host import require
 from ep_host.kernels.conv import check_conv, conv_flops, conv_workspace, convolve, prepare_conv
-from ep_host.kernels.elementwise import gelu_of
+from ep_host.kernels.elementwise import fits, gelu_of
 from ep_host.kernels.registry import kernel
 
 MS = "com.microsoft"
@@ -118,9 +118,15 @@ def fast_gelu(xp, x, bias=None):
     return (0.5 * w * (1.0 + xp.tanh(inner))).astype(x.dtype)
 
 
-@kernel("QuickGelu", 1, domain=MS, dtypes=HALF_FLOATS,
+@kernel("QuickGelu", 1, domain=MS, dtypes=HALF_FLOATS, inplace=(0,),
         check=lambda node, provider: _check_activation(node, provider, "alpha"))
-def quick_gelu(xp, x, *, alpha=1.702):
+def quick_gelu(xp, x, *, alpha=1.702, out=None):
+    """With alpha 1 (SiLU, as ``silu_fusion`` writes it) a provider's ``xp.compiled_sigmoid``
+    takes large float32 tensors: one pass, the same float32 steps as Sigmoid then Mul."""
+    compiled = getattr(xp, "compiled_sigmoid", None)
+    if (alpha == 1.0 and compiled is not None and x.dtype == xp.float32
+            and x.size >= compiled.MIN_SIZE and compiled.ready()):
+        return compiled(x, out if fits(out, x.shape, x.dtype) else None, times_x=True)
     w = _wide(xp, x)
     return (w * _sigmoid(xp, alpha * w)).astype(x.dtype)
 

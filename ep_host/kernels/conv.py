@@ -538,8 +538,9 @@ def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None
 def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, packed, packed_bias,
              clamp=None, workspace=None):
     """:func:`conv`'s work, and whether ``clamp`` (lo, hi), a fused activation, was applied
-    too: ``(y, clamped)``. Only the ``direct`` variant applies it (in the same pass); with the
-    others the caller applies its activation to ``y``, a fresh array."""
+    too: ``(y, clamped)``. The ``direct`` variant applies it in the same pass, the others
+    where the provider's ``xp.conv_epilogue`` adds their bias; otherwise the caller applies
+    its activation to ``y``, a fresh array."""
     dtype = x.dtype
     work = _conv_work_type(xp, dtype)
     x = x.astype(work, copy=False)
@@ -580,6 +581,11 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
         y = _conv_im2col(xp, x, weights.gemm, group, plan.kernel, out, plan.strides,
                          plan.dilations, plan.begin, plan.end, workspace)
     y = y.reshape((n, m) + out)
+    epilogue = getattr(xp, "conv_epilogue", None)  # the provider's one pass (the CPU EP's)
+    if (epilogue is not None and (b is not None or clamp is not None) and y.flags.c_contiguous
+            and epilogue.ready(y.dtype)):
+        epilogue(y, b, clamp)
+        return y.astype(dtype, copy=False), clamp is not None
     if b is not None:
         bias = b.reshape(plan.bias_shape)
         if y.flags.c_contiguous:  # our own buffer

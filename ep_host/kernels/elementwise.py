@@ -429,13 +429,29 @@ def celu(xp, x, *, alpha):
 @kernel("HardSigmoid", 22, dtypes=FLOATS_BF16, family="transcendental")
 @kernel("HardSigmoid", 1, 6, dtypes=FLOATS, family="transcendental")
 def hard_sigmoid(xp, x, *, alpha, beta):
+    """A provider's ``xp.compiled_hard_sigmoid`` (the CPU EP's, numba) takes float32."""
+    compiled = _compiled_hard_sigmoid(xp, x)
+    if compiled is not None:
+        return compiled(x, alpha, beta)
     return _unary(xp, lambda y: xp.clip(alpha * y + beta, 0, 1), x)
 
 
 @kernel("HardSwish", 22, dtypes=FLOATS_BF16, family="transcendental")
 @kernel("HardSwish", 14, dtypes=FLOATS, family="transcendental")
 def hard_swish(xp, x):
+    """x * HardSigmoid(x) with alpha 1/6 and beta 0.5; see :func:`hard_sigmoid`."""
+    compiled = _compiled_hard_sigmoid(xp, x)
+    if compiled is not None:
+        return compiled(x, 1 / 6, 0.5, times_x=True)
     return _unary(xp, lambda y: y * xp.clip(y / 6 + 0.5, 0, 1), x)
+
+
+def _compiled_hard_sigmoid(xp, x):
+    """The provider's ``xp.compiled_hard_sigmoid`` where it has one ready for ``x``, else
+    ``None`` (the CUDA EP has none)."""
+    compiled = getattr(xp, "compiled_hard_sigmoid", None)
+    return compiled if compiled is not None and x.dtype == xp.float32 and compiled.ready() \
+        else None
 
 
 @kernel("Softplus", 22, dtypes=FLOATS_BF16, family="transcendental")

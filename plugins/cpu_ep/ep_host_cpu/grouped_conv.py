@@ -97,14 +97,14 @@ def phase_conv2d(x, w, bias, y, offsets, row_base, col_first, col_count, col_des
                 for r in range(oh):
                     out = y[b, o, r]
                     cells = grid[r * wq:]
-                    for j in range(ow):
-                        out[j] = cells[j]
-                    if clamp:  # min(max(v, lo), hi): all hi where lo > hi
+                    if not clamp:
                         for j in range(ow):
-                            if out[j] < lo:
-                                out[j] = lo
-                            if out[j] > hi:
-                                out[j] = hi
+                            out[j] = cells[j]
+                        continue
+                    for j in range(ow):  # min(max(v, lo), hi): all hi where lo > hi
+                        v = cells[j]
+                        v = lo if v < lo else v  # selects, not branches: vectorized
+                        out[j] = hi if v > hi else v
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ep_host_cpu.conv_epilogue import ConvEpilogue
 from ep_host_cpu.erf import erf, gelu_float32
 from ep_host_cpu.grouped_conv import GroupedConv2d
+from ep_host_cpu.hard_sigmoid import CompiledHardSigmoid
 from ep_host_cpu.sigmoid import CompiledSigmoid
 
 
@@ -19,7 +21,9 @@ def numpy_namespace() -> SimpleNamespace:
     ns.erf = erf  # float32 by a fast fit (ep_host_cpu.erf), other types by scipy
     ns.gelu_float32 = gelu_float32  # the erf Gelu of float32, chunk by chunk in the cache
     ns.grouped_conv2d = GroupedConv2d()  # numba's loops, compiled when a Conv first asks
+    ns.conv_epilogue = ConvEpilogue()  # numba's bias and clamp pass after a Conv's GEMMs
     ns.compiled_sigmoid = CompiledSigmoid()  # numba's, compiled when a large Sigmoid first runs
+    ns.compiled_hard_sigmoid = CompiledHardSigmoid()  # numba's, for HardSigmoid and HardSwish
     ns.__name__ = "numpy"
     return ns
 

@@ -1,14 +1,17 @@
-"""Sigmoid on large float32 tensors: numba's compiled loop (its own exponential) and numpy's
-passes (``EP_HOST_NUMBA=0``), against float64 over float32's whole useful range."""
+"""Sigmoid and SiLU (``x * sigmoid(x)``, fused to QuickGelu with alpha 1) on large float32
+tensors: numba's compiled loop (its own exponential) and numpy's passes (``EP_HOST_NUMBA=0``),
+against float64 over float32's whole useful range and against onnxruntime."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpukit import feeds_model, run_ep_host
+from cpukit import feeds_model, make_model, run_ep_host, run_onnxruntime
 from ep_host_cpu.sigmoid import CompiledSigmoid
 from ep_host_cpu.xp import numpy_xp
+from onnx import TensorProto, helper
 
+from ep_host.kernels.contrib import quick_gelu
 from ep_host.kernels.elementwise import sigmoid
 from ep_host.tracing import Tracer
 
@@ -82,3 +85,58 @@ def test_a_strided_input(rng):
     x = rng.standard_normal((200, 300), dtype=np.float32).T * 10
     with Tracer().span("s"):
         check(sigmoid(numpy_xp, x), x)
+
+
+def silu_model(shape):
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["y"])]
+    return make_model(nodes, [("x", TensorProto.FLOAT, list(shape))],
+                      [("y", TensorProto.FLOAT, list(shape))], opset=13)
+
+
+def test_silu_over_the_whole_range_matches_float64(path):
+    x = np.concatenate([np.linspace(-110, 110, 400_001, dtype=np.float32), SPECIAL[:-3]])
+    (y,) = run_ep_host(silu_model(x.shape), {"x": x})
+    want = reference(x) * x.astype(np.float64)
+    tiny = np.finfo(np.float32).tiny
+    normal = (reference(x) >= tiny) & (np.abs(want) >= tiny)
+    np.testing.assert_allclose(y[normal], want[normal], rtol=5e-7, atol=0)
+    # where the sigmoid is below float32's smallest normal number: it, or 0, times |x| <= 110
+    np.testing.assert_allclose(y[~normal], want[~normal], rtol=0, atol=110 * tiny)
+    assert y[x == 1000.0].item() == 1000.0
+
+
+def test_silu_special_values_are_those_of_sigmoid_then_mul(path):
+    x = np.tile(SPECIAL, CompiledSigmoid.MIN_SIZE // SPECIAL.size + 1)
+    with np.errstate(invalid="ignore"):
+        want = sigmoid(numpy_xp, x) * x  # -inf * 0: NaN, as the Mul computes it
+        got = quick_gelu(numpy_xp, x, alpha=1.0)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_silu_runs_compiled_in_one_pass_only_on_the_numba_path(path, rng, monkeypatch):
+    x = rng.standard_normal((4, CompiledSigmoid.MIN_SIZE), dtype=np.float32) * 8
+    calls = []
+    original = CompiledSigmoid.__call__
+
+    def counted(self, *args, **kwargs):  # the real call, counted
+        calls.append(kwargs.get("times_x"))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(CompiledSigmoid, "__call__", counted)
+    y = quick_gelu(numpy_xp, x, alpha=1.0)
+    assert calls == ([True] if path == "numba" else [])
+    with np.errstate(over="ignore"):
+        np.testing.assert_allclose(y, x * reference(x), rtol=5e-7, atol=1e-37)
+    calls.clear()
+    quick_gelu(numpy_xp, x)  # QuickGelu's own alpha, 1.702: numpy's passes
+    assert calls == []
+
+
+def test_efficientnet_silu_shapes_match_onnxruntime(path, rng):
+    for shape in [(1, 32, 112, 112), (1, 96, 112, 112), (1, 1152, 7, 7), (1, 1280, 7, 7)]:
+        x = rng.standard_normal(shape, dtype=np.float32) * 6
+        model = silu_model(shape)
+        (got,) = run_ep_host(model, {"x": x})
+        (want,) = run_onnxruntime(model, {"x": x})
+        # onnxruntime's sigmoid is an approximation off by up to about 1e-7 (times |x| < 40)
+        np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-5)

@@ -201,6 +201,30 @@ def test_global_pools(rng, opset, op, shape):
     assert_matches_onnxruntime(pool_model(op, shape, opset), {"x": x}, **TOL)
 
 
+@pytest.mark.parametrize("shape", [[1, 96, 112, 112], [1, 144, 56, 56], [1, 1152, 7, 7],
+                                   [2, 3, 1, 1]])
+def test_global_average_pool_of_squeeze_excite_shapes(rng, shape):
+    """Channel means far from zero (the hard case for a float32 sum) against float64 and
+    onnxruntime."""
+    x = (rng.standard_normal(shape) + rng.uniform(-10, 10, (shape[0], shape[1], 1, 1))).astype(
+        np.float32)
+    # onnxruntime's own float32 sums are off by up to 4.4e-6 here (relative to float64)
+    (y,) = assert_matches_onnxruntime(pool_model("GlobalAveragePool", shape, 22), {"x": x},
+                                      rtol=1e-5, atol=1e-6)
+    want = x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+    assert y.shape == want.shape and y.dtype == np.float32
+    np.testing.assert_allclose(y, want, rtol=5e-7, atol=1e-6)
+
+
+def test_global_average_pool_of_a_strided_input_and_of_nothing():
+    x = np.arange(2 * 3 * 4 * 5, dtype=np.float64).reshape(2, 3, 4, 5).transpose(0, 1, 3, 2)
+    np.testing.assert_array_equal(pool_kernels.global_average_pool(numpy_xp, x),
+                                  x.mean(axis=(2, 3), keepdims=True))
+    with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning):
+        empty = pool_kernels.global_average_pool(numpy_xp, np.zeros((1, 2, 0, 3), np.float32))
+    assert empty.shape == (1, 2, 1, 1) and np.isnan(empty).all()
+
+
 def test_pool_flops():
     model = pool_model("MaxPool", [1, 2, 8, 8], 22, kernel_shape=[2, 3], strides=[2, 2])
     assert flops(model) == (1 * 2 * 4 * 3) * 6

@@ -1,0 +1,60 @@
+"""HardSigmoid and HardSwish on float32 in one pass compiled by numba, bound on the CPU EP's
+namespace as ``xp.compiled_hard_sigmoid`` for the library's kernels (MobileNetV3's activations);
+numpy's passes otherwise, and with ``EP_HOST_NUMBA=0``.
+
+numpy needs four passes and as many temporaries (a scale, a shift, a clip, and HardSwish's
+product); measured one thread on 1 x 16 x 112 x 112: 129 us against 31 us compiled.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ep_host_cpu.jit import compiled, numba_wanted
+
+
+def hard_sigmoid_float32(x, y, alpha, beta, times_x):
+    """y = max(0, min(1, alpha * x + beta)), times x when ``times_x`` (HardSwish); a NaN stays
+    NaN; x and y flat float32."""
+    zero = np.float32(0)
+    one = np.float32(1)
+    for i in range(x.size):
+        v = x[i]
+        s = alpha * v + beta
+        s = zero if s < zero else s  # comparisons with a NaN are false: it passes
+        s = one if s > one else s
+        if times_x:
+            s = s * v
+        y[i] = s
+
+
+def signature(numba: Any) -> list[Any]:
+    types = numba.types
+    return [types.void(types.Array(types.float32, 1, "C", readonly=True),
+                       types.Array(types.float32, 1, "C"), types.float32, types.float32,
+                       types.boolean)]
+
+
+class CompiledHardSigmoid:
+    """``xp.compiled_hard_sigmoid``: :meth:`ready` says whether the compiled loop is used (numba
+    installed and wanted; compiled, or read from numba's disk cache, the first time it says
+    yes); calling it computes a float32 array's HardSigmoid (HardSwish with ``times_x``) into a
+    new array."""
+
+    def __init__(self) -> None:
+        self._compiled: Any = None
+
+    def ready(self) -> bool:
+        if not numba_wanted():
+            return False
+        if self._compiled is None:
+            self._compiled = compiled(hard_sigmoid_float32, signature) or False
+        return bool(self._compiled)
+
+    def __call__(self, x, alpha, beta, times_x=False):
+        y = np.empty(x.shape, dtype=np.float32)
+        self._compiled(np.ascontiguousarray(x).reshape(-1), y.reshape(-1), np.float32(alpha),
+                       np.float32(beta), times_x)
+        return y

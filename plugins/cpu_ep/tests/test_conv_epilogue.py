@@ -1,0 +1,127 @@
+"""A Conv's bias and fused clamp (Relu, Clip) after its GEMM variants (1x1, im2col, shifted):
+numba's one pass and numpy's passes (``EP_HOST_NUMBA=0``), against the definition in float64
+and against onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from cpukit import make_model, run_ep_host, run_onnxruntime
+from ep_host_cpu.conv_epilogue import ConvEpilogue
+from onnx import TensorProto, helper, numpy_helper
+
+import ep_host
+from ep_host.tracing import Tracer
+
+F = TensorProto.FLOAT
+
+
+@pytest.fixture(params=["numba", "numpy"])
+def path(request, monkeypatch):
+    monkeypatch.setenv("EP_HOST_NUMBA", "1" if request.param == "numba" else "0")
+    return request.param
+
+
+def conv_model(c, m, kernel, strides, activation, params, bias, rng):
+    """A dense Conv (``activation`` None) or com.microsoft::FusedConv, weights initializers."""
+    w = (rng.standard_normal((m, c, kernel, kernel)) * 0.5).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    inputs = ["x", "w", "b"] if bias else ["x", "w"]
+    attrs = {"strides": [strides, strides], "pads": [kernel // 2] * 4,
+             "kernel_shape": [kernel, kernel]}
+    if activation is None:
+        node = helper.make_node("Conv", inputs, ["y"], **attrs)
+        domains = []
+    else:
+        node = helper.make_node("FusedConv", inputs, ["y"], domain="com.microsoft",
+                                activation=activation, **attrs,
+                                **({"activation_params": list(params)} if params else {}))
+        domains = [("com.microsoft", 1)]
+    inits = [numpy_helper.from_array(w, "w")] + ([numpy_helper.from_array(b, "b")] if bias
+                                                 else [])
+    model = make_model([node], [("x", F, [2, c, 10, 12])], [("y", F, None)],
+                       initializers=inits, domains=domains)
+    return model, w, b if bias else None
+
+
+def definition(x, w, b, strides, activation, params):
+    """The convolution in float64 (padding kernel // 2), then the activation."""
+    m, c, k, _ = w.shape
+    pad = k // 2
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh = (padded.shape[2] - k) // strides + 1
+    ow = (padded.shape[3] - k) // strides + 1
+    y = np.zeros((x.shape[0], m, oh, ow))
+    for i in range(k):
+        for j in range(k):
+            tap = padded[:, :, i:i + (oh - 1) * strides + 1:strides,
+                         j:j + (ow - 1) * strides + 1:strides]
+            y += np.einsum("oc,nchw->nohw", w[:, :, i, j].astype(np.float64), tap)
+    if b is not None:
+        y += b.reshape(1, -1, 1, 1)
+    if activation == "Relu":
+        return np.maximum(y, 0)
+    if activation == "Clip":
+        return np.minimum(np.maximum(y, params[0]), params[1])  # NaN stays; lo > hi: all hi
+    return y
+
+
+ACTIVATIONS = [(None, ()), ("Relu", ()), ("Clip", (0.0, 6.0)), ("Clip", (1.0, -1.0))]
+
+
+@pytest.mark.parametrize(("kernel", "strides", "variant"), [(1, 1, "1x1"), (1, 2, "1x1"),
+                                                            (3, 2, "im2col"),
+                                                            (3, 1, "shifted")])
+@pytest.mark.parametrize(("activation", "params"), ACTIVATIONS)
+@pytest.mark.parametrize("bias", [True, False])
+def test_bias_and_activation_after_each_gemm_variant(path, rng, kernel, strides, variant,
+                                                     activation, params, bias):
+    model, w, b = conv_model(6, 10, kernel, strides, activation, params, bias, rng)
+    x = rng.standard_normal((2, 6, 10, 12)).astype(np.float32)
+    x[0, 0, 4, 4] = np.nan
+    x[1, 2, 3, 3] = np.inf
+    tracer = Tracer()
+    session = ep_host.InferenceSession(model.SerializeToString(), providers=["cpu"],
+                                       trace=tracer)
+    with np.errstate(invalid="ignore"):
+        (y,) = session.run(None, {"x": x})
+        want = definition(x, w, b, strides, activation, params)
+    assert [e["args"].get("kernel_variant") for e in tracer.events
+            if e["cat"] == "node"] == [variant]
+    assert y.dtype == np.float32 and y.shape == want.shape
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_compiled_pass_runs_only_on_the_numba_path(path, rng, monkeypatch):
+    calls = []
+    original = ConvEpilogue.__call__
+
+    def counted(self, y, bias, clamp=None):  # the real call, counted
+        calls.append(clamp)
+        return original(self, y, bias, clamp)
+
+    monkeypatch.setattr(ConvEpilogue, "__call__", counted)
+    model, w, b = conv_model(6, 10, 1, 1, "Clip", (0.0, 6.0), True, rng)
+    x = rng.standard_normal((2, 6, 10, 12)).astype(np.float32)
+    (y,) = run_ep_host(model, {"x": x})
+    np.testing.assert_allclose(y, definition(x, w, b, 1, "Clip", (0.0, 6.0)), rtol=1e-5,
+                               atol=1e-5)
+    assert calls == ([(0.0, 6.0)] if path == "numba" else [])
+
+
+@pytest.mark.parametrize(("c", "m", "size"), [(16, 96, 112), (144, 24, 56), (960, 320, 7)])
+def test_mobilenet_pointwise_convs_with_relu6_match_onnxruntime(path, rng, c, m, size):
+    w = (rng.standard_normal((m, c, 1, 1)) / np.sqrt(c)).astype(np.float32)
+    b = rng.standard_normal(m).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"]),
+             helper.make_node("Clip", ["c", "lo", "hi"], ["y"])]
+    model = make_model(nodes, [("x", F, [1, c, size, size])], [("y", F, None)],
+                       initializers=[numpy_helper.from_array(w, "w"),
+                                     numpy_helper.from_array(b, "b"),
+                                     numpy_helper.from_array(np.float32(0), "lo"),
+                                     numpy_helper.from_array(np.float32(6), "hi")])
+    x = (rng.standard_normal((1, c, size, size)) * 3).astype(np.float32)
+    (ours,) = run_ep_host(model, {"x": x})
+    (theirs,) = run_onnxruntime(model, {"x": x})
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-5)
