@@ -188,6 +188,9 @@ def _check_layer_norm(node, provider):
         family="normalization")
 def layer_norm(xp, x, scale, b=None, *, axis, epsilon, stash_type):
     axes = tuple(range(axis % x.ndim, x.ndim))
+    done = _compiled_layer_norm(xp, x, scale, b, axes, epsilon)
+    if done is not None:
+        return done
     stashed = x.astype(xp.float32, copy=False)  # read only
     mean = stashed.mean(axis=axes, keepdims=True)
     d = stashed - mean
@@ -202,6 +205,27 @@ def layer_norm(xp, x, scale, b=None, *, axis, epsilon, stash_type):
     if b is not None:
         y += b
     return y, mean, inv_std
+
+
+def _compiled_layer_norm(xp, x, scale, b, axes, epsilon):
+    """A provider's ``xp.compiled_layer_norm`` (the CPU EP's, numba) for float32 with a scale
+    and bias of the normalized shape (or less, ones in front); ``None`` where it does not
+    apply."""
+    compiled = getattr(xp, "compiled_layer_norm", None)
+    if compiled is None or x.dtype != xp.float32 or x.size < compiled.MIN_SIZE:
+        return None
+    normalized = x.shape[axes[0]:]
+    cols = element_count(normalized)
+
+    def fits(v):
+        return v is None or (v.dtype == xp.float32 and v.size == cols
+                             and tuple(v.shape) == normalized[len(normalized) - v.ndim:])
+
+    if cols == 0 or not fits(scale) or not fits(b) or not compiled.ready():
+        return None
+    y, mean, inv_std = compiled(x, cols, scale, b, epsilon)
+    kept = x.shape[:axes[0]] + (1,) * len(axes)
+    return y, mean.reshape(kept), inv_std.reshape(kept)
 
 
 # -- RMSNormalization -------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from ep_host_cpu.conv_epilogue import ConvEpilogue
 from ep_host_cpu.erf import erf, gelu_float32
 from ep_host_cpu.grouped_conv import GroupedConv2d
 from ep_host_cpu.hard_sigmoid import CompiledHardSigmoid
+from ep_host_cpu.layer_norm import CompiledLayerNorm
 from ep_host_cpu.sigmoid import CompiledSigmoid
 
 
@@ -22,6 +23,7 @@ def numpy_namespace() -> SimpleNamespace:
     ns.gelu_float32 = gelu_float32  # the erf Gelu of float32, chunk by chunk in the cache
     ns.grouped_conv2d = GroupedConv2d()  # numba's loops, compiled when a Conv first asks
     ns.conv_epilogue = ConvEpilogue()  # numba's bias and clamp pass after a Conv's GEMMs
+    ns.compiled_layer_norm = CompiledLayerNorm()  # numba's, for float32 LayerNormalization
     ns.compiled_sigmoid = CompiledSigmoid()  # numba's, compiled when a large Sigmoid first runs
     ns.compiled_hard_sigmoid = CompiledHardSigmoid()  # numba's, for HardSigmoid and HardSwish
     ns.__name__ = "numpy"
