@@ -12,8 +12,13 @@ calls libm's scalar ``exp``): ``k`` the nearest integer to ``a / ln 2``, ``r = a
 in two parts), the Taylor polynomial of degree 7 in ``r`` (error below 5e-9), ``2^k`` from its
 exponent bits in a scratch buffer. Below x = -14.8 the result, smaller than float32's smallest
 subnormal number, is -0.0. NaN stays NaN, +inf gives +inf and -inf -0.0.
-Measured against float64 Gelu (scipy.special.erf) on every float32 in [-10, 10] and more, see
-plugins/cpu_ep/tests/test_compiled_gelu.py: at most 1 float32 ulp where the result is normal.
+Measured against float64 Gelu (``x erfc(-x / sqrt 2) / 2``) where the result is a normal float32:
+at most 0.85 float32 ulp (4M values in [-10, 10], 2M in [-15, -9], 4M random bit patterns);
+numpy's passes are 33M ulps off there (0 below x = -6.4) and 2.6 ulps above x = -0.5. One thread,
+onnxruntime's com.microsoft Gelu interleaved: 3.2M values 10.1 ms (numpy's passes 18.9,
+onnxruntime 4.3), 393k values 1.24 ms (2.2, 0.46). Compiling takes 1.4 s, reading it back from
+numba's disk cache 0.4 s. A float32 version (the exponential split as two float32s) ran 1.7x
+faster but was up to 5.3 ulps off (u's rounding, the polynomial's float32 evaluation).
 """
 
 from __future__ import annotations
