@@ -56,7 +56,8 @@ def erf_float32(x: np.ndarray) -> np.ndarray:
 def gelu_float32(x: np.ndarray) -> np.ndarray:
     """``0.5 x (1 + erf(x / sqrt 2))`` of a float32 array, chunk by chunk so that each chunk's
     steps stay in the cache: the same float32 operations, in the same order, as that formula
-    computed a whole array at a time (the result is equal bit for bit), reading and writing
+    computed a whole array at a time (the result is equal bit for bit, but where ``x (1 + erf)``
+    overflows or is subnormal: the halving comes first; and -inf gives -0), reading and writing
     the big arrays once instead of five times."""
     flat = np.ascontiguousarray(x).reshape(-1)
     y = np.empty(flat.shape, dtype=np.float32)
@@ -70,8 +71,10 @@ def gelu_float32(x: np.ndarray) -> np.ndarray:
         np.multiply(chunk, 1 / math.sqrt(2), out=scaled[:k])
         _erf_chunk(scaled[:k], c[:k], t[:k], acc)
         acc += 1
-        acc *= chunk
-        acc *= 0.5
+        acc *= 0.5  # exact: before the product, which then overflows only where gelu does
+        # acc is 0 below x = -6.4 (erf is -1): x raised to -7 there, so -inf gives -0, not NaN
+        np.maximum(chunk, -7, out=scaled[:k])
+        acc *= scaled[:k]
     return y.reshape(x.shape)
 
 

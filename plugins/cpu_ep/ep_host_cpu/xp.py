@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import numpy as np
 
 from ep_host_cpu.conv_epilogue import ConvEpilogue
-from ep_host_cpu.erf import erf, gelu_float32
+from ep_host_cpu.erf import erf
+from ep_host_cpu.gelu import GeluFloat32
 from ep_host_cpu.grouped_conv import GroupedConv2d
 from ep_host_cpu.hard_sigmoid import CompiledHardSigmoid
 from ep_host_cpu.layer_norm import CompiledLayerNorm
@@ -21,7 +22,7 @@ from ep_host_cpu.softmax import CompiledSoftmax
 def numpy_namespace() -> SimpleNamespace:
     ns = SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
     ns.erf = erf  # float32 by a fast fit (ep_host_cpu.erf), other types by scipy
-    ns.gelu_float32 = gelu_float32  # the erf Gelu of float32, chunk by chunk in the cache
+    ns.gelu_float32 = GeluFloat32()  # the erf Gelu of float32: numba's pass on large arrays
     ns.grouped_conv2d = GroupedConv2d()  # numba's loops, compiled when a Conv first asks
     ns.conv_epilogue = ConvEpilogue()  # numba's bias and clamp pass after a Conv's GEMMs
     ns.compiled_layer_norm = CompiledLayerNorm()  # numba's, for float32 LayerNormalization
