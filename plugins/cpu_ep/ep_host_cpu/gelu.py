@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from ep_host_cpu.erf import gelu_float32 as numpy_gelu_float32
-from ep_host_cpu.jit import compiled, numba_wanted
+from ep_host_cpu.jit import CompiledLoop
 
 CHUNK = 2048  # elements per pass: the scratch buffers stay in the L1 cache
 SQRT_HALF = 1 / math.sqrt(2)
@@ -100,23 +100,15 @@ def signature(numba: Any) -> list[Any]:
                              numba.types.Array(numba.types.float32, 1, "C"))]
 
 
-class GeluFloat32:
+class GeluFloat32(CompiledLoop):
     """``xp.gelu_float32``: the erf Gelu of a float32 array, into a new array; compiled (or read
     from numba's disk cache) when the first large one comes, numpy's passes otherwise."""
 
     MIN_SIZE = 16384  # below, numpy's passes cost about the same and nothing is compiled
 
-    def __init__(self) -> None:
-        self._compiled: Any = None
-
-    def ready(self) -> bool:
-        """Whether the compiled pass is used (numba installed and wanted, and it compiled)."""
-        if not numba_wanted():
-            return False
-        if self._compiled is None:
-            self._compiled = compiled(gelu_chunks, signature,
-                                      (tail_parts, gelu_of_parts)) or False
-        return bool(self._compiled)
+    function = staticmethod(gelu_chunks)
+    signature = staticmethod(signature)
+    helpers = (tail_parts, gelu_of_parts)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         if x.size < self.MIN_SIZE or not self.ready():

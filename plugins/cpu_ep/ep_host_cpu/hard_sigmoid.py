@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_host_cpu.jit import compiled, numba_wanted
+from ep_host_cpu.jit import CompiledLoop
 
 
 def hard_sigmoid_float32(x, y, alpha, beta, times_x):
@@ -37,21 +37,14 @@ def signature(numba: Any) -> list[Any]:
                        types.boolean)]
 
 
-class CompiledHardSigmoid:
+class CompiledHardSigmoid(CompiledLoop):
     """``xp.compiled_hard_sigmoid``: :meth:`ready` says whether the compiled loop is used (numba
     installed and wanted; compiled, or read from numba's disk cache, the first time it says
     yes); calling it computes a float32 array's HardSigmoid (HardSwish with ``times_x``) into a
     new array."""
 
-    def __init__(self) -> None:
-        self._compiled: Any = None
-
-    def ready(self) -> bool:
-        if not numba_wanted():
-            return False
-        if self._compiled is None:
-            self._compiled = compiled(hard_sigmoid_float32, signature) or False
-        return bool(self._compiled)
+    function = staticmethod(hard_sigmoid_float32)
+    signature = staticmethod(signature)
 
     def __call__(self, x, alpha, beta, times_x=False):
         y = np.empty(x.shape, dtype=np.float32)

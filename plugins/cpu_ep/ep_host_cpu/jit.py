@@ -103,3 +103,27 @@ def compiled(py_func: Any, signatures: Callable[[Any], list[Any]],
                       f"({type(exc).__name__}: {first}); it runs on numpy",
                       RuntimeWarning, stacklevel=2)
         return None
+
+
+class CompiledLoop:
+    """A loop bound on the CPU EP's namespace: :meth:`ready` says whether the compiled one is
+    used (numba installed and wanted; compiled, or read from numba's disk cache, the first time
+    it says yes). A subclass names ``function`` (a ``staticmethod``), ``signature(numba)`` and
+    the ``helpers`` it calls, and calls ``self._compiled``."""
+
+    function: Callable[..., Any]
+    helpers: tuple[Any, ...] = ()
+
+    def __init__(self) -> None:
+        self._compiled: Any = None
+
+    @staticmethod
+    def signature(numba: Any) -> list[Any]:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        if not numba_wanted():
+            return False
+        if self._compiled is None:
+            self._compiled = compiled(self.function, self.signature, self.helpers) or False
+        return bool(self._compiled)

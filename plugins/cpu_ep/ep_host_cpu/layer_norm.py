@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_host_cpu.jit import compiled, numba_wanted
+from ep_host_cpu.jit import CompiledLoop
 
 LANES = 8
 
@@ -68,22 +68,15 @@ def signature(numba: Any) -> list[Any]:
     return [numba.types.void(read, read_vector, read_vector, f32, matrix, vector, vector)]
 
 
-class CompiledLayerNorm:
+class CompiledLayerNorm(CompiledLoop):
     """``xp.compiled_layer_norm``: :meth:`ready` says whether the compiled loop is used (numba
     installed and wanted; compiled, or read from numba's disk cache, the first time it says
     yes); calling it normalizes a float32 array over its last ``cols`` values per row."""
 
     MIN_SIZE = 4096  # values below which numpy's passes cost about the same
 
-    def __init__(self) -> None:
-        self._compiled: Any = None
-
-    def ready(self) -> bool:
-        if not numba_wanted():
-            return False
-        if self._compiled is None:
-            self._compiled = compiled(layer_norm_rows, signature) or False
-        return bool(self._compiled)
+    function = staticmethod(layer_norm_rows)
+    signature = staticmethod(signature)
 
     def __call__(self, x, cols: int, scale, bias, epsilon: float):
         """``(y, mean, inv_std)``: ``y`` of ``x``'s shape, the others one value per row."""

@@ -92,6 +92,9 @@ CLAIMS = Claims()
 
 @hookimpl
 def ep_host_provider_info() -> ProviderInfo:
+    # this machine's figures, measured once (a second or more the first time: numba's first
+    # compiles included) here rather than in the first supports_op, which has a time limit
+    machine_profile()
     return ProviderInfo(name="cpu", version=__version__, description="numpy kernels on the host",
                         aliases=("CPUExecutionProvider",), applies_calibration=True,
                         answers_by_signature=True)

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_host_cpu.jit import compiled, numba_wanted
+from ep_host_cpu.jit import CompiledLoop
 
 CHUNK = 2048  # elements per pass: the scratch buffers stay in the L1 cache
 LOG2E = np.float32(1.4426950408889634)
@@ -94,7 +94,7 @@ def signature(numba: Any) -> list[Any]:
                              array, numba.types.boolean)]
 
 
-class CompiledSigmoid:
+class CompiledSigmoid(CompiledLoop):
     """``xp.compiled_sigmoid``: :meth:`ready` says whether the compiled loop is used (numba
     installed and wanted; compiled, or read from numba's disk cache, the first time it says
     yes); calling it computes a float32 array's sigmoid (``x * sigmoid(x)`` with ``times_x``)
@@ -102,16 +102,9 @@ class CompiledSigmoid:
 
     MIN_SIZE = 16384  # below, numpy's passes cost about the same and nothing is compiled
 
-    def __init__(self) -> None:
-        self._compiled: Any = None
-
-    def ready(self) -> bool:
-        if not numba_wanted():
-            return False
-        if self._compiled is None:
-            self._compiled = compiled(sigmoid_float32, signature,
-                                      (exp_parts, sigmoid_of_parts)) or False
-        return bool(self._compiled)
+    function = staticmethod(sigmoid_float32)
+    signature = staticmethod(signature)
+    helpers = (exp_parts, sigmoid_of_parts)
 
     def __call__(self, x, out=None, times_x=False):
         flat = np.ascontiguousarray(x).reshape(-1)

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_host_cpu.jit import compiled, numba_wanted
+from ep_host_cpu.jit import CompiledLoop
 from ep_host_cpu.sigmoid import LN2_HIGH, LN2_LOW, LOG2E, TAIL, TAYLOR
 
 
@@ -87,23 +87,16 @@ def signature(numba: Any) -> list[Any]:
                              numba.types.Array(f32, 2, "C"))]
 
 
-class CompiledSoftmax:
+class CompiledSoftmax(CompiledLoop):
     """``xp.compiled_softmax``: :meth:`ready` says whether the compiled loop is used (numba
     installed and wanted; compiled, or read from numba's disk cache, the first time it says
     yes); calling it computes the softmax of a float32 array over its last axis."""
 
     MIN_SIZE = 4096  # values below which numpy's passes cost about the same
 
-    def __init__(self) -> None:
-        self._compiled: Any = None
-
-    def ready(self) -> bool:
-        if not numba_wanted():
-            return False
-        if self._compiled is None:
-            self._compiled = compiled(softmax_rows, signature,
-                                      (row_max, shifted_exp, scaled, divide)) or False
-        return bool(self._compiled)
+    function = staticmethod(softmax_rows)
+    signature = staticmethod(signature)
+    helpers = (row_max, shifted_exp, scaled, divide)
 
     def __call__(self, x):
         cols = x.shape[-1]
