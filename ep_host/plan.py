@@ -38,7 +38,7 @@ from ep_host.layouts import (
 )
 from ep_host.partitions import Group, compiling_groups, execution_order, partition_view, readers
 from ep_host.placement import Placement
-from ep_host.plugin_calls import is_user_interrupt, sigint
+from ep_host.plugin_calls import is_user_interrupt, provider_fault, sigint
 from ep_host.prepacked import (
     SHARED_CONSTANT_BYTES,
     PrepackedContainer,
@@ -416,15 +416,8 @@ class _Builder:
         if node.has_subgraphs:
             scope = tuple((n, self.fetch(self.graph.values[n], HOST))
                           for n in sorted(captured_names(node)))
-        since = sigint.received
-        try:
+        with provider_fault(self.label, provider, f"prepare the kernel for node {node.name!r}"):
             kernel.prepare(constants)
-        except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
-            if is_user_interrupt(exc, since):
-                raise
-            raise KernelError(
-                f"{self.label}: provider {provider!r} failed to prepare the kernel "
-                f"for node {node.name!r}: {describe_exception(exc)}") from exc
         container = getattr(self.source, "prepacked", None)
         if container is not None and type(kernel).prepacked is not Kernel.prepacked and constants:
             self.share_prepacked(container, kernel, node, provider, device)
@@ -523,15 +516,9 @@ class _Builder:
             return [self.node_step(n, provider) for n in group.nodes]
         device = self.source.device(provider)
         in_slots = tuple(self.fetch(v, device) for v in view.inputs)
-        since = sigint.received
-        try:
+        with provider_fault(self.label, provider,
+                            f"prepare the kernel of partition {view.name!r}"):
             kernel.prepare({})
-        except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
-            if is_user_interrupt(exc, since):
-                raise
-            raise KernelError(
-                f"{self.label}: provider {provider!r} failed to prepare the kernel of "
-                f"partition {view.name!r}: {describe_exception(exc)}") from exc
         out_slots = []
         for value in view.outputs:
             self.check_static_size(group.nodes[0], value)

@@ -131,3 +131,23 @@ def marked(head: bytes, node: str = "") -> Iterator[None]:
         yield
     finally:
         current.leave()
+
+
+@contextmanager
+def provider_fault(label: str, provider: str, doing: str,
+                   passes: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Whatever the block raises, SystemExit included but the user's Ctrl-C and ``passes``
+    not, as a ``KernelError``: "``label``: provider ``provider`` failed to ``doing``: what it
+    raised" (``doing`` names the node: "prepare the kernel for node 'conv1'")."""
+    from ep_host.errors import KernelError, describe_exception
+
+    since = sigint.received
+    try:
+        yield
+    except passes:
+        raise
+    except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
+        if is_user_interrupt(exc, since):
+            raise
+        raise KernelError(f"{label}: provider {provider!r} failed to {doing}: "
+                          f"{describe_exception(exc)}") from exc

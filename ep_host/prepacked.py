@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ep_host.errors import KernelError, describe_exception
-from ep_host.plugin_calls import is_user_interrupt, sigint
+from ep_host.errors import KernelError
+from ep_host.plugin_calls import provider_fault
 
 if TYPE_CHECKING:
     from ep_host.graph import NodeView, ValueView
@@ -101,9 +101,9 @@ def offer_prepacked(container: PrepackedContainer, kernel: Kernel, node: NodeVie
     under (device, packing key, input indices, the inputs' ``identity``); where another kernel
     offered one first, ``kernel`` adopts it. A wrong offer or a failing call is the provider's
     fault: a :class:`KernelError` naming it and the node."""
-    since = sigint.received
     uses = []
-    try:
+    with provider_fault(label, provider, f"share the prepacked state of node {node.name!r}",
+                        passes=(KernelError,)):
         for key, (indices, state) in dict(kernel.prepacked()).items():
             indices = tuple(indices)
             if not isinstance(key, str) or not indices or not all(
@@ -118,12 +118,4 @@ def offer_prepacked(container: PrepackedContainer, kernel: Kernel, node: NodeVie
             if adopted:
                 kernel.adopt_prepacked(key, held.state)
             uses.append(PrepackedUse(node.name, provider, key, adopted, held))
-    except KernelError:
-        raise
-    except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
-        if is_user_interrupt(exc, since):
-            raise
-        raise KernelError(
-            f"{label}: provider {provider!r} failed to share the prepacked state of node "
-            f"{node.name!r}: {describe_exception(exc)}") from exc
     return uses

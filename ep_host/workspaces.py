@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ep_host.errors import KernelError, ResourceLimitError, describe_exception
 from ep_host.kernel import WORKSPACE_LIFETIMES, Kernel, Workspace
-from ep_host.plugin_calls import is_user_interrupt, sigint
+from ep_host.plugin_calls import is_user_interrupt, provider_fault, sigint
 
 if TYPE_CHECKING:
     from ep_host.graph import NodeView
@@ -23,15 +23,8 @@ def asked_workspace(kernel: Kernel, node: NodeView, provider: str, label: str,
         return None
     meta = tuple(None if v is None else (None if v.dtype is None else v.dtype.numpy, v.shape)
                  for v in node.inputs)
-    since = sigint.received
-    try:
+    with provider_fault(label, provider, f"state the workspace of node {node.name!r}"):
         asked = kernel.workspace(meta)
-    except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
-        if is_user_interrupt(exc, since):
-            raise
-        raise KernelError(
-            f"{label}: provider {provider!r} failed to state the workspace of node "
-            f"{node.name!r}: {describe_exception(exc)}") from exc
     if asked is None:
         return None
     if not isinstance(asked, Workspace) or type(asked.nbytes) is not int or (
