@@ -75,26 +75,35 @@ def numba_module() -> Any:
     return numba
 
 
+def _with_globals(func: Any, names: dict[str, Any]) -> Any:
+    """``func`` reading its globals from ``names``."""
+    copy = types.FunctionType(func.__code__, names, func.__name__, func.__defaults__,
+                              func.__closure__)
+    copy.__qualname__, copy.__module__ = func.__qualname__, func.__module__
+    return copy
+
+
 def compiled(py_func: Any, signatures: Callable[[Any], list[Any]],
              helpers: tuple[Any, ...] = ()) -> Any:
     """``py_func`` compiled by numba for ``signatures(numba)`` (eagerly: read from the disk
     cache when an earlier process compiled it), one thread, floating-point contraction (FMA)
     allowed and no other fast-math, numpy's division rules (:data:`OPTIONS`); ``None``
     (numpy's path) when numba is not wanted, cannot be imported or cannot compile it, the last
-    two with a warning. ``helpers``: functions of the same module that ``py_func`` calls by
-    name, compiled with it (each a loop the compiler vectorizes better on its own)."""
+    two with a warning. ``helpers``: functions that ``py_func`` and the helpers themselves call by
+    name, compiled with it (each a loop the compiler vectorizes better on its own, or a scalar
+    step two modules' loops share)."""
     if not numba_wanted():
         return None
     numba = numba_module()
     if numba is None:
         return None
-    if helpers:  # py_func reads them from its globals: a copy of those with the compiled ones
-        names = dict(py_func.__globals__)
-        names.update({h.__name__: numba.njit(**OPTIONS)(h) for h in helpers})
-        func = types.FunctionType(py_func.__code__, names, py_func.__name__,
-                                  py_func.__defaults__, py_func.__closure__)
-        func.__qualname__, func.__module__ = py_func.__qualname__, py_func.__module__
-        py_func = func
+    if helpers:  # each reads the others from its globals: copies of those with compiled ones
+        spaces = [dict(f.__globals__) for f in (py_func, *helpers)]
+        jitted = {h.__name__: numba.njit(**OPTIONS)(_with_globals(h, names))
+                  for h, names in zip(helpers, spaces[1:], strict=True)}
+        for names in spaces:  # numba reads a helper's globals when it compiles, after this
+            names.update(jitted)
+        py_func = _with_globals(py_func, spaces[0])
     try:
         return numba.njit(signatures(numba), **OPTIONS)(py_func)
     except Exception as exc:  # a numba that cannot compile it: numpy's path, said once

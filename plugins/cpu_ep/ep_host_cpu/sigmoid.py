@@ -51,26 +51,31 @@ def sigmoid_float32(x, y, times_x):
         sigmoid_of_parts(xs, poly[:m], bits[:m].view(np.float32), y[start:start + m], times_x)
 
 
+def exp_of_nonpositive(h):
+    """exp(h) for h in [TAIL, 0] (or NaN) as (p, bits): the polynomial and the int32 bits of
+    the float32 2^k it is to be multiplied by. Shared by the compiled loops that take an
+    exponential (listed among their helpers)."""
+    k = np.int32(h * LOG2E - np.float32(0.5))  # h <= 0: truncation rounds to nearest
+    n = np.float32(k)
+    r = h - n * LN2_HIGH - n * LN2_LOW
+    p = TAYLOR[0]
+    p = p * r + TAYLOR[1]
+    p = p * r + TAYLOR[2]
+    p = p * r + TAYLOR[3]
+    p = p * r + TAYLOR[4]
+    p = p * r + TAYLOR[5]
+    p = p * r + np.float32(1)
+    p = p * r + np.float32(1)
+    return p, (k + np.int32(127)) << np.int32(23)  # 2^k, k in [-126, 0]
+
+
 def exp_parts(x, poly, bits):
     """exp(-|x| / 2) as poly * 2^k: ``poly`` the polynomial, ``bits`` the float32 2^k."""
-    one = np.float32(1)
     for i in range(x.size):
         h = np.float32(-0.5) * abs(x[i])
         if h < HALF_TAIL:  # also -inf; a NaN passes
             h = HALF_TAIL
-        k = np.int32(h * LOG2E - np.float32(0.5))  # h <= 0: truncation rounds to nearest
-        n = np.float32(k)
-        r = h - n * LN2_HIGH - n * LN2_LOW
-        p = TAYLOR[0]
-        p = p * r + TAYLOR[1]
-        p = p * r + TAYLOR[2]
-        p = p * r + TAYLOR[3]
-        p = p * r + TAYLOR[4]
-        p = p * r + TAYLOR[5]
-        p = p * r + one
-        p = p * r + one
-        poly[i] = p
-        bits[i] = (k + np.int32(127)) << np.int32(23)  # 2^k, k in [-63, 0]
+        poly[i], bits[i] = exp_of_nonpositive(h)
 
 
 def sigmoid_of_parts(x, poly, scale, y, times_x):
@@ -104,7 +109,7 @@ class CompiledSigmoid(CompiledLoop):
 
     function = staticmethod(sigmoid_float32)
     signature = staticmethod(signature)
-    helpers = (exp_parts, sigmoid_of_parts)
+    helpers = (exp_parts, sigmoid_of_parts, exp_of_nonpositive)
 
     def __call__(self, x, out=None, times_x=False):
         flat = np.ascontiguousarray(x).reshape(-1)

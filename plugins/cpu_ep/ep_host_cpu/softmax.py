@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ep_host_cpu.jit import CompiledLoop
-from ep_host_cpu.sigmoid import LN2_HIGH, LN2_LOW, LOG2E, TAIL, TAYLOR
+from ep_host_cpu.sigmoid import TAIL, exp_of_nonpositive
 
 
 def softmax_rows(x, y):
@@ -43,25 +43,13 @@ def row_max(xr):
 
 def shifted_exp(xr, top, poly, bits):
     """exp(x - top) as poly * 2^k: ``poly`` the polynomial, ``bits`` the float32 2^k."""
-    one = np.float32(1)
     for i in range(xr.size):
         h = xr[i] - top  # <= 0, or NaN
         below = h < TAIL  # exp(h) under float32's smallest normal number: 0
         if below:  # k kept in range
             h = TAIL
-        k = np.int32(h * LOG2E - np.float32(0.5))  # h <= 0: truncation rounds to nearest
-        n = np.float32(k)
-        r = h - n * LN2_HIGH - n * LN2_LOW
-        p = TAYLOR[0]
-        p = p * r + TAYLOR[1]
-        p = p * r + TAYLOR[2]
-        p = p * r + TAYLOR[3]
-        p = p * r + TAYLOR[4]
-        p = p * r + TAYLOR[5]
-        p = p * r + one
-        p = p * r + one
+        p, bits[i] = exp_of_nonpositive(h)
         poly[i] = np.float32(0) if below else p
-        bits[i] = (k + np.int32(127)) << np.int32(23)  # 2^k, k in [-126, 0]
 
 
 def scaled(poly, scale, yr):
@@ -96,7 +84,7 @@ class CompiledSoftmax(CompiledLoop):
 
     function = staticmethod(softmax_rows)
     signature = staticmethod(signature)
-    helpers = (row_max, shifted_exp, scaled, divide)
+    helpers = (row_max, shifted_exp, scaled, divide, exp_of_nonpositive)
 
     def __call__(self, x):
         cols = x.shape[-1]
