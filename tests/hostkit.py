@@ -35,6 +35,37 @@ def add_relu_model():
     )
 
 
+def random_dag(rng, n_nodes, shape):
+    """A model of ``n_nodes`` Add/Relu nodes over earlier values (``rng``: ``random.Random``),
+    float32 tensors of ``shape``; values nobody reads (and a fifth of the others) are outputs."""
+    values, nodes = ["x", "y"], []
+    for i in range(n_nodes):
+        if rng.random() < 0.5:
+            a, b = rng.choice(values), rng.choice(values)
+            nodes.append(helper.make_node("Add", [a, b], [f"v{i}"], name=f"n{i}"))
+        else:
+            nodes.append(helper.make_node("Relu", [rng.choice(values)], [f"v{i}"], name=f"n{i}"))
+        values.append(f"v{i}")
+    consumed = {x for n in nodes for x in n.input}
+    outs = [v for v in values[2:] if v not in consumed or rng.random() < 0.2]
+    return make_model(nodes, [("x", TensorProto.FLOAT, shape), ("y", TensorProto.FLOAT, shape)],
+                      [(o, TensorProto.FLOAT, shape) for o in outs])
+
+
+def random_costs(rng, names, providers, high):
+    """Per provider, the nodes it claims (each with 0.8 chance, every node by someone) and a
+    cost in [1, ``high``) us each."""
+    costs = [{} for _ in range(providers)]
+    for name in names:
+        claim = [rng.random() < 0.8 for _ in range(providers)]
+        if not any(claim):
+            claim[rng.randrange(providers)] = True
+        for k, c in enumerate(claim):
+            if c:
+                costs[k][name] = round(rng.uniform(1.0, high), 3)
+    return costs
+
+
 class InlineProvider:
     """A provider object for tests: claims ``ops`` at ``cost_us`` each, computing with numpy."""
 

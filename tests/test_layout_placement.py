@@ -6,7 +6,7 @@ import itertools
 import random
 
 import pytest
-from hostkit import make_model
+from hostkit import make_model, random_costs, random_dag
 from onnx import TensorProto, helper
 
 from ep_host import Cost, Device, KernelMatch, ProviderInfo, hookimpl
@@ -48,34 +48,12 @@ class LayoutProvider:
                                      output_layouts=[self.layout])
 
 
-def random_dag(rng, n_nodes):
-    values, nodes = ["x", "y"], []
-    for i in range(n_nodes):
-        if rng.random() < 0.5:
-            nodes.append(helper.make_node("Add", [rng.choice(values), rng.choice(values)],
-                                          [f"v{i}"], name=f"n{i}"))
-        else:
-            nodes.append(helper.make_node("Relu", [rng.choice(values)], [f"v{i}"], name=f"n{i}"))
-        values.append(f"v{i}")
-    consumed = {x for n in nodes for x in n.input}
-    outs = [v for v in values[2:] if v not in consumed or rng.random() < 0.2]
-    return make_model(nodes, [("x", TensorProto.FLOAT, SHAPE), ("y", TensorProto.FLOAT, SHAPE)],
-                      [(o, TensorProto.FLOAT, SHAPE) for o in outs])
-
-
 def random_case(seed, kinds, n_nodes):
     """``kinds``: (device, layout) per provider."""
     rng = random.Random(seed)
-    model = load_model(random_dag(rng, n_nodes))
+    model = load_model(random_dag(rng, n_nodes, SHAPE))
     names = [n.name for n in model.graph.nodes]
-    costs = [{} for _ in kinds]
-    for name in names:
-        claim = [rng.random() < 0.8 for _ in kinds]
-        if not any(claim):
-            claim[rng.randrange(len(kinds))] = True
-        for k, c in enumerate(claim):
-            if c:
-                costs[k][name] = round(rng.uniform(1.0, 200.0), 3)
+    costs = random_costs(rng, names, len(kinds), 200.0)
     host = Host(strict=False)
     devices = {}
     for k, (device, layout) in enumerate(kinds):

@@ -5,7 +5,7 @@ import itertools
 import random
 
 import pytest
-from hostkit import make_model
+from hostkit import make_model, random_costs, random_dag
 from onnx import TensorProto, helper
 
 from ep_host import Cost, Device, KernelMatch, ProviderInfo, hookimpl
@@ -41,37 +41,16 @@ class CostedProvider:
                                      host_inputs=self.host_inputs.get(node.name, ()))
 
 
-def random_dag(rng, n_nodes):
-    """Add/Relu nodes over earlier values; float32 tensors of random sizes (same per chain)."""
-    size = rng.choice([16, 256, 4096, 65536])
-    values = ["x", "y"]
-    nodes = []
-    for i in range(n_nodes):
-        if rng.random() < 0.5:
-            a, b = rng.choice(values), rng.choice(values)
-            nodes.append(helper.make_node("Add", [a, b], [f"v{i}"], name=f"n{i}"))
-        else:
-            nodes.append(helper.make_node("Relu", [rng.choice(values)], [f"v{i}"], name=f"n{i}"))
-        values.append(f"v{i}")
-    consumed = {x for n in nodes for x in n.input}
-    outs = [v for v in values[2:] if v not in consumed or rng.random() < 0.2]
-    shape = [size]
-    return make_model(nodes, [("x", TensorProto.FLOAT, shape), ("y", TensorProto.FLOAT, shape)],
-                      [(o, TensorProto.FLOAT, shape) for o in outs])
+def random_model(rng, n_nodes):
+    """hostkit's random DAG, its float32 tensors of one random size."""
+    return random_dag(rng, n_nodes, [rng.choice([16, 256, 4096, 65536])])
 
 
 def random_case(seed, devices, n_nodes, host_inputs=False):
     rng = random.Random(seed)
-    model = load_model(random_dag(rng, n_nodes))
+    model = load_model(random_model(rng, n_nodes))
     names = [n.name for n in model.graph.nodes]
-    costs = [{} for _ in devices]
-    for name in names:
-        claim = [rng.random() < 0.8 for _ in devices]
-        if not any(claim):
-            claim[rng.randrange(len(devices))] = True
-        for k, c in enumerate(claim):
-            if c:
-                costs[k][name] = round(rng.uniform(1.0, 100.0), 3)
+    costs = random_costs(rng, names, len(devices), 100.0)
     host = Host(strict=False)
     providers = []
     for k, device in enumerate(devices):
@@ -224,7 +203,7 @@ def launch_case(seed, devices, n_nodes, launches):
     """``random_case`` with provider k compiling at ``launches[k]`` per partition (0: not)."""
     table, devs = random_case(seed, devices, n_nodes)
     rng = random.Random(seed)
-    model = load_model(random_dag(rng, n_nodes))
+    model = load_model(random_model(rng, n_nodes))
     host = Host(strict=False)
     for k, device in enumerate(devices):
         costs = {n: table.answers[n][f"p{k}"].cost.compute_us for n in table.answers
