@@ -320,6 +320,8 @@ class InferenceSession:
         if max_tensor_bytes is None:
             max_tensor_bytes = max_tensor_bytes_from_env()
         self._run_timeout = run_timeout_from_env()
+        # runs without options need no cancel token, timeout thread or tensor limit
+        self._plain_runs = not self._run_timeout and max_tensor_bytes is None
         if trace is None and self._sess_options.enable_profiling:
             trace = self._sess_options.profile_path()
         if trace is None or isinstance(trace, Tracer):
@@ -459,9 +461,11 @@ class InferenceSession:
     ) -> list[Any]:
         """Run the model; returns the requested outputs (all when ``output_names`` is falsy)."""
         names = self._output_names(output_names)
-        feeds = self._check_inputs(input_feed)
+        feeds = self._feeds.check(input_feed)
         while True:
             try:
+                if run_options is None and self._plain_runs:
+                    return hand_out(self._run_plan(self._run, feeds, names, None, None))
                 return hand_out(self._execute(self._run, feeds, names, run_options))
             except KernelError as exc:
                 if not self._place_without_lost(exc):
@@ -483,7 +487,9 @@ class InferenceSession:
 
     def _output_names(self, output_names: Sequence[str] | None) -> list[str]:
         plan = self._plan
-        names = list(output_names) if output_names else plan.output_names
+        if not output_names:
+            return plan.output_names
+        names = list(output_names)
         unknown = [n for n in names if n not in plan.output_slots]
         if unknown:
             raise InputError(

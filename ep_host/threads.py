@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 SMALL_MACHINE_CPUS = 4
@@ -26,50 +27,72 @@ class _Pools:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.libraries: list[Any] | None = None
+        # each library's (read its threads now, set them)
+        self.calls: list[tuple[Callable[[], int], Callable[[int], Any]]] = []
         self.active: dict[int, int] = {}  # limit -> runs using it
         self.saved: list[int] = []  # each library's threads before the first run began
         self.current: list[int] = []  # and what they are now
 
-    def _find(self) -> list[Any]:
-        if self.libraries is None:
-            try:
-                from threadpoolctl import ThreadpoolController
-            except ImportError:  # without threadpoolctl the pools stay as they are
-                self.libraries = []
-            else:
-                self.libraries = list(
-                    ThreadpoolController().select(user_api="blas").lib_controllers)
-        return self.libraries
+    def _find(self) -> None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:  # without threadpoolctl the pools stay as they are
+            self.libraries = []
+        else:
+            self.libraries = list(
+                ThreadpoolController().select(user_api="blas").lib_controllers)
+        self.calls = [_calls(lib) for lib in self.libraries]
 
     def enter(self, limit: int) -> None:
         with self.lock:
-            libraries = self._find()
-            if not self.active:
-                self.saved = [lib.get_num_threads() for lib in libraries]
-                self.current = list(self.saved)
-            self.active[limit] = self.active.get(limit, 0) + 1
+            if self.libraries is None:
+                self._find()
+            active = self.active
+            if not active:
+                self.saved = [read() for read, _ in self.calls]
+                self.current = self.saved.copy()
+                active[limit] = 1
+                self._set(limit)
+                return
+            active[limit] = active.get(limit, 0) + 1
             # concurrent runs asking for different limits get the largest of them
-            self._set(max(self.active))
+            self._set(max(active))
 
     def exit(self, limit: int) -> None:
         with self.lock:
-            self.active[limit] -= 1
-            if not self.active[limit]:
-                del self.active[limit]
-            if self.active:
-                self._set(max(self.active))
+            active = self.active
+            if active[limit] == 1:
+                del active[limit]
             else:
-                self._set(None)
+                active[limit] -= 1
+            self._set(max(active) if active else None)
 
     def _set(self, want: int | None) -> None:
         """Each library at ``want`` threads (``None``: at what it had before), calling it
         only where that changes something (a call costs microseconds, a run of a small model
         only tens)."""
-        for i, lib in enumerate(self.libraries or []):
+        current = self.current
+        for i, (_, write) in enumerate(self.calls):
             n = self.saved[i] if want is None else want
-            if self.current[i] != n:
-                lib.set_num_threads(n)
-                self.current[i] = n
+            if current[i] != n:
+                write(n)
+                current[i] = n
+
+
+def _calls(lib: Any) -> tuple[Callable[[], int], Callable[[int], Any]]:
+    """How to read and set ``lib``'s threads: its threadpoolctl methods, or for OpenBLAS outside
+    OpenMP its own C functions, which threadpoolctl exposes (a third of the time, paid twice a
+    run; the lock above already keeps this process's runs from fighting over the pool)."""
+    symbol = getattr(lib, "_get_symbol", None)
+    if (getattr(lib, "internal_api", None) == "openblas" and callable(symbol)
+            and getattr(lib, "threading_layer", None) != "openmp"):
+        try:
+            read, write = symbol("openblas_get_num_threads"), symbol("openblas_set_num_threads")
+        except Exception:  # a threadpoolctl without them: the public methods below
+            read = write = None
+        if read is not None and write is not None:
+            return read, write
+    return lib.get_num_threads, lib.set_num_threads
 
 
 POOLS = _Pools()
