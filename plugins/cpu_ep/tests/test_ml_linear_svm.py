@@ -143,6 +143,39 @@ def test_normalizer(rng, norm, dtype):
     assert not out[3].any()
 
 
+@pytest.mark.parametrize("transform", ["NONE", "LOGISTIC", "SOFTMAX"])
+def test_one_row_equals_that_row_in_a_batch(rng, transform):
+    """A single short row takes a Python-float path (LinearClassifier's transform, Normalizer);
+    it must give what the numpy path gives for the same row among others, and onnxruntime's
+    answer."""
+    m = linear_classifier(rng, 4, transform=transform)
+    m.graph.node.append(helper.make_node("Normalizer", ["scores"], ["normed"], domain=ML,
+                                         norm="L1"))
+    m.graph.output.append(helper.make_tensor_value_info("normed", TensorProto.FLOAT,
+                                                        [None, None]))
+    batch = rows(rng, 40)
+    batch[5] = [0, 1e-30, -3, 2.5, 0]
+    together = run_ep_host(m, {"x": batch})
+    for i in range(len(batch)):
+        one = assert_same(m, batch[i:i + 1])
+        for a, b in zip(one, together, strict=True):
+            # exact but for the exponential: numpy may take its own SIMD exp (1 ulp)
+            np.testing.assert_allclose(a[0], b[i], rtol=1e-6 if transform != "NONE" else 0)
+
+
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+def test_normalizer_one_row_is_the_batch_row_bit_for_bit(rng, norm):
+    node = helper.make_node("Normalizer", ["x"], ["y"], domain=ML, norm=norm)
+    m = model([node], [("y", TensorProto.FLOAT, [None, F])])
+    batch = (rows(rng, 60) * 10.0 ** rng.integers(-20, 20, size=(60, 1))).astype(np.float32)
+    batch[7] = 0
+    batch[8, 2] = np.inf  # infinities and NaN take the numpy path
+    batch[9, 1] = np.nan
+    together = run_ep_host(m, {"x": batch})[0]
+    for i in range(len(batch)):
+        np.testing.assert_array_equal(run_ep_host(m, {"x": batch[i:i + 1]})[0][0], together[i])
+
+
 def test_normalizer_declines_unknown_norm():
     node = helper.make_node("Normalizer", ["x"], ["y"], domain=ML, norm="L3")
     assert_declines(model([node], [("y", TensorProto.FLOAT, [None, F])]), "attribute", "L3")
