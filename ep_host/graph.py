@@ -251,7 +251,7 @@ def _attribute_value(attr: AttributeProto, model: Model | None, parent: GraphVie
     if t == AttributeProto.INTS:
         return tuple(attr.ints)
     if t == AttributeProto.STRINGS:
-        return tuple(s.decode("utf-8", "replace") for s in attr.strings)
+        return _decoded(attr.strings)
     if t == AttributeProto.TENSOR:
         return readonly(tensor_to_array(attr.t, model))
     if t == AttributeProto.TENSORS:
@@ -265,6 +265,18 @@ def _attribute_value(attr: AttributeProto, model: Model | None, parent: GraphVie
     if t == AttributeProto.SPARSE_TENSOR:
         return attr.sparse_tensor
     return None
+
+
+def _decoded(strings: Any) -> tuple[str, ...]:
+    """Each of ``strings`` (bytes) as text; many at once in one decode (a tree ensemble's node
+    modes are thousands), one by one where one holds a NUL, the separator."""
+    if len(strings) < 16:
+        return tuple(s.decode("utf-8", "replace") for s in strings)
+    joined = b"\0".join(strings)
+    texts = joined.decode("utf-8", "replace").split("\0")
+    if len(texts) != len(strings):  # a string with a NUL of its own
+        return tuple(s.decode("utf-8", "replace") for s in strings)
+    return tuple(texts)
 
 
 class _NodeFields:

@@ -223,3 +223,19 @@ def test_an_opset_newer_than_onnx_knows_is_refused_with_both_numbers():
     model.opset_import[0].version = 99
     with pytest.raises(ModelValidationError, match="99.*newer than"):
         load_model(model)
+
+
+@pytest.mark.parametrize("count", [3, 40])
+def test_string_list_attributes_decode_each_string(count):
+    """Long string lists are decoded in one pass; the answer must be each string's own decode,
+    with invalid UTF-8 replaced and a string holding a NUL kept whole."""
+    raw = [b"BRANCH_LEQ", b"LEAF", b"\xff\xfe", "é".encode(), b"\xc3", b"", b"a\x00b"]
+    strings = (raw * count)[:count] if count > len(raw) else raw[:count]
+    for with_nul in (False, True):
+        values = [s for s in strings if with_nul or b"\x00" not in s]
+        node = helper.make_node("Tagged", ["x"], ["y"], domain="test.strings", tags=values)
+        model = load_model(make_model([node], [("x", TensorProto.FLOAT, [1])],
+                                      [("y", TensorProto.FLOAT, [1])],
+                                      domains=[("test.strings", 1)]))
+        assert model.graph.nodes[0].attributes["tags"] == tuple(
+            s.decode("utf-8", "replace") for s in values)
