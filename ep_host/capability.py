@@ -16,7 +16,7 @@ from typing import Any
 from ep_host import node_times, plugin_calls
 from ep_host.calibration import ProviderCalibration, provider_calibration
 from ep_host.cost import Cost
-from ep_host.discovery import Host, ProviderRecord
+from ep_host.discovery import OWN_DISTRIBUTIONS, Host, ProviderRecord
 from ep_host.errors import HostError, ProviderError, describe_exception
 from ep_host.functions import expand_function
 from ep_host.graph import NodeView, node_signature, op_schema, paused_gc
@@ -232,7 +232,8 @@ def provider_answers(
 ) -> list[KernelMatch]:
     """One provider's answers for ``nodes``, in order (an isolated provider's in one call).
 
-    With a per-call limit (``host.hook_timeout``) the provider is asked on a worker thread that
+    With a per-call limit (``host.hook_timeout``) a provider (but ep-host's own CPU EP,
+    ``discovery.OWN_DISTRIBUTIONS``) is asked on a worker thread that
     walks the whole batch, watched from here: a call that makes no progress for the limit is a
     hang. That node gets a ``fault`` decline, the provider is marked failed, the rest of the batch
     declines at once, and the stuck thread is abandoned (Python cannot interrupt it).
@@ -250,7 +251,7 @@ def provider_answers(
     if record.status != "available":
         return [unavailable_answer(record)] * len(nodes)
     caller = host.batch_caller(record, "ep_host_supports_op")
-    if seconds is None:
+    if seconds is None or record.distribution in OWN_DISTRIBUTIONS:
         try:
             return [ask(host, record, n, context, checked, caller) for n in nodes]
         finally:

@@ -150,6 +150,12 @@ def load_in_time(ep: Any, seconds: float | None) -> Any:
     return value
 
 
+# ep-host's own CPU EP: loaded in this process unless named for isolation, and asked without
+# the hook time limit's watching thread (a thread hand-off per model costs milliseconds on a
+# loaded machine; the limit is there for other people's providers)
+OWN_DISTRIBUTIONS = ("ep-host-cpu",)
+
+
 @dataclass
 class ProviderRecord:
     """One provider as the host found it: where it came from and whether it works.

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from ep_host import plugin_calls
+from ep_host.discovery import OWN_DISTRIBUTIONS
 from ep_host.errors import HostError, ProviderLostError, describe_exception
 from ep_host.hookspecs import hookimpl
 from ep_host.kernel import Kernel
@@ -36,7 +37,7 @@ from ep_host.provider import Device, ProviderContext, ProviderInfo
 INSTALL_HINT = "isolated providers run in Ray workers: pip install 'ep-host[ray]'"
 WORKER_CPUS = 2  # CPUs a local Ray started for isolation offers (actors ask for none)
 POLL_S = 0.02  # how often a wait for a worker looks at its progress
-UNISOLATED_DISTRIBUTIONS = ("ep-host-cpu",)  # ep-host's own CPU EP: in process unless named
+UNISOLATED_DISTRIBUTIONS = OWN_DISTRIBUTIONS  # ep-host's own CPU EP: in process unless named
 
 
 def worker_timeout(default: float | None) -> float | None:

@@ -29,9 +29,14 @@ def kernel_matrix(xp, x, vectors, kernel_type, kernel_params, vector_norms=None)
     if kernel_type == "RBF":
         if vector_norms is None:
             vector_norms = (vectors * vectors).sum(axis=1)
-        squared = ((x * x).sum(axis=1)[:, None] + vector_norms[None, :]
-                   - 2 * (x @ vectors.T))
-        return xp.exp(-gamma * xp.maximum(squared, 0.0))
+        # (|x|^2 + |v|^2) - 2 x.v, each step in place on one array
+        squared = (x * x).sum(axis=1)[:, None] + vector_norms[None, :]
+        dot = x @ vectors.T
+        dot *= 2
+        squared -= dot
+        xp.maximum(squared, 0.0, out=squared)
+        squared *= -gamma
+        return xp.exp(squared, out=squared)
     dot = x @ vectors.T
     if kernel_type == "POLY":
         return (gamma * dot + coef0) ** degree
@@ -46,7 +51,7 @@ def _features(x, n_features, op):
         raise ValueError(f"{op}: the model has {n_features} features per row, the input "
                          f"{rows.shape[1]}")
     # onnxruntime reads every input type as float32 first
-    return rows.astype(np.float32).astype(np.float64)
+    return rows.astype(np.float32, copy=False).astype(np.float64)
 
 
 def _check_common(node, op):
@@ -169,11 +174,13 @@ class ClassifierTables:
         self.pair_weights, self.pairs = _pair_weights(attrs["coefficients"], per_class)
         self.support = SupportVectors(attrs["support_vectors"], self.pair_weights.shape[0])
         self.rho = _float32_values(rho)
-        self.first = np.zeros((len(self.pairs), self.k))
-        self.second = np.zeros((len(self.pairs), self.k))
+        first = np.zeros((len(self.pairs), self.k))
+        second = np.zeros((len(self.pairs), self.k))
         for p, (i, j) in enumerate(self.pairs):
-            self.first[p, i] = 1
-            self.second[p, j] = 1
+            first[p, i] = 1
+            second[p, j] = 1
+        # votes = wins @ first + (1 - wins) @ second = wins @ (first - second) + column sums
+        self.vote_change, self.second_votes = first - second, second.sum(axis=0)
 
     def label_array(self, xp, winner):
         if self.int_labels is None:
@@ -249,9 +256,10 @@ def svm_classifier(xp, x, *, kernel_type, post_transform, classlabels_ints=None,
     rows = _features(x, tables.support.n_features, "SVMClassifier")
     kernels = tables.support.kernels(xp, rows, kernel_type, kernel_params).astype(np.float32)
     scores = kernels.astype(np.float64) @ tables.pair_weights
-    scores = (scores + tables.rho).astype(np.float32)
-    wins = scores > 0
-    votes = wins @ tables.first + (~wins) @ tables.second
+    scores += tables.rho
+    scores = scores.astype(np.float32)
+    votes = (scores > 0).astype(np.float64) @ tables.vote_change
+    votes += tables.second_votes  # whole numbers: exact in any order
     winner = votes.argmax(axis=1)
     if prob_a:
         out = _probabilities(scores, prob_a, prob_b, tables.pairs, k).astype(np.float64)
