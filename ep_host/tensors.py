@@ -40,6 +40,12 @@ def tensor_to_array(t: TensorProto, model: Model | None) -> np.ndarray:
         return read_external_tensor(t, model.base_dir, model.label)
     count = checked_element_count(t, label)
     raw = t.HasField("raw_data")
+    plain = _PLAIN_RAW.get(t.data_type) if raw and sys.byteorder == "little" else None
+    if plain is not None:  # the common case without onnx's general reader (a few us a tensor)
+        payload = t.raw_data  # one copy out of the message
+        if len(payload) != count * plain.itemsize:
+            _check_raw_length(t, count, label)
+        return np.frombuffer(payload, dtype=plain).reshape(tuple(t.dims))  # read-only
     try:
         dt = to_dtype(t.data_type)
         fixed = dt.bits % 8 == 0 and dt.name != "string"
@@ -54,6 +60,15 @@ def tensor_to_array(t: TensorProto, model: Model | None) -> np.ndarray:
             _check_raw_length(t, count, label)
         raise ModelLoadError(
             f"{label}: cannot read tensor {t.name!r}: {type(exc).__name__}: {exc}") from exc
+
+
+# raw data of these types is the values themselves, little-endian (the ONNX format)
+_PLAIN_RAW = {TensorProto.FLOAT: np.dtype(np.float32), TensorProto.DOUBLE: np.dtype(np.float64),
+              TensorProto.FLOAT16: np.dtype(np.float16), TensorProto.INT8: np.dtype(np.int8),
+              TensorProto.INT16: np.dtype(np.int16), TensorProto.INT32: np.dtype(np.int32),
+              TensorProto.INT64: np.dtype(np.int64), TensorProto.UINT8: np.dtype(np.uint8),
+              TensorProto.UINT16: np.dtype(np.uint16), TensorProto.UINT32: np.dtype(np.uint32),
+              TensorProto.UINT64: np.dtype(np.uint64)}
 
 
 def _check_raw_length(t: TensorProto, count: int, label: str) -> None:
