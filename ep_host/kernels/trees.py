@@ -210,7 +210,10 @@ class Forest:
         """As :meth:`leaves` for a few rows: every node compares its feature once per row,
         giving each node's next node per row; each pair then takes one look-up a level."""
         rows, size = x.shape[0], len(self.feature)
-        values = x.take(xp.asarray(self.feature), axis=1)  # [rows, nodes]
+        if rows == 1:
+            values = x.reshape(-1).take(xp.asarray(self.feature))  # [nodes]
+        else:
+            values = x.take(xp.asarray(self.feature), axis=1)  # [rows, nodes]
         splits = xp.asarray(table.splits)
         if self.fast:
             go = values <= splits
@@ -220,18 +223,20 @@ class Forest:
         if has_nan:
             go = xp.where(xp.isnan(values), xp.asarray(table.nan_slot.astype(bool)), go)
         following = xp.where(go, xp.asarray(table.true_slot), xp.asarray(table.false_slot))
-        roots = xp.asarray(self.roots_row)
         if rows == 1:  # row 0's node k at k
-            node = following.reshape(-1).take(roots)
-        else:  # row r's node k at r * size + k
-            offset = (xp.arange(rows, dtype=xp.intp) * size)[:, None]
-            following += offset
-            node = following.reshape(-1).take(roots + offset)
+            node = following.take(xp.asarray(self.roots))
+            for _ in range(self.depth - 1):
+                node = following.take(node)
+            node -= self.n_interior
+            return node.reshape(1, -1)
+        # row r's node k at r * size + k
+        offset = (xp.arange(rows, dtype=xp.intp) * size)[:, None]
+        following += offset
+        node = following.reshape(-1).take(xp.asarray(self.roots_row) + offset)
         following = following.reshape(-1)
         for _ in range(self.depth - 1):
             node = following.take(node)
-        if rows > 1:
-            node -= offset
+        node -= offset
         node -= self.n_interior
         return node
 
@@ -287,7 +292,10 @@ class Forest:
         if self.single_vote:
             return self._sum_single_votes(xp, leaf, x.shape[0])
         hit = None if self.always_voted else xp.asarray(self.has)[leaf].any(axis=1)
-        votes = xp.asarray(self.weights)[leaf]  # [rows, trees, targets]
+        if x.shape[0] == 1:  # [1, trees, targets] without the fancy index (same sums)
+            votes = xp.asarray(self.weights).take(leaf[0], axis=0)[None]
+        else:
+            votes = xp.asarray(self.weights)[leaf]  # [rows, trees, targets]
         if self.aggregate == 2:
             return votes.min(axis=1), hit
         if self.aggregate == 3:

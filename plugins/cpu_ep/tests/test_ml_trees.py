@@ -352,3 +352,22 @@ def test_two_ensembles_in_one_model_keep_their_own_trees(rng):
     model.ir_version = 10
     y, y2 = assert_same(model, inputs(rng, rows=50))
     assert not np.allclose(y, y2)
+
+
+@pytest.mark.parametrize("kind", ["classifier", "regressor", "regressor_every_mode_nan"])
+def test_one_row_scores_equal_that_row_in_a_batch_bit_for_bit(rng, kind):
+    """One row takes its own path (flat look-ups, votes gathered per tree); a batch of rows the
+    general one. The same row must score the same either way, to the bit."""
+    if kind == "classifier":
+        model = classifier(rng, 3, [0, 1, 2], transform="SOFTMAX", trees=20, depth=6)
+    elif kind == "regressor":
+        model = regressor(rng, 3, targets=3, trees=20, depth=6)
+    else:
+        modes = ("BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ")
+        model = regressor(rng, 3, modes=modes, tracks=True, trees=20, depth=5)
+    x = inputs(rng, rows=40, nan=kind.endswith("nan"))
+    together = run_ep_host(model, {"x": x})
+    for i in range(len(x)):
+        alone = run_ep_host(model, {"x": x[i:i + 1]})
+        for a, b in zip(alone, together, strict=True):
+            np.testing.assert_array_equal(np.asarray(a)[0], np.asarray(b)[i])
