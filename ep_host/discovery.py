@@ -12,6 +12,7 @@ import os
 import sys
 import threading
 import traceback
+import types
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,6 +151,35 @@ def load_in_time(ep: Any, seconds: float | None) -> Any:
     return value
 
 
+# what pluggy can take as a hook in a module: functions, methods bound or wrapped
+_HOOKABLE = (types.FunctionType, types.MethodType, staticmethod, classmethod)
+
+
+def _plainly_not_a_hook(plugin: Any, name: str) -> bool:
+    """Whether ``name`` in a module is a value pluggy would not take as a hook (a class, a
+    constant, an imported module or builtin), told from the module's namespace alone."""
+    if not isinstance(plugin, types.ModuleType) or name.startswith("__"):
+        return False
+    return not isinstance(plugin.__dict__.get(name), _HOOKABLE)
+
+
+class _PluginManager(pluggy.PluginManager):
+    """pluggy's manager, skipping without a static look-up the names of a module that cannot
+    be hooks (most of a provider module's names: its imports and constants). pluggy looks up
+    every name of a plugin with ``inspect.getattr_static`` at each registration, most of a
+    small session's start-up; the hooks found are pluggy's own answer."""
+
+    def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
+        if _plainly_not_a_hook(plugin, name):
+            return None
+        return super().parse_hookimpl_opts(plugin, name)
+
+    def parse_hookspec_opts(self, module_or_class: Any, name: str) -> Any:
+        if _plainly_not_a_hook(module_or_class, name):
+            return None
+        return super().parse_hookspec_opts(module_or_class, name)
+
+
 # ep-host's own CPU EP: loaded in this process unless named for isolation, and asked without
 # the hook time limit's watching thread (a thread hand-off per model costs milliseconds on a
 # loaded machine; the limit is there for other people's providers)
@@ -216,7 +246,7 @@ class Host:
         # seconds one supports_op call may take (None: no limit; default EP_HOST_HOOK_TIMEOUT)
         self.hook_timeout = hook_timeout_from_env() if hook_timeout == -1.0 else hook_timeout
         record_sigint()  # so that a plugin's KeyboardInterrupt is told from the user's ^C
-        self.pm = pluggy.PluginManager("ep_host")
+        self.pm = _PluginManager("ep_host")
         self.pm.add_hookspecs(hookspecs)
         self.records: dict[str, ProviderRecord] = {}
         self.entry_point_names: set[str] = set()  # every provider entry point seen, loaded or not

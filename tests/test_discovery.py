@@ -160,3 +160,30 @@ def test_each_provider_is_called_alone_and_wrappers_still_apply(host):
     assert table.answers["add"]["b"].cost.total_us == 2.0
     assert sorted(seen) == [("add", 1.0), ("add", 2.0), ("relu", 1.0), ("relu", 2.0)]
     assert a.asked == ["add", "relu"] and b.asked == ["add", "relu"]
+
+
+def test_a_module_provider_hooks_by_any_name_pluggy_takes(host):
+    """The host's manager skips a module's plainly unhookable names (classes, constants,
+    imports) without pluggy's static look-up; hooks under other names (``specname``), wrapped
+    in staticmethod, or bound methods stored in the module are still found."""
+    import types
+
+    from ep_host import Cost, KernelMatch, ProviderInfo
+
+    class Source:
+        @hookimpl(specname="ep_host_supports_op")
+        def supports(self, node, context):
+            return KernelMatch.supported(Cost(compute_us=2.0))
+
+    module = types.ModuleType("a_module_provider")
+    exec(  # a plain function with the marker, read from the module's namespace
+        "from ep_host import ProviderInfo, hookimpl\n"
+        "@hookimpl\n"
+        "def ep_host_provider_info():\n"
+        "    return ProviderInfo(name='modular', version='1.0')\n", module.__dict__)
+    module.answer = Source().supports  # a bound method under another name
+    module.ProviderInfo, module.LIMIT = ProviderInfo, 3  # a class and a constant: not hooks
+    record = host.register(module, name="modular")
+    assert record.status == "available", record.fault
+    table = capability.walk(host, load_model(add_relu_model()), ["modular"])
+    assert all(row["modular"].cost.compute_us == 2.0 for row in table.answers.values())
