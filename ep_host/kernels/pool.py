@@ -266,9 +266,13 @@ def global_average_pool(xp, x):
     """numpy's mean (pairwise sums). A BLAS GEMV with a ones vector ran 3-7x faster but rounds
     otherwise: means an ulp away from numpy's in a few channels turned squeezenet's answer on
     onnx's shipped inputs (a Softmax over means near 1e10) into another one
-    (tests/test_light_models.py)."""
-    work = xp.float32 if x.dtype.itemsize < 4 else x.dtype
-    return xp.mean(x.astype(work), axis=tuple(range(2, x.ndim)), keepdims=True).astype(x.dtype)
+    (tests/test_light_models.py). float32 and float64 are reduced in place, without a copy of
+    the input (EfficientNet-B0's 17 squeeze-excite means took 2.0 ms with one, 5.6x
+    onnxruntime's)."""
+    axes = tuple(range(2, x.ndim))
+    if x.dtype.itemsize >= 4:
+        return xp.mean(x, axis=axes, keepdims=True)
+    return xp.mean(x.astype(xp.float32), axis=axes, keepdims=True).astype(x.dtype)
 
 
 @kernel("GlobalMaxPool", 1, dtypes=FLOATS, check=_check_global, family="pool")
