@@ -72,7 +72,8 @@ class CompiledHardSigmoid(CompiledLoop):
 
     def __call__(self, x, alpha, beta, times_x=False, out=None):
         flat = np.ascontiguousarray(x).reshape(-1)
-        same = out is not None and out.flags.c_contiguous and out.ctypes.data == flat.ctypes.data
+        same = out is not None and out.flags.c_contiguous and (
+            out is x or out.ctypes.data == flat.ctypes.data)  # ctypes: 1.4 us a call
         if not same and (out is None or not out.flags.c_contiguous
                          or np.may_share_memory(out, flat)):
             out = np.empty(x.shape, dtype=np.float32)
