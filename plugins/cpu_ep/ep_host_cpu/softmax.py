@@ -4,8 +4,8 @@
 Per row: the maximum, then ``exp(x - max)`` by :mod:`ep_host_cpu.sigmoid`'s exponential (range
 reduction, a degree-7 polynomial, ``2^k`` from its exponent bits: a form the compiler
 vectorizes, where numba's ``expf`` is libm's scalar one), values below float32's smallest normal
-number flushed to 0, then each multiplied by the reciprocal of the row's sum. A NaN in a row makes the row NaN, as
-numpy's passes do.
+number flushed to 0, then each multiplied by the reciprocal of the row's sum. A NaN in a row
+makes the row NaN, as numpy's passes do.
 
 The row's sum is kept in ``LANES`` partial sums, added up at the row's end: one running sum
 is a chain of dependent additions the compiler may not reorder (no fast-math here), 0.73 ns a
