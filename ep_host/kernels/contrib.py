@@ -128,7 +128,7 @@ def quick_gelu(xp, x, *, alpha=1.702, out=None):
             and x.size >= compiled.MIN_SIZE and compiled.ready()):
         return compiled(x, out if fits(out, x.shape, x.dtype) else None, times_x=True)
     w = _wide(xp, x)
-    return (w * _sigmoid(xp, alpha * w)).astype(x.dtype)
+    return (w * _sigmoid(xp, alpha * w if alpha != 1.0 else w)).astype(x.dtype, copy=False)
 
 
 # -- Normalizations -----------------------------------------------------------------------------

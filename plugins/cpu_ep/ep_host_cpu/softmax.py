@@ -4,8 +4,14 @@
 Per row: the maximum, then ``exp(x - max)`` by :mod:`ep_host_cpu.sigmoid`'s exponential (range
 reduction, a degree-7 polynomial, ``2^k`` from its exponent bits: a form the compiler
 vectorizes, where numba's ``expf`` is libm's scalar one), values below float32's smallest normal
-number flushed to 0, then each divided by the row's sum. A NaN in a row makes the row NaN, as
-numpy's passes do.
+number flushed to 0, then each multiplied by the reciprocal of the row's sum. A NaN in a row
+makes the row NaN, as numpy's passes do.
+
+The row's sum is kept in ``LANES`` partial sums, added up at the row's end: one running sum
+is a chain of dependent additions the compiler may not reorder (no fast-math here), 0.73 ns a
+value against 0.33; the sum is then multiplied by once as its reciprocal, not divided by per
+value. MobileViT's 4 x 4 x 256 x 256 attention, one thread: 1.92 -> 1.28 ms (onnxruntime 0.52);
+the values within 4e-7 of onnxruntime's (1e-6 before: the partial sums round less).
 """
 
 from __future__ import annotations
@@ -17,27 +23,31 @@ import numpy as np
 from ep_host_cpu.jit import CompiledLoop
 from ep_host_cpu.sigmoid import TAIL, exp_of_nonpositive
 
+LANES = 16  # partial sums per row: two vectors of 8 float32
+
 
 def softmax_rows(x, y):
     """Each row of ``x`` (rows, cols) through softmax into ``y``."""
     rows, cols = x.shape
     bits = np.empty(cols, dtype=np.int32)
     poly = np.empty(cols, dtype=np.float32)
+    lanes = np.empty(LANES, dtype=np.float32)
     for r in range(rows):
         top = row_max(x[r])
         shifted_exp(x[r], top, poly, bits)
-        total = scaled(poly, bits.view(np.float32), y[r])
+        total = scaled(poly, bits.view(np.float32), y[r], lanes)
         divide(y[r], total)
 
 
 def row_max(xr):
-    """The row's maximum; NaN when the row holds one."""
+    """The row's maximum; NaN when the row holds one. (Partial maxima in a scratch array, as
+    for the sum, ran 1.6x slower than one running ``max``.)"""
     top = xr[0]
     nan = top != top
     for i in range(1, xr.size):
         v = xr[i]
         nan |= v != v
-        top = v if v > top else top
+        top = max(top, v)
     return np.float32(np.nan) if nan else top
 
 
@@ -52,21 +62,31 @@ def shifted_exp(xr, top, poly, bits):
         poly[i] = np.float32(0) if below else p
 
 
-def scaled(poly, scale, yr):
+def scaled(poly, scale, yr, lanes):
     """yr = poly * scale, 0 below float32's smallest normal number; returns the sum."""
-    total = np.float32(0)
+    n = yr.size
+    whole = n - n % LANES
     tiny = np.float32(1.1754944e-38)
-    for i in range(yr.size):
+    for i in range(n):
         e = poly[i] * scale[i]
-        e = np.float32(0) if e < tiny else e  # a NaN keeps its value
-        yr[i] = e
-        total += e
+        yr[i] = np.float32(0) if e < tiny else e  # a NaN keeps its value
+    for j in range(LANES):
+        lanes[j] = np.float32(0)
+    for i in range(0, whole, LANES):
+        for j in range(LANES):
+            lanes[j] += yr[i + j]
+    total = np.float32(0)
+    for j in range(LANES):
+        total += lanes[j]
+    for i in range(whole, n):
+        total += yr[i]
     return total
 
 
 def divide(yr, total):
+    inverse = np.float32(1) / total
     for i in range(yr.size):
-        yr[i] = yr[i] / total
+        yr[i] = yr[i] * inverse
 
 
 def signature(numba: Any) -> list[Any]:

@@ -15,6 +15,8 @@ from ep_host_cpu.gelu import GeluFloat32
 from ep_host_cpu.grouped_conv import GroupedConv2d
 from ep_host_cpu.hard_sigmoid import CompiledHardSigmoid
 from ep_host_cpu.layer_norm import CompiledLayerNorm
+from ep_host_cpu.max_pool import CompiledMaxPool3x3s2
+from ep_host_cpu.resample import CompiledTaps
 from ep_host_cpu.sigmoid import CompiledSigmoid
 from ep_host_cpu.softmax import CompiledSoftmax
 
@@ -29,6 +31,8 @@ def numpy_namespace() -> SimpleNamespace:
     ns.compiled_softmax = CompiledSoftmax()  # numba's, for float32 Softmax over the last axis
     ns.compiled_sigmoid = CompiledSigmoid()  # numba's, compiled when a large Sigmoid first runs
     ns.compiled_hard_sigmoid = CompiledHardSigmoid()  # numba's, for HardSigmoid and HardSwish
+    ns.compiled_max_pool_3x3s2 = CompiledMaxPool3x3s2()  # numba's, for MaxPool 3x3 stride 2
+    ns.compiled_taps = CompiledTaps()  # numba's, for Resize's linear and cubic taps (float32)
     ns.__name__ = "numpy"
     return ns
 

@@ -73,3 +73,17 @@ def test_other_axes_and_log_softmax_take_numpy_passes(rng, monkeypatch):
     softmax(numpy_xp, x, axis=0)
     softmax(numpy_xp, x.astype(np.float64), axis=1)
     assert calls == [1]
+
+
+@pytest.mark.parametrize("cols", [7, 16, 49, 256, 259])
+def test_the_row_maximum_at_every_position(cols):
+    """Each row's one large value at another column (the lanes of the partial sums see it in
+    every lane and in the tail): exp(x - max) then never exceeds 1."""
+    rows = max(cols, 4096 // cols + 1)
+    x = np.tile(np.linspace(-3, 3, cols, dtype=np.float32), (rows, 1))
+    x[np.arange(rows), np.arange(rows) % cols] = 80
+    got = softmax(numpy_xp, x, axis=-1)
+    want = reference(x)
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-37)
+    np.testing.assert_allclose(got.astype(np.float64).sum(axis=-1), 1, rtol=1e-6)
