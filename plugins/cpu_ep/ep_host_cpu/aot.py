@@ -4,17 +4,19 @@ a child process, into an extension module kept under numba's cache folder
 without importing numba or starting LLVM. ``EP_HOST_NUMBA_AOT=0`` keeps numba's JIT in the
 process.
 
-Measured here (numba 0.68.1, smaps of one process): ``import numba`` adds 65 MiB (36 MiB of
-llvmlite's library text, 26 MiB of Python objects), and reading one kernel back from numba's
-disk cache 86 MiB more (38 MiB more of llvmlite's text, 40 MiB of LLVM's heap); an imported
-kernel module adds about 1 MiB. Building one costs a numba import, LLVM's compile and a C
-compile of numba's runtime (about 7 s here, once per kernel, CPU and source).
+Measured here (numba 0.68.1, RSS by mapping in /proc/self/smaps): ``import numba`` adds 64 MiB
+(36 MiB of llvmlite's library text, 21 MiB anonymous, the rest scipy's and other libraries it
+loads), and the first kernel read back from numba's disk cache 65 MiB more (33 MiB more of
+llvmlite's text, 25 MiB anonymous: LLVM's heap); the first built kernel imported instead adds
+8 MiB, the next 1 MiB. Building one costs a numba import, LLVM's compile and a C compile of
+numba's runtime in the child (7-10 s here, once per kernel, CPU and source).
 
 The module is keyed by the kernel's source files, numba's, llvmlite's, numpy's and Python's
 versions and this CPU (its ``/proc/cpuinfo`` flags); it is compiled for this CPU with the
 options of :data:`ep_host_cpu.jit.OPTIONS` (the JIT's: the same code, the same results). A
-build that fails (no C compiler, a numba without ``pycc``) is remembered by a marker file next
-to where the module would be, and the kernel is compiled by the JIT in the process instead.
+build that fails (no C compiler, a numba without ``pycc`` or setuptools) is remembered for a day
+by a marker file next to where the module would be, and the kernel is compiled by the JIT in
+the process instead.
 Calls go through :class:`AheadKernel`, which checks each array against the compiled types
 (numba's dispatcher did; the module only checks item sizes).
 """
@@ -32,6 +34,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +44,7 @@ import numpy as np
 
 AOT_SWITCH = "EP_HOST_NUMBA_AOT"
 BUILD_TIMEOUT_S = 900  # a build under heavy load; past this the JIT takes over
+RETRY_AFTER_S = 86400  # a failed build is tried again a day later (a C compiler installed since)
 ENTRY = "kernel"  # the name the module exports
 
 
@@ -156,7 +160,7 @@ def load(spec: KernelSpec, folder: str | Path) -> AheadKernel | None:
     built = home / f"{stem}-{key}"
     failed = home / f"{stem}-{key}.failed"
     if not built.is_dir():
-        if failed.exists():
+        if _recent(failed):
             return None
         reason = _build(spec, name, home, built)
         if reason is None:
@@ -185,6 +189,14 @@ def load(spec: KernelSpec, folder: str | Path) -> AheadKernel | None:
         warnings.warn(f"CPU EP: the built {label} cannot be imported ({type(exc).__name__}: "
                       f"{exc}); numba compiles it in this process", RuntimeWarning, stacklevel=3)
         return None
+
+
+def _recent(marker: Path) -> bool:
+    """Whether ``marker`` was written less than :data:`RETRY_AFTER_S` ago."""
+    try:
+        return marker.stat().st_mtime > time.time() - RETRY_AFTER_S
+    except OSError:
+        return False
 
 
 def _remove_older(home: Path, stem: str, built: Path) -> None:

@@ -1,6 +1,7 @@
 """Compiled kernels built ahead of time (``ep_host_cpu.aot``): a fresh process loads them
 without numba or LLVM and computes what numba's JIT computes, bit for bit; their arrays are
-checked as numba's dispatcher checks them; without a C compiler the JIT runs them, said once."""
+checked as numba's dispatcher checks them; without a C compiler the JIT runs them, said once a
+day."""
 
 from __future__ import annotations
 
@@ -76,8 +77,8 @@ def test_a_built_kernel_refuses_arrays_of_another_type_order_or_size():
         kernel(x, y)
 
 
-def test_without_a_c_compiler_the_jit_compiles_the_kernel_and_says_so_once(tmp_path,
-                                                                           monkeypatch):
+def test_without_a_c_compiler_the_jit_compiles_the_kernel_and_says_so_once_a_day(
+        tmp_path, monkeypatch):
     assert numba_module() is not None  # numba's own disk cache stays where it was
     empty = tmp_path / "bin"
     empty.mkdir()
@@ -98,6 +99,11 @@ def test_without_a_c_compiler_the_jit_compiles_the_kernel_and_says_so_once(tmp_p
         again = compiled(hard_sigmoid_float32, signature)
     assert again is not None and not isinstance(again, aot.AheadKernel)
     assert not [w for w in said if "ahead of time" in str(w.message)]  # the marker was read
+    (marker,) = (tmp_path / "cache" / "aot").glob("*.failed")
+    day_ago = marker.stat().st_mtime - aot.RETRY_AFTER_S - 1
+    os.utime(marker, (day_ago, day_ago))
+    with pytest.warns(RuntimeWarning, match="cannot be built ahead of time"):  # tried again
+        compiled(hard_sigmoid_float32, signature)
 
 
 def test_switched_off_the_kernel_comes_from_the_jit(monkeypatch):
