@@ -11,9 +11,9 @@ llvmlite's text, 25 MiB anonymous: LLVM's heap); the first built kernel imported
 8 MiB, the next 1 MiB. Building one costs a numba import, LLVM's compile and a C compile of
 numba's runtime in the child (7-10 s here, once per kernel, CPU and source).
 
-The module is keyed by the kernel's source files, numba's, llvmlite's, numpy's and Python's
-versions and this CPU (its ``/proc/cpuinfo`` flags); it is compiled for this CPU with the
-options of :data:`ep_host_cpu.jit.OPTIONS` (the JIT's: the same code, the same results). A
+The module is keyed by the sources of the kernel's package, numba's, llvmlite's, numpy's and
+Python's versions and this CPU (its ``/proc/cpuinfo`` flags); it is compiled for this CPU with
+the options of :data:`ep_host_cpu.jit.OPTIONS` (the JIT's: the same code, the same results). A
 build that fails (no C compiler, a numba without ``pycc`` or setuptools) is remembered for a day
 by a marker file next to where the module would be, and the kernel is compiled by the JIT in
 the process instead.
@@ -75,10 +75,16 @@ def aot_wanted() -> bool:
     return os.environ.get(AOT_SWITCH, "1").strip() not in ("0", "false", "no", "off")
 
 
-def _source_of(module_name: str) -> bytes:
-    spec = importlib.util.find_spec(module_name)
-    origin = spec.origin if spec is not None else None
-    return Path(origin).read_bytes() if origin else module_name.encode()
+def _sources(module_names: set[str]) -> list[Path]:
+    """Every Python file of the packages the modules are in: a kernel reads constants and
+    helpers from its package's other modules too (numba's own disk cache misses a change
+    there, as it watches only the function's file)."""
+    files: set[Path] = set()
+    for name in module_names:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            files.update(Path(spec.origin).parent.glob("*.py"))
+    return sorted(files)
 
 
 def _cpu_identity() -> str:
@@ -108,8 +114,8 @@ def kernel_key(spec: KernelSpec) -> str:
     digest = hashlib.sha256()
     modules = {spec.function[0], spec.signature[0], *(m for m, _ in spec.helpers),
                jit.__name__, __name__}
-    for name in sorted(modules):
-        digest.update(name.encode() + b"\0" + _source_of(name) + b"\0")
+    for path in _sources(modules):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     for part in (spec.as_json(), repr(sorted(jit.OPTIONS.items())), jit.CACHE_TAG,
                  _version("numba"), _version("llvmlite"), np.__version__, sys.version,
                  str(importlib.machinery.EXTENSION_SUFFIXES), _cpu_identity()):
@@ -124,22 +130,33 @@ class AheadKernel:
 
     def __init__(self, function: Any, arrays: list[dict[str, Any] | None], name: str) -> None:
         self._function = function
-        self._arrays = [(i, np.dtype(a["dtype"]), a["ndim"], a["writable"])
-                        for i, a in enumerate(arrays) if a is not None]
+        self._read = tuple((i, np.dtype(a["dtype"]), a["ndim"])
+                           for i, a in enumerate(arrays) if a is not None and not a["writable"])
+        self._written = tuple((i, np.dtype(a["dtype"]), a["ndim"])
+                              for i, a in enumerate(arrays) if a is not None and a["writable"])
         self._count = len(arrays)
         self.__name__ = name
 
     def __call__(self, *args: Any) -> Any:
         if len(args) != self._count:
             raise TypeError(f"{self.__name__} takes {self._count} arguments, got {len(args)}")
-        for i, dtype, ndim, writable in self._arrays:
+        nd = np.ndarray
+        for i, dtype, ndim in self._read:
             a = args[i]
-            if (not isinstance(a, np.ndarray) or a.dtype != dtype or a.ndim != ndim
-                    or not a.flags.c_contiguous or (writable and not a.flags.writeable)):
-                raise TypeError(f"{self.__name__}: argument {i} must be a C-contiguous "
-                                f"{'writable ' if writable else ''}{dtype} array of {ndim} "
-                                f"dimensions, got {_describe(a)}")
+            if (a.__class__ is not nd or a.dtype != dtype or a.ndim != ndim
+                    or not a.flags.c_contiguous):
+                self._refuse(i, a, dtype, ndim, False)
+        for i, dtype, ndim in self._written:
+            a = args[i]
+            if (a.__class__ is not nd or a.dtype != dtype or a.ndim != ndim
+                    or not (flags := a.flags).c_contiguous or not flags.writeable):
+                self._refuse(i, a, dtype, ndim, True)
         return self._function(*args)
+
+    def _refuse(self, i: int, a: Any, dtype: np.dtype, ndim: int, writable: bool) -> None:
+        raise TypeError(f"{self.__name__}: argument {i} must be a C-contiguous "
+                        f"{'writable ' if writable else ''}{dtype} array of {ndim} "
+                        f"dimensions, got {_describe(a)}")
 
 
 def _describe(a: Any) -> str:

@@ -113,3 +113,24 @@ def test_switched_off_the_kernel_comes_from_the_jit(monkeypatch):
     assert kernel is not None and not isinstance(kernel, aot.AheadKernel)
     monkeypatch.setenv("EP_HOST_NUMBA_AOT", "1")
     assert isinstance(compiled(hard_sigmoid_float32, signature), aot.AheadKernel)
+
+
+def test_a_kernels_key_follows_every_module_of_its_package(tmp_path, monkeypatch):
+    """A constant read from a sibling module is compiled into the kernel: changing that module
+    must give the kernel another module (numba's own cache watches only the function's file)."""
+    package = tmp_path / "kernel_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "limits.py").write_text("TOP = 1.0\n")
+    (package / "loop.py").write_text("from kernel_pkg.limits import TOP\n\n\n"
+                                     "def clip(x):\n    return min(x, TOP)\n\n\n"
+                                     "def signature(numba):\n"
+                                     "    return numba.float64(numba.float64)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = aot.KernelSpec(("kernel_pkg.loop", "clip"), (), ("kernel_pkg.loop", "signature"))
+    first = aot.kernel_key(spec)
+    assert aot.kernel_key(spec) == first
+    (package / "limits.py").write_text("TOP = 2.0\n")
+    assert aot.kernel_key(spec) != first
+    assert aot.kernel_key(aot.KernelSpec(spec.function, (), spec.signature, ("float32",))) \
+        != aot.kernel_key(spec)
