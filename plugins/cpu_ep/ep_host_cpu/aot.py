@@ -180,32 +180,33 @@ def load(spec: KernelSpec, folder: str | Path) -> AheadKernel | None:
         if _recent(failed):
             return None
         reason = _build(spec, name, home, built)
-        if reason is None:
-            _remove_older(home, stem, built)
         if reason is not None:
-            try:
-                home.mkdir(parents=True, exist_ok=True)
-                failed.write_text(reason)
-            except OSError:
-                pass
-            warnings.warn(f"CPU EP: {label} cannot be built ahead of time ({reason}); numba "
-                          "compiles it in this process (about 130 MiB more)", RuntimeWarning,
-                          stacklevel=3)
+            _give_up(failed, f"{label} cannot be built ahead of time ({reason})")
             return None
+        _remove_older(home, stem, built)
     try:
         arrays = json.loads((built / "arrays.json").read_text())
         path = next(built.glob(f"{name}.*"))
         loader = importlib.machinery.ExtensionFileLoader(name, str(path))
-        module_spec = importlib.util.spec_from_file_location(name, path, loader=loader)
-        assert module_spec is not None
-        module = importlib.util.module_from_spec(module_spec)
+        module = importlib.util.module_from_spec(
+            importlib.machinery.ModuleSpec(name, loader, origin=str(path)))
         loader.exec_module(module)
         return AheadKernel(getattr(module, ENTRY), arrays, label)
-    except Exception as exc:  # a damaged folder: built again by a later process
+    except Exception as exc:  # damaged, or not loadable here: removed, and the JIT for a day
         shutil.rmtree(built, ignore_errors=True)
-        warnings.warn(f"CPU EP: the built {label} cannot be imported ({type(exc).__name__}: "
-                      f"{exc}); numba compiles it in this process", RuntimeWarning, stacklevel=3)
+        _give_up(failed, f"the built {label} cannot be imported ({type(exc).__name__}: {exc})")
         return None
+
+
+def _give_up(marker: Path, why: str) -> None:
+    """Warn that the JIT compiles the kernel, and leave ``marker`` saying why."""
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(why)
+    except OSError:
+        pass
+    warnings.warn(f"CPU EP: {why}; numba compiles it in this process (about 130 MiB more)",
+                  RuntimeWarning, stacklevel=4)
 
 
 def _recent(marker: Path) -> bool:

@@ -6,9 +6,11 @@ day."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -134,3 +136,23 @@ def test_a_kernels_key_follows_every_module_of_its_package(tmp_path, monkeypatch
     assert aot.kernel_key(spec) != first
     assert aot.kernel_key(aot.KernelSpec(spec.function, (), spec.signature, ("float32",))) \
         != aot.kernel_key(spec)
+
+
+def test_a_damaged_module_is_removed_and_the_jit_compiles_the_kernel(tmp_path, monkeypatch):
+    from ep_host_cpu.jit import numba_cache_dir
+
+    assert CompiledHardSigmoid().ready()  # built (or found) in the usual folder
+    spec = aot.KernelSpec(("ep_host_cpu.hard_sigmoid", "hard_sigmoid_float32"), (),
+                          ("ep_host_cpu.hard_sigmoid", "signature"))
+    folder = f"ep_host_cpu.hard_sigmoid.hard_sigmoid_float32-{aot.kernel_key(spec)}"
+    cache = tmp_path / "cache"
+    copy = cache / "aot" / folder
+    shutil.copytree(Path(numba_cache_dir()) / "aot" / folder, copy)
+    (library,) = copy.glob("ep_host_kernel_*")
+    library.write_bytes(b"not a shared library")
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache))
+    with pytest.warns(RuntimeWarning, match="built .*hard_sigmoid_float32 cannot be imported"):
+        kernel = compiled(hard_sigmoid_float32, signature)
+    assert kernel is not None and not isinstance(kernel, aot.AheadKernel)
+    assert not copy.exists()
+    assert (cache / "aot" / f"{folder}.failed").exists()
