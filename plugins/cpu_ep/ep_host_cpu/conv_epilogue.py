@@ -6,21 +6,20 @@ variants of Conv (1x1, im2col, shifted); numpy's passes otherwise, and with
 numpy adds the bias in one pass and clamps in another; measured one thread on a 16 -> 96
 channel 1x1 Conv at 112 x 112 with ReLU6: the two passes 0.29 ms, the compiled one 0.10 ms.
 
-The pass saves a few percent of a convolution, and numba costs a process about 130 MiB (its
-import and LLVM's first compile): it is used only once another kernel has imported numba (a
-depthwise or grouped convolution, a LayerNormalization), so that a model of plain convolutions
-runs without it. Its values equal numpy's passes' (the same float32 add and clamp), so which
-path ran never shows in a result.
+The pass saves a few percent of a convolution, and a first compiled kernel costs a process
+its build (seconds, once per machine) or numba's JIT (about 130 MiB, see :mod:`ep_host_cpu.aot`):
+it is used only once another compiled kernel is in use (a depthwise or grouped convolution, a
+LayerNormalization), so that a model of plain convolutions runs without it. Its values equal
+numpy's passes' (the same float32 add and clamp), so which path ran never shows in a result.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
 
-from ep_host_cpu.jit import compiled, numba_wanted
+from ep_host_cpu.jit import compiled, compiled_in_use, numba_wanted
 
 
 def bias_clamp(y, bias, has_bias, lo, hi, clamp):
@@ -58,8 +57,7 @@ class ConvEpilogue:
         self._compiled: Any = None
 
     def ready(self, dtype: Any) -> bool:
-        if (np.dtype(dtype) != np.float32 or "numba" not in sys.modules
-                or not numba_wanted()):
+        if np.dtype(dtype) != np.float32 or not compiled_in_use() or not numba_wanted():
             return False
         if self._compiled is None:
             self._compiled = compiled(bias_clamp, signature) or False

@@ -22,10 +22,11 @@ from ep_host_cpu.jit import compiled, numba_wanted
 
 
 def signature(numba: Any, dtype: Any) -> Any:
-    """The types :func:`phase_conv2d` is compiled for at ``dtype`` (float32 or float64): inputs
-    read-only (a writable array passes too), the output and every array C-contiguous."""
+    """The types :func:`phase_conv2d` is compiled for at ``dtype`` (float32 or float64, or its
+    name): inputs read-only (a writable array passes too), the output and every array
+    C-contiguous."""
     types = numba.types
-    t = numba.from_dtype(dtype)
+    t = numba.from_dtype(np.dtype(dtype))
 
     def array(ndim, item=t, readonly=True):
         return types.Array(item, ndim, "C", readonly=readonly)
@@ -163,8 +164,8 @@ class GroupedConv2d:
             return False
         found = self._compiled.get(name)
         if found is None:
-            found = self._compiled[name] = compiled(
-                phase_conv2d, lambda numba: [signature(numba, np.dtype(name))]) or False
+            found = self._compiled[name] = compiled(phase_conv2d, signature,
+                                                    args=(name,)) or False
         return bool(found)
 
     geometry = staticmethod(phase_geometry)

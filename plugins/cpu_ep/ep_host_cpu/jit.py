@@ -1,14 +1,16 @@
-"""numba for the CPU EP's compiled kernels: imported on first use (never at ``import ep_host`` or
-``import ep_host_cpu``), compiled functions cached on disk under the user cache directory
-(``NUMBA_CACHE_DIR`` wins when set), and ``EP_HOST_NUMBA=0`` keeping every kernel on its numpy
-path.
+"""numba for the CPU EP's compiled kernels: each built once ahead of time into an extension
+module that later processes import without numba (:mod:`ep_host_cpu.aot`), else numba imported
+on first use (never at ``import ep_host`` or ``import ep_host_cpu``) with compiled functions
+cached on disk under the user cache directory (``NUMBA_CACHE_DIR`` wins when set), and
+``EP_HOST_NUMBA=0`` keeping every kernel on its numpy path.
 
 Measured here (numba 0.68.1; a 2-core machine, quiet / under a load of 8): ``import numba``
 0.19 / 0.55-0.85 s; compiling the grouped convolution for float32 the first time 2.6 / 6-6.8 s
 (float64, compiled only when a float64 model asks, 4.7 s more under load); reading the float32
 one back from the disk cache in a fresh process, numba's code generator starting with it,
 0.47 / 0.9-1.3 s (float64 then 0.02 s). A process pays this once, when it first makes a Conv
-that runs on the compiled loops (at session creation, see ``conv.prepare_conv``).
+that runs on the compiled loops (at session creation, see ``conv.prepare_conv``); importing a
+kernel built ahead of time takes 0.04 s and no numba.
 
 Kernels divide by numpy's rules (``error_model="numpy"``: x / 0 is inf, no exception): numba's
 default checks every division for zero, which keeps a loop with a division from being
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import types
 import warnings
 from collections.abc import Callable
@@ -83,35 +86,82 @@ def _with_globals(func: Any, names: dict[str, Any]) -> Any:
     return copy
 
 
-def compiled(py_func: Any, signatures: Callable[[Any], list[Any]],
-             helpers: tuple[Any, ...] = ()) -> Any:
-    """``py_func`` compiled by numba for ``signatures(numba)`` (eagerly: read from the disk
-    cache when an earlier process compiled it), one thread, floating-point contraction (FMA)
-    allowed and no other fast-math, numpy's division rules (:data:`OPTIONS`); ``None``
+def linked(numba: Any, py_func: Any, helpers: tuple[Any, ...], options: dict[str, Any]) -> Any:
+    """``py_func`` reading each of ``helpers`` from its globals as one compiled with
+    ``options`` (the helpers reading each other so too); ``py_func`` itself when none."""
+    if not helpers:
+        return py_func
+    spaces = [dict(f.__globals__) for f in (py_func, *helpers)]
+    jitted = {h.__name__: numba.njit(**options)(_with_globals(h, names))
+              for h, names in zip(helpers, spaces[1:], strict=True)}
+    for names in spaces:  # numba reads a helper's globals when it compiles, after this
+        names.update(jitted)
+    return _with_globals(py_func, spaces[0])
+
+
+def _named(func: Any) -> tuple[str, str] | None:
+    """``(module, name)`` that a fresh process imports ``func`` by, or ``None``."""
+    module = sys.modules.get(func.__module__)
+    if module is None or getattr(module, func.__name__, None) is not func:
+        return None
+    return func.__module__, func.__name__
+
+
+_LOADED: list[str] = []  # kernels loaded in this process, built ahead of time or by the JIT
+
+
+def compiled_in_use() -> bool:
+    """Whether this process runs a compiled kernel already (loaded from its built module, or
+    numba imported)."""
+    return bool(_LOADED) or "numba" in sys.modules
+
+
+def _ahead_of_time(py_func: Any, signature: Callable[..., Any], helpers: tuple[Any, ...],
+                   args: tuple[str, ...]) -> Any:
+    """The kernel from its module built ahead of time (:mod:`ep_host_cpu.aot`), or ``None``."""
+    from ep_host_cpu import aot
+
+    if not aot.aot_wanted():
+        return None
+    names = [_named(f) for f in (py_func, signature, *helpers)]
+    if any(n is None for n in names):
+        return None
+    spec = aot.KernelSpec(names[0], tuple(names[2:]), names[1], args)  # type: ignore[arg-type]
+    return aot.load(spec, numba_cache_dir())
+
+
+def compiled(py_func: Any, signature: Callable[..., Any], helpers: tuple[Any, ...] = (),
+             args: tuple[str, ...] = ()) -> Any:
+    """``py_func`` compiled by numba for ``signature(numba, *args)`` (one signature or a list of
+    them; ``args`` strings), one thread, floating-point contraction (FMA) allowed and no other
+    fast-math, numpy's division rules (:data:`OPTIONS`): imported from its module built ahead
+    of time (:mod:`ep_host_cpu.aot`, built first when absent), else compiled in this process
+    (eagerly: read from numba's disk cache when an earlier process compiled it); ``None``
     (numpy's path) when numba is not wanted, cannot be imported or cannot compile it, the last
-    two with a warning. ``helpers``: functions that ``py_func`` and the helpers themselves call by
-    name, compiled with it (each a loop the compiler vectorizes better on its own, or a scalar
-    step two modules' loops share)."""
+    two with a warning. ``helpers``: functions that ``py_func`` and the helpers themselves call
+    by name, compiled with it (each a loop the compiler vectorizes better on its own, or a
+    scalar step two modules' loops share)."""
     if not numba_wanted():
         return None
+    kernel = _ahead_of_time(py_func, signature, helpers, args)
+    if kernel is not None:
+        _LOADED.append(py_func.__qualname__)
+        return kernel
     numba = numba_module()
     if numba is None:
         return None
-    if helpers:  # each reads the others from its globals: copies of those with compiled ones
-        spaces = [dict(f.__globals__) for f in (py_func, *helpers)]
-        jitted = {h.__name__: numba.njit(**OPTIONS)(_with_globals(h, names))
-                  for h, names in zip(helpers, spaces[1:], strict=True)}
-        for names in spaces:  # numba reads a helper's globals when it compiles, after this
-            names.update(jitted)
-        py_func = _with_globals(py_func, spaces[0])
+    py_func = linked(numba, py_func, helpers, OPTIONS)
     try:
-        return numba.njit(signatures(numba), **OPTIONS)(py_func)
+        found = signature(numba, *args)
+        kernel = numba.njit(found if isinstance(found, list) else [found], **OPTIONS)(py_func)
     except Exception as exc:  # a numba that cannot compile it: numpy's path, said once
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         warnings.warn(f"CPU EP: numba cannot compile {py_func.__qualname__} "
                       f"({type(exc).__name__}: {first}); it runs on numpy",
                       RuntimeWarning, stacklevel=2)
         return None
+    _LOADED.append(py_func.__qualname__)
+    return kernel
 
 
 class CompiledLoop:

@@ -1,6 +1,8 @@
 """The array namespace the CPU EP binds: numpy, plus the few functions numpy lacks (``erf``).
 
-A flat namespace (not a proxy), so ``xp.add`` costs one attribute lookup, as ``numpy.add`` does.
+A flat namespace (not a proxy), so ``xp.add`` costs one attribute lookup, as ``numpy.add`` does;
+numpy's submodules that it imports only when first asked (``random``, ``f2py``, ``ma``,
+``testing``...: 15 MiB and 99 modules together) are looked up in numpy when first asked here too.
 """
 
 from __future__ import annotations
@@ -21,8 +23,18 @@ from ep_host_cpu.sigmoid import CompiledSigmoid
 from ep_host_cpu.softmax import CompiledSoftmax
 
 
+class NumpyNamespace(SimpleNamespace):
+    """numpy's loaded names as attributes; the others (its lazily imported submodules) from
+    numpy itself when asked."""
+
+    def __getattr__(self, name: str) -> object:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(np, name)
+
+
 def numpy_namespace() -> SimpleNamespace:
-    ns = SimpleNamespace(**{k: getattr(np, k) for k in dir(np) if not k.startswith("_")})
+    ns = NumpyNamespace(**{k: v for k, v in vars(np).items() if not k.startswith("_")})
     ns.erf = erf  # float32 by a fast fit (ep_host_cpu.erf), other types by scipy
     ns.gelu_float32 = GeluFloat32()  # the erf Gelu of float32: numba's pass on large arrays
     ns.grouped_conv2d = GroupedConv2d()  # numba's loops, compiled when a Conv first asks
