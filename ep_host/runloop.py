@@ -53,8 +53,10 @@ DONATE_BYTES = 256 * 1024
 same size on); below it a fresh array is as cheap as the test for a donor."""
 
 
-STEPS_PER_FUNCTION = 2000
-"""A plan longer than this runs as a chain of generated functions of at most this many steps."""
+STEPS_PER_FUNCTION = 500
+"""A plan longer than this runs as a chain of generated functions of at most this many steps:
+compiling one costs about 17 KB a step at its peak (SSD-lite's 2,072 steps in one function: 32
+MiB), and a link boundary only hands on the live values (microseconds a run)."""
 
 
 CODE_CACHE_CHARS = 16 * 2**20

@@ -15,7 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from ep_host_cpu import aot
-from ep_host_cpu.hard_sigmoid import CompiledHardSigmoid, hard_sigmoid_float32, signature
+from ep_host_cpu.hard_sigmoid import (
+    CompiledHardSigmoid,
+    hard_sigmoid_float32,
+    hard_sigmoid_in_place,
+    hard_sigmoid_into,
+    signature,
+)
 from ep_host_cpu.jit import compiled, numba_module
 
 LOAD_AND_RUN = """
@@ -38,6 +44,9 @@ conv(images, w.reshape(8, 1, 9), bias, y, g, 8, (0.0, 6.0))
 np.savez(sys.argv[1], sigmoid=sigmoid(x, times_x=True), conv=y)
 print("imported:" + ",".join(sorted(m for m in ("numba", "llvmlite") if m in sys.modules)))
 """
+
+
+HELPERS = (hard_sigmoid_in_place, hard_sigmoid_into)
 
 
 def run_fresh(tmp_path, name, ahead):
@@ -66,7 +75,7 @@ def test_a_built_kernel_refuses_arrays_of_another_type_order_or_size():
     assert isinstance(kernel, aot.AheadKernel)
     x = np.linspace(-4, 4, 64, dtype=np.float32)
     y = np.empty_like(x)
-    kernel(x, y, np.float32(0.2), np.float32(0.5), False)
+    kernel(x, y, np.float32(0.2), np.float32(0.5), False, False)
     np.testing.assert_allclose(y, np.clip(0.2 * x + 0.5, 0, 1), rtol=1e-6)
     readonly = y.copy()
     readonly.flags.writeable = False
@@ -74,8 +83,8 @@ def test_a_built_kernel_refuses_arrays_of_another_type_order_or_size():
              (x.astype(np.float64), y)]
     for a, b in wrong:  # each reads or writes memory as another type without the check
         with pytest.raises(TypeError, match="hard_sigmoid_float32: argument"):
-            kernel(a, b, np.float32(0.2), np.float32(0.5), False)
-    with pytest.raises(TypeError, match="takes 5 arguments"):
+            kernel(a, b, np.float32(0.2), np.float32(0.5), False, False)
+    with pytest.raises(TypeError, match="takes 6 arguments"):
         kernel(x, y)
 
 
@@ -89,32 +98,32 @@ def test_without_a_c_compiler_the_jit_compiles_the_kernel_and_says_so_once_a_day
     monkeypatch.setattr(aot.sysconfig, "get_config_var", lambda name: None)
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.warns(RuntimeWarning, match="cannot be built ahead of time .no C compiler"):
-        kernel = compiled(hard_sigmoid_float32, signature)
+        kernel = compiled(hard_sigmoid_float32, signature, HELPERS)
     assert kernel is not None and not isinstance(kernel, aot.AheadKernel)
     assert len(list((tmp_path / "cache" / "aot").glob("*.failed"))) == 1
     x = np.linspace(-4, 4, 64, dtype=np.float32)
     y = np.empty_like(x)
-    kernel(x, y, np.float32(0.2), np.float32(0.5), True)
+    kernel(x, y, np.float32(0.2), np.float32(0.5), True, False)
     np.testing.assert_allclose(y, np.clip(0.2 * x + 0.5, 0, 1) * x, rtol=1e-6)
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")
-        again = compiled(hard_sigmoid_float32, signature)
+        again = compiled(hard_sigmoid_float32, signature, HELPERS)
     assert again is not None and not isinstance(again, aot.AheadKernel)
     assert not [w for w in said if "ahead of time" in str(w.message)]  # the marker was read
     (marker,) = (tmp_path / "cache" / "aot").glob("*.failed")
     day_ago = marker.stat().st_mtime - aot.RETRY_AFTER_S - 1
     os.utime(marker, (day_ago, day_ago))
     with pytest.warns(RuntimeWarning, match="cannot be built ahead of time"):  # tried again
-        compiled(hard_sigmoid_float32, signature)
+        compiled(hard_sigmoid_float32, signature, HELPERS)
 
 
 def test_switched_off_the_kernel_comes_from_the_jit(monkeypatch):
     assert numba_module() is not None
     monkeypatch.setenv("EP_HOST_NUMBA_AOT", "0")
-    kernel = compiled(hard_sigmoid_float32, signature)
+    kernel = compiled(hard_sigmoid_float32, signature, HELPERS)
     assert kernel is not None and not isinstance(kernel, aot.AheadKernel)
     monkeypatch.setenv("EP_HOST_NUMBA_AOT", "1")
-    assert isinstance(compiled(hard_sigmoid_float32, signature), aot.AheadKernel)
+    assert isinstance(compiled(hard_sigmoid_float32, signature, HELPERS), aot.AheadKernel)
 
 
 def test_a_kernels_key_follows_every_module_of_its_package(tmp_path, monkeypatch):
@@ -142,7 +151,8 @@ def test_a_damaged_module_is_removed_and_the_jit_compiles_the_kernel(tmp_path, m
     from ep_host_cpu.jit import numba_cache_dir
 
     assert CompiledHardSigmoid().ready()  # built (or found) in the usual folder
-    spec = aot.KernelSpec(("ep_host_cpu.hard_sigmoid", "hard_sigmoid_float32"), (),
+    spec = aot.KernelSpec(("ep_host_cpu.hard_sigmoid", "hard_sigmoid_float32"),
+                          tuple(("ep_host_cpu.hard_sigmoid", h.__name__) for h in HELPERS),
                           ("ep_host_cpu.hard_sigmoid", "signature"))
     folder = f"ep_host_cpu.hard_sigmoid.hard_sigmoid_float32-{aot.kernel_key(spec)}"
     cache = tmp_path / "cache"
@@ -152,7 +162,7 @@ def test_a_damaged_module_is_removed_and_the_jit_compiles_the_kernel(tmp_path, m
     library.write_bytes(b"not a shared library")
     monkeypatch.setenv("NUMBA_CACHE_DIR", str(cache))
     with pytest.warns(RuntimeWarning, match="built .*hard_sigmoid_float32 cannot be imported"):
-        kernel = compiled(hard_sigmoid_float32, signature)
+        kernel = compiled(hard_sigmoid_float32, signature, HELPERS)
     assert kernel is not None and not isinstance(kernel, aot.AheadKernel)
     assert not copy.exists()
     assert (cache / "aot" / f"{folder}.failed").exists()
