@@ -170,11 +170,12 @@ def prepare_conv(xp, constants, *, group, **_):
 
 # A stride-1 Conv can run as one GEMM per kernel tap on a shifted view of the flattened padded
 # input, computing each output row at the padded width and dropping the extra columns after.
-# Measured on 3x3 convs at 14..56 pixels: twice as fast as im2col with 32 output channels per
-# group, 1.3x with 64, 5-15% slower from 96 up; and the im2col copy costs less beyond this much
-# extra work (padded / output pixels per row).
+# Measured one thread (OpenBLAS 0.3.31) on 3x3 convs at 14..56 pixels against im2col: 0.93-1.05x
+# the time with 8-16 output channels per group, 1.1-1.6x from 24 up (16 -> 64 channels at 55 x
+# 55, squeezenet's: 1.23 against 0.79 ms); and the im2col copy costs less beyond this much extra
+# work (padded / output pixels per row).
 SHIFTED_WASTE = 1.2
-SHIFTED_MAX_OUT = 64
+SHIFTED_MAX_OUT = 16
 
 
 # Winograd F(2x2, 3x3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks",
@@ -182,11 +183,12 @@ SHIFTED_MAX_OUT = 64
 # products instead of 36. Here: the input turned channels-last and transformed with adds and
 # subtracts, 16 GEMMs (tiles x C) @ (C x M), and the output transform. 2.25x fewer multiplies
 # than im2col, but the GEMMs only have C for their depth and the transforms cost a few passes
-# over input and output. Measured one thread, against the variant it replaces: 0.6-0.8x the
-# time from 32 channels in and out (e.g. 96 -> 128 at 28 x 28: 1.2 vs 1.9 ms), 1.3-1.4x with
-# 8-24 channels; 1.0-1.15x for 32 <-> 128 at 56 x 56.
+# over input and output. Measured one thread, against im2col: 0.7-0.9x the time from 40
+# channels in and out (96 -> 128 at 27 x 27: 1.46 against 2.05 ms; 40 -> 80 at 28 x 28: 0.58
+# against 0.64 ms), 1.0-1.3x with 32 input channels (32 -> 128 at 27 x 27: 0.79 against 0.70
+# ms) and 1.3-2x with 8-24.
 WINOGRAD_G = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0))
-WINOGRAD_MIN_CHANNELS = 32
+WINOGRAD_MIN_CHANNELS = 40
 WINOGRAD_MIN_TILES = 16
 
 
