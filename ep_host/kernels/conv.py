@@ -568,7 +568,7 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
                           group, clamp)
         return y.astype(dtype, copy=False), clamp is not None
     if variant == "1x1":
-        picked = x[plan.picked]
+        picked = x if plan.picked is None else x[plan.picked]
         into = None if picked.flags.c_contiguous else scratch(workspace, picked.shape,
                                                                  picked.dtype)
         if into is not None:  # a strided 1x1's subsample, copied into the host's workspace
@@ -583,9 +583,8 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
         y = _conv_im2col(xp, x, weights.gemm, group, plan.kernel, out, plan.strides,
                          plan.dilations, plan.begin, plan.end, workspace)
     y = y.reshape((n, m) + out)
-    epilogue = getattr(xp, "conv_epilogue", None)  # the provider's one pass (the CPU EP's)
-    if (epilogue is not None and (b is not None or clamp is not None) and y.flags.c_contiguous
-            and epilogue.ready(y.dtype)):
+    epilogue = plan.epilogue
+    if epilogue is not None and (b is not None or clamp is not None) and y.flags.c_contiguous:
         epilogue(y, b, clamp)
         return y.astype(dtype, copy=False), clamp is not None
     if b is not None:
@@ -602,11 +601,14 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
 class ConvPlan:
     """A Conv's work for one input shape, worked out once and kept on its prepared weights (a
     Python-level cost of about 50 us per call otherwise): output size and padding, the variant
-    and its reason, the flat padded geometry the stride-1 variants read, and the ``direct``
-    variant's buffer geometry (from the provider's ``xp.grouped_conv2d.geometry``)."""
+    and its reason, the flat padded geometry the stride-1 variants read, the ``direct``
+    variant's buffer geometry (from the provider's ``xp.grouped_conv2d.geometry``), a strided
+    1x1's subsample (``picked``, ``None`` without strides) and the provider's bias and clamp
+    pass for the GEMM variants (``epilogue``: its ``xp.conv_epilogue`` where that is ready for
+    the compute type when the plan is made, else ``None``; asking on every run cost 2 us)."""
 
     __slots__ = ("kernel", "strides", "dilations", "out", "begin", "end", "variant", "reason",
-                 "args", "flat", "direct", "picked", "bias_shape")
+                 "args", "flat", "direct", "picked", "bias_shape", "epilogue")
 
     def __init__(self, xp, x_shape, w_shape, group, auto_pad, dilations, pads, strides, work):
         n_spatial = len(x_shape) - 2
@@ -627,8 +629,12 @@ class ConvPlan:
         self.direct = direct.geometry(x_shape, w_shape, self.strides, self.dilations,
                                       self.begin, self.end, self.out) \
             if self.variant == "direct" else None
-        self.picked = tap_slices((0,) * n_spatial, self.out, self.strides, self.dilations)
+        self.picked = None if all(s == 1 for s in self.strides) else tap_slices(
+            (0,) * n_spatial, self.out, self.strides, self.dilations)
         self.bias_shape = (m,) + (1,) * n_spatial
+        epilogue = getattr(xp, "conv_epilogue", None)  # the provider's one pass (the CPU EP's)
+        self.epilogue = epilogue if epilogue is not None and self.variant not in (
+            "winograd", "direct") and epilogue.ready(work) else None
 
 
 # -- ConvInteger ------------------------------------------------------------------------------
