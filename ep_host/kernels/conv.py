@@ -170,12 +170,15 @@ def prepare_conv(xp, constants, *, group, **_):
 
 # A stride-1 Conv can run as one GEMM per kernel tap on a shifted view of the flattened padded
 # input, computing each output row at the padded width and dropping the extra columns after.
-# Measured one thread (OpenBLAS 0.3.31) on 3x3 convs at 14..56 pixels against im2col: 0.93-1.05x
-# the time with 8-16 output channels per group, 1.1-1.6x from 24 up (16 -> 64 channels at 55 x
-# 55, squeezenet's: 1.23 against 0.79 ms); and the im2col copy costs less beyond this much extra
-# work (padded / output pixels per row).
+# Measured one thread (OpenBLAS 0.3.31) on 3x3 convs at 14..56 pixels, against im2col: 0.7-0.9x
+# the time with 40+ input channels per group (96 -> 24 at 14 x 14: 0.17 against 0.23 ms), about
+# even with 8-16 output channels per group, 1.1-1.6x with fewer than 32 input and more than 16
+# output channels (squeezenet's 16 -> 64 at 55 x 55: 1.23 against 0.79 ms); and the im2col copy
+# costs less beyond this much extra work (padded / output pixels per row).
 SHIFTED_WASTE = 1.2
-SHIFTED_MAX_OUT = 16
+SHIFTED_MAX_OUT = 64
+SHIFTED_NARROW_OUT = 16  # output channels per group: at most this many, any depth
+SHIFTED_MIN_DEPTH = 40  # input channels per group: else only narrow outputs
 
 
 # Winograd F(2x2, 3x3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks",
@@ -183,12 +186,13 @@ SHIFTED_MAX_OUT = 16
 # products instead of 36. Here: the input turned channels-last and transformed with adds and
 # subtracts, 16 GEMMs (tiles x C) @ (C x M), and the output transform. 2.25x fewer multiplies
 # than im2col, but the GEMMs only have C for their depth and the transforms cost a few passes
-# over input and output. Measured one thread, against im2col: 0.7-0.9x the time from 40
-# channels in and out (96 -> 128 at 27 x 27: 1.46 against 2.05 ms; 40 -> 80 at 28 x 28: 0.58
-# against 0.64 ms), 1.0-1.3x with 32 input channels (32 -> 128 at 27 x 27: 0.79 against 0.70
-# ms) and 1.3-2x with 8-24.
+# over input and output. Measured one thread, against im2col: 0.6-0.9x the time from 40
+# input and 32 output channels (96 -> 128 at 27 x 27: 1.46 against 2.05 ms; densenet's 128 -> 32
+# at 56 x 56: 2.5 against 4.0 ms), 1.0-1.3x with 32 input channels (32 -> 128 at 27 x 27: 0.79
+# against 0.70 ms) and 1.3-2x with 8-24.
 WINOGRAD_G = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0))
-WINOGRAD_MIN_CHANNELS = 40
+WINOGRAD_MIN_CHANNELS = 40  # input channels
+WINOGRAD_MIN_OUT = 32  # output channels
 WINOGRAD_MIN_TILES = 16
 
 
@@ -197,7 +201,7 @@ def _winograd_tiles(c, m, group, kernel, out, strides, dilations):
     tiles = math.prod(-(-o // 2) for o in out)
     fits = (group == 1 and tuple(kernel) == (3, 3) and all(s == 1 for s in strides)
             and all(d == 1 for d in dilations) and c >= WINOGRAD_MIN_CHANNELS
-            and m >= WINOGRAD_MIN_CHANNELS and tiles >= WINOGRAD_MIN_TILES)
+            and m >= WINOGRAD_MIN_OUT and tiles >= WINOGRAD_MIN_TILES)
     return tiles if fits else 0
 
 
@@ -321,14 +325,16 @@ def _conv_variant(c, m, group, kernel, out, strides, dilations, begin, end, dire
     if group == c and group > 1 and all(s == 1 for s in strides):
         return "depthwise", "group == channels ({}), stride 1: per-channel multiply-adds over " \
             "{} taps", (c, math.prod(kernel))
-    if all(s == 1 for s in strides) and m // group <= SHIFTED_MAX_OUT:
+    mg, cg = m // group, c // group
+    if all(s == 1 for s in strides) and (mg <= SHIFTED_NARROW_OUT or (
+            cg >= SHIFTED_MIN_DEPTH and mg <= SHIFTED_MAX_OUT)):
         rows = [o + (k - 1) * d for o, k, d in zip(out[1:], kernel[1:], dilations[1:],
                                                    strict=True)]
         waste = math.prod(rows) / max(math.prod(out[1:]), 1)
         if waste <= SHIFTED_WASTE:
-            return "shifted", "stride 1, {} output channels per group, padded rows {:.2f}x the " \
-                "output's: one GEMM per tap on shifted views of the flat padded input, no " \
-                "im2col", (m // group, waste)
+            return "shifted", "stride 1, {} input and {} output channels per group, padded " \
+                "rows {:.2f}x the output's: one GEMM per tap on shifted views of the flat " \
+                "padded input, no im2col", (cg, mg, waste)
     return "im2col", "strides {}, kernel {}: im2col copy and one GEMM per group", (strides,
                                                                                    kernel)
 

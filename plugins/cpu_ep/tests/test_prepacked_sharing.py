@@ -23,18 +23,18 @@ def model_of(nodes, x_shape, initializers, output="y"):
 
 
 def conv_model(rng):
-    """Conv variants in a chain: im2col (7x7 stride 2), Winograd (3x3, 32 channels), 1x1,
+    """Conv variants in a chain: im2col (7x7 stride 2), Winograd (3x3, 48 channels), 1x1,
     depthwise, and a second 3x3 on the same weight with other padding (not shared)."""
-    w7 = rng.standard_normal((32, 3, 7, 7)).astype(np.float32)
-    w3 = rng.standard_normal((32, 32, 3, 3)).astype(np.float32)
-    w1 = rng.standard_normal((32, 32, 1, 1)).astype(np.float32)
-    wd = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
-    b = rng.standard_normal(32).astype(np.float32)
+    w7 = rng.standard_normal((48, 3, 7, 7)).astype(np.float32)
+    w3 = rng.standard_normal((48, 48, 3, 3)).astype(np.float32)
+    w1 = rng.standard_normal((48, 48, 1, 1)).astype(np.float32)
+    wd = rng.standard_normal((48, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(48).astype(np.float32)
     nodes = [
         helper.make_node("Conv", ["x", "w7", "b"], ["a"], pads=[3, 3, 3, 3], strides=[2, 2]),
         helper.make_node("Conv", ["a", "w3", "b"], ["c"], pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["c", "w1"], ["d"]),
-        helper.make_node("Conv", ["d", "wd", "b"], ["e"], group=32, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["d", "wd", "b"], ["e"], group=48, pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["e", "w3"], ["y"]),  # same weight, no padding
     ]
     return model_of(nodes, [1, 3, 32, 32], {"w7": w7, "w3": w3, "w1": w1, "wd": wd, "b": b})
