@@ -427,10 +427,18 @@ def _conv_depthwise(xp, x, weights, plan):
 
 
 def _conv_im2col(xp, x, weights, group, kernel, out, strides, dilations, begin, end,
-                 workspace=None):
+                 workspace=None, columns=None):
+    """im2col's copy and one GEMM per group; ``columns``: the provider's compiled copy of the
+    columns (``xp.im2col_columns``, see :class:`ConvPlan`), else numpy pads and copies."""
     n, c = x.shape[:2]
+    into = scratch(workspace, (n, c) + tuple(kernel) + tuple(out), x.dtype)
+    if columns is not None:
+        cols = into if into is not None else xp.empty((n, c) + tuple(kernel) + tuple(out),
+                                                      dtype=x.dtype)
+        columns(xp.ascontiguousarray(x), cols, kernel, strides, dilations, begin)
+        cols = cols.reshape(n, group, weights.shape[-1], math.prod(out))
+        return xp.matmul(weights, cols)
     padded = pad_spatial(xp, x, begin, end)
-    into = scratch(workspace, (n, c) + tuple(kernel) + tuple(out), padded.dtype)
     if strides[-1] > 1 and kernel[-1] >= STRIDED_COLUMNS_MIN_KERNEL:
         cols = _strided_columns(xp, padded, kernel, out, strides, dilations, into)
     else:
@@ -495,6 +503,10 @@ def conv_workspace(xp, inputs, *, group=1, auto_pad="NOTSET", dilations=None, pa
 # thread, 7x7 stride 2 on 3 x 224 x 224 0.37 against 0.60 ms; 3x3 stride 2 lost (0.31 against
 # 0.21 ms on 256 x 28 x 28: the phase copy and a copy per tap cost more than they save).
 STRIDED_COLUMNS_MIN_KERNEL = 5
+# The provider's compiled copy of 2-D columns with a column stride of 2 (``xp.im2col_columns``)
+# from rows of this many outputs: 1.1-1.9x as fast as numpy's pad and copy from 56, slower on
+# shorter rows (see ep_host_cpu.im2col).
+COMPILED_COLUMNS_MIN_WIDTH = 56
 
 
 def _strided_columns(xp, padded, kernel, out, strides, dilations, into=None):
@@ -587,7 +599,7 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
         y = _conv_shifted(xp, x, weights.taps, group, plan.flat)
     else:
         y = _conv_im2col(xp, x, weights.gemm, group, plan.kernel, out, plan.strides,
-                         plan.dilations, plan.begin, plan.end, workspace)
+                         plan.dilations, plan.begin, plan.end, workspace, plan.columns)
     y = y.reshape((n, m) + out)
     epilogue = plan.epilogue
     if epilogue is not None and (b is not None or clamp is not None) and y.flags.c_contiguous:
@@ -609,12 +621,14 @@ class ConvPlan:
     Python-level cost of about 50 us per call otherwise): output size and padding, the variant
     and its reason, the flat padded geometry the stride-1 variants read, the ``direct``
     variant's buffer geometry (from the provider's ``xp.grouped_conv2d.geometry``), a strided
-    1x1's subsample (``picked``, ``None`` without strides) and the provider's bias and clamp
+    1x1's subsample (``picked``, ``None`` without strides), the provider's bias and clamp
     pass for the GEMM variants (``epilogue``: its ``xp.conv_epilogue`` where that is ready for
-    the compute type when the plan is made, else ``None``; asking on every run cost 2 us)."""
+    the compute type when the plan is made, else ``None``; asking on every run cost 2 us) and
+    its compiled copy of im2col's columns (``columns``: ``xp.im2col_columns`` for 2-D, a column
+    stride of 2 and rows of :data:`COMPILED_COLUMNS_MIN_WIDTH` outputs, where ready)."""
 
     __slots__ = ("kernel", "strides", "dilations", "out", "begin", "end", "variant", "reason",
-                 "args", "flat", "direct", "picked", "bias_shape", "epilogue")
+                 "args", "flat", "direct", "picked", "bias_shape", "epilogue", "columns")
 
     def __init__(self, xp, x_shape, w_shape, group, auto_pad, dilations, pads, strides, work):
         n_spatial = len(x_shape) - 2
@@ -641,6 +655,10 @@ class ConvPlan:
         epilogue = getattr(xp, "conv_epilogue", None)  # the provider's one pass (the CPU EP's)
         self.epilogue = epilogue if epilogue is not None and self.variant not in (
             "winograd", "direct") and epilogue.ready(work) else None
+        columns = getattr(xp, "im2col_columns", None)
+        self.columns = columns if columns is not None and self.variant == "im2col" and (
+            n_spatial == 2 and self.strides[1] == 2
+            and self.out[1] >= COMPILED_COLUMNS_MIN_WIDTH) and columns.ready(work) else None
 
 
 # -- ConvInteger ------------------------------------------------------------------------------
