@@ -172,9 +172,16 @@ def prepare_conv(xp, constants, *, group, **_):
 # input, computing each output row at the padded width and dropping the extra columns after.
 # Measured on 3x3 convs at 14..56 pixels: twice as fast as im2col with 32 output channels per
 # group, 1.3x with 64, 5-15% slower from 96 up; and the im2col copy costs less beyond this much
-# extra work (padded / output pixels per row).
+# extra work (padded / output pixels per row). Remeasured one thread (OpenBLAS 0.3.31): with
+# fewer than 8 input channels per group im2col wins by far (vgg11's first conv, 3 -> 64 at 224 x
+# 224: 3.0 against 12.0 ms); with 8-24 and more than 16 outputs it was 1.1-1.6x faster too
+# (squeezenet's 16 -> 64 at 55 x 55: 0.79 against 1.23 ms), but those keep this variant: the
+# shipped output of onnx's light squeezenet (a softmax of logits near 1e10 from constant
+# weights, equal only to the last bit) is reproduced with it and not with im2col.
 SHIFTED_WASTE = 1.2
 SHIFTED_MAX_OUT = 64
+SHIFTED_NARROW_OUT = 16  # output channels per group: at most this many, any depth
+SHIFTED_MIN_DEPTH = 8  # input channels per group: else only narrow outputs
 
 
 # Winograd F(2x2, 3x3) (Lavin and Gray, "Fast Algorithms for Convolutional Neural Networks",
@@ -184,9 +191,15 @@ SHIFTED_MAX_OUT = 64
 # than im2col, but the GEMMs only have C for their depth and the transforms cost a few passes
 # over input and output. Measured one thread, against the variant it replaces: 0.6-0.8x the
 # time from 32 channels in and out (e.g. 96 -> 128 at 28 x 28: 1.2 vs 1.9 ms), 1.3-1.4x with
-# 8-24 channels; 1.0-1.15x for 32 <-> 128 at 56 x 56.
+# 8-24 channels; 1.0-1.15x for 32 <-> 128 at 56 x 56. Remeasured one thread (OpenBLAS 0.3.31)
+# against im2col: 0.6-0.9x the time from 40 input channels (densenet's 128 -> 32 at 56 x 56: 2.5
+# against 4.0 ms); with 32 input channels 1.05-1.25x up to 784 tiles (kept: see SHIFTED_* on
+# the light squeezenet) and 1.25-1.65x on large images (resnet26d's 32 -> 64 at 112 x 112: 13.5
+# against 8.2 ms), which go to the shifted views (10.0 ms there).
 WINOGRAD_G = ((1.0, 0.0, 0.0), (0.5, 0.5, 0.5), (0.5, -0.5, 0.5), (0.0, 0.0, 1.0))
-WINOGRAD_MIN_CHANNELS = 32
+WINOGRAD_MIN_CHANNELS = 32  # input and output channels
+WINOGRAD_DEEP_CHANNELS = 40  # input channels from which any number of tiles is worth it
+WINOGRAD_SHALLOW_MAX_TILES = 1024  # tiles at most, below that depth
 WINOGRAD_MIN_TILES = 16
 
 
@@ -195,7 +208,8 @@ def _winograd_tiles(c, m, group, kernel, out, strides, dilations):
     tiles = math.prod(-(-o // 2) for o in out)
     fits = (group == 1 and tuple(kernel) == (3, 3) and all(s == 1 for s in strides)
             and all(d == 1 for d in dilations) and c >= WINOGRAD_MIN_CHANNELS
-            and m >= WINOGRAD_MIN_CHANNELS and tiles >= WINOGRAD_MIN_TILES)
+            and m >= WINOGRAD_MIN_CHANNELS and tiles >= WINOGRAD_MIN_TILES
+            and (c >= WINOGRAD_DEEP_CHANNELS or tiles <= WINOGRAD_SHALLOW_MAX_TILES))
     return tiles if fits else 0
 
 
@@ -319,14 +333,16 @@ def _conv_variant(c, m, group, kernel, out, strides, dilations, begin, end, dire
     if group == c and group > 1 and all(s == 1 for s in strides):
         return "depthwise", "group == channels ({}), stride 1: per-channel multiply-adds over " \
             "{} taps", (c, math.prod(kernel))
-    if all(s == 1 for s in strides) and m // group <= SHIFTED_MAX_OUT:
+    mg, cg = m // group, c // group
+    if all(s == 1 for s in strides) and (mg <= SHIFTED_NARROW_OUT or (
+            cg >= SHIFTED_MIN_DEPTH and mg <= SHIFTED_MAX_OUT)):
         rows = [o + (k - 1) * d for o, k, d in zip(out[1:], kernel[1:], dilations[1:],
                                                    strict=True)]
         waste = math.prod(rows) / max(math.prod(out[1:]), 1)
         if waste <= SHIFTED_WASTE:
-            return "shifted", "stride 1, {} output channels per group, padded rows {:.2f}x the " \
-                "output's: one GEMM per tap on shifted views of the flat padded input, no " \
-                "im2col", (m // group, waste)
+            return "shifted", "stride 1, {} input and {} output channels per group, padded " \
+                "rows {:.2f}x the output's: one GEMM per tap on shifted views of the flat " \
+                "padded input, no im2col", (cg, mg, waste)
     return "im2col", "strides {}, kernel {}: im2col copy and one GEMM per group", (strides,
                                                                                    kernel)
 
@@ -419,10 +435,18 @@ def _conv_depthwise(xp, x, weights, plan):
 
 
 def _conv_im2col(xp, x, weights, group, kernel, out, strides, dilations, begin, end,
-                 workspace=None):
+                 workspace=None, columns=None):
+    """im2col's copy and one GEMM per group; ``columns``: the provider's compiled copy of the
+    columns (``xp.im2col_columns``, see :class:`ConvPlan`), else numpy pads and copies."""
     n, c = x.shape[:2]
+    into = scratch(workspace, (n, c) + tuple(kernel) + tuple(out), x.dtype)
+    if columns is not None:
+        cols = into if into is not None else xp.empty((n, c) + tuple(kernel) + tuple(out),
+                                                      dtype=x.dtype)
+        columns(xp.ascontiguousarray(x), cols, kernel, strides, dilations, begin)
+        cols = cols.reshape(n, group, weights.shape[-1], math.prod(out))
+        return xp.matmul(weights, cols)
     padded = pad_spatial(xp, x, begin, end)
-    into = scratch(workspace, (n, c) + tuple(kernel) + tuple(out), padded.dtype)
     if strides[-1] > 1 and kernel[-1] >= STRIDED_COLUMNS_MIN_KERNEL:
         cols = _strided_columns(xp, padded, kernel, out, strides, dilations, into)
     else:
@@ -487,6 +511,10 @@ def conv_workspace(xp, inputs, *, group=1, auto_pad="NOTSET", dilations=None, pa
 # thread, 7x7 stride 2 on 3 x 224 x 224 0.37 against 0.60 ms; 3x3 stride 2 lost (0.31 against
 # 0.21 ms on 256 x 28 x 28: the phase copy and a copy per tap cost more than they save).
 STRIDED_COLUMNS_MIN_KERNEL = 5
+# The provider's compiled copy of 2-D columns with a column stride of 2 (``xp.im2col_columns``)
+# from rows of this many outputs: 1.1-1.9x as fast as numpy's pad and copy from 56, slower on
+# shorter rows (see ep_host_cpu.im2col).
+COMPILED_COLUMNS_MIN_WIDTH = 56
 
 
 def _strided_columns(xp, padded, kernel, out, strides, dilations, into=None):
@@ -566,7 +594,7 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
                           group, clamp)
         return y.astype(dtype, copy=False), clamp is not None
     if variant == "1x1":
-        picked = x[plan.picked]
+        picked = x if plan.picked is None else x[plan.picked]
         into = None if picked.flags.c_contiguous else scratch(workspace, picked.shape,
                                                                  picked.dtype)
         if into is not None:  # a strided 1x1's subsample, copied into the host's workspace
@@ -579,11 +607,10 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
         y = _conv_shifted(xp, x, weights.taps, group, plan.flat)
     else:
         y = _conv_im2col(xp, x, weights.gemm, group, plan.kernel, out, plan.strides,
-                         plan.dilations, plan.begin, plan.end, workspace)
+                         plan.dilations, plan.begin, plan.end, workspace, plan.columns)
     y = y.reshape((n, m) + out)
-    epilogue = getattr(xp, "conv_epilogue", None)  # the provider's one pass (the CPU EP's)
-    if (epilogue is not None and (b is not None or clamp is not None) and y.flags.c_contiguous
-            and epilogue.ready(y.dtype)):
+    epilogue = plan.epilogue
+    if epilogue is not None and (b is not None or clamp is not None) and y.flags.c_contiguous:
         epilogue(y, b, clamp)
         return y.astype(dtype, copy=False), clamp is not None
     if b is not None:
@@ -600,11 +627,16 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
 class ConvPlan:
     """A Conv's work for one input shape, worked out once and kept on its prepared weights (a
     Python-level cost of about 50 us per call otherwise): output size and padding, the variant
-    and its reason, the flat padded geometry the stride-1 variants read, and the ``direct``
-    variant's buffer geometry (from the provider's ``xp.grouped_conv2d.geometry``)."""
+    and its reason, the flat padded geometry the stride-1 variants read, the ``direct``
+    variant's buffer geometry (from the provider's ``xp.grouped_conv2d.geometry``), a strided
+    1x1's subsample (``picked``, ``None`` without strides), the provider's bias and clamp
+    pass for the GEMM variants (``epilogue``: its ``xp.conv_epilogue`` where that is ready for
+    the compute type when the plan is made, else ``None``; asking on every run cost 2 us) and
+    its compiled copy of im2col's columns (``columns``: ``xp.im2col_columns`` for 2-D, a column
+    stride of 2 and rows of :data:`COMPILED_COLUMNS_MIN_WIDTH` outputs, where ready)."""
 
     __slots__ = ("kernel", "strides", "dilations", "out", "begin", "end", "variant", "reason",
-                 "args", "flat", "direct", "picked", "bias_shape")
+                 "args", "flat", "direct", "picked", "bias_shape", "epilogue", "columns")
 
     def __init__(self, xp, x_shape, w_shape, group, auto_pad, dilations, pads, strides, work):
         n_spatial = len(x_shape) - 2
@@ -625,8 +657,16 @@ class ConvPlan:
         self.direct = direct.geometry(x_shape, w_shape, self.strides, self.dilations,
                                       self.begin, self.end, self.out) \
             if self.variant == "direct" else None
-        self.picked = tap_slices((0,) * n_spatial, self.out, self.strides, self.dilations)
+        self.picked = None if all(s == 1 for s in self.strides) else tap_slices(
+            (0,) * n_spatial, self.out, self.strides, self.dilations)
         self.bias_shape = (m,) + (1,) * n_spatial
+        epilogue = getattr(xp, "conv_epilogue", None)  # the provider's one pass (the CPU EP's)
+        self.epilogue = epilogue if epilogue is not None and self.variant not in (
+            "winograd", "direct") and epilogue.ready(work) else None
+        columns = getattr(xp, "im2col_columns", None)
+        self.columns = columns if columns is not None and self.variant == "im2col" and (
+            n_spatial == 2 and self.strides[1] == 2
+            and self.out[1] >= COMPILED_COLUMNS_MIN_WIDTH) and columns.ready(work) else None
 
 
 # -- ConvInteger ------------------------------------------------------------------------------

@@ -47,6 +47,9 @@ def signature(numba: Any) -> list[Any]:
                        types.float32, types.float32, types.boolean)]
 
 
+NO_BIAS = np.zeros(1, dtype=np.float32)  # read by the loop only with ``has_bias``
+
+
 class ConvEpilogue:
     """``xp.conv_epilogue``: :meth:`ready` says whether the compiled loop is used for a dtype
     (numba installed and wanted, float32; compiled, or read from numba's disk cache, the first
@@ -66,8 +69,10 @@ class ConvEpilogue:
     def __call__(self, y, bias, clamp=None):
         n, m = y.shape[:2]
         has_bias = bias is not None
-        bias = np.ascontiguousarray(bias, dtype=np.float32).reshape(-1) if has_bias \
-            else np.zeros(1, dtype=np.float32)
+        if not has_bias:
+            bias = NO_BIAS
+        elif bias.dtype != np.float32 or bias.ndim != 1 or not bias.flags.c_contiguous:
+            bias = np.ascontiguousarray(bias, dtype=np.float32).reshape(-1)
         lo, hi = clamp if clamp is not None else (0.0, 0.0)
         self._compiled(y.reshape(n, m, -1), bias, has_bias, np.float32(lo), np.float32(hi),
                        clamp is not None)

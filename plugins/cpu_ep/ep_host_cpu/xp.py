@@ -16,6 +16,7 @@ from ep_host_cpu.erf import erf
 from ep_host_cpu.gelu import GeluFloat32
 from ep_host_cpu.grouped_conv import GroupedConv2d
 from ep_host_cpu.hard_sigmoid import CompiledHardSigmoid
+from ep_host_cpu.im2col import ImageColumns
 from ep_host_cpu.layer_norm import CompiledLayerNorm
 from ep_host_cpu.max_pool import CompiledMaxPool3x3s2
 from ep_host_cpu.resample import CompiledTaps
@@ -39,6 +40,7 @@ def numpy_namespace() -> SimpleNamespace:
     ns.gelu_float32 = GeluFloat32()  # the erf Gelu of float32: numba's pass on large arrays
     ns.grouped_conv2d = GroupedConv2d()  # numba's loops, compiled when a Conv first asks
     ns.conv_epilogue = ConvEpilogue()  # numba's bias and clamp pass after a Conv's GEMMs
+    ns.im2col_columns = ImageColumns()  # numba's copy of a stride-2 Conv's im2col columns
     ns.compiled_layer_norm = CompiledLayerNorm()  # numba's, for float32 LayerNormalization
     ns.compiled_softmax = CompiledSoftmax()  # numba's, for float32 Softmax over the last axis
     ns.compiled_sigmoid = CompiledSigmoid()  # numba's, compiled when a large Sigmoid first runs

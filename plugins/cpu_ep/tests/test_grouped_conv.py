@@ -160,6 +160,39 @@ def test_nan_and_inf_propagate(path):
     assert np.isposinf(y[0, 1, :2, :2]).all() and np.isfinite(y[0, 1, 2:]).all()
 
 
+# Stride-2 depthwise and grouped convs of the corpus' models, at their real shapes (x shape, w
+# shape, group, pads): the column pairs the compiled loops copy by, over widths even and odd.
+REAL_STRIDED = [
+    ((1, 16, 112, 112), (16, 1, 3, 3), 16, (1, 1, 1, 1)),  # mobilenet_v3_small
+    ((1, 72, 56, 56), (72, 1, 5, 5), 72, (2, 2, 2, 2)),  # mobilenet_v3_small, 5x5
+    ((1, 104, 56, 56), (104, 8, 3, 3), 13, (1, 1, 1, 1)),  # regnet_y_400mf, 8 per group
+    ((1, 96, 27, 27), (96, 1, 3, 3), 96, (1, 1, 1, 1)),  # an odd width, its last column alone
+    ((1, 40, 15, 15), (40, 1, 5, 5), 40, (1, 2, 2, 1)),  # odd, the columns' phases swapped
+]
+
+
+@pytest.mark.parametrize(("x_shape", "w_shape", "group", "pads"), REAL_STRIDED)
+def test_strided_real_shapes_equal_numpys_variant_and_onnxruntime(rng, monkeypatch, x_shape,
+                                                                  w_shape, group, pads):
+    x = rng.standard_normal(x_shape, dtype=np.float32)
+    w = rng.standard_normal(w_shape, dtype=np.float32)
+    b = rng.standard_normal(w_shape[0], dtype=np.float32)
+    monkeypatch.setenv("EP_HOST_NUMBA", "1")
+    compiled, variant = run_kernel(x, w, b, group, (2, 2), (1, 1), pads, True)
+    assert variant == "direct"
+    monkeypatch.setenv("EP_HOST_NUMBA", "0")
+    numpys, variant = run_kernel(x, w, b, group, (2, 2), (1, 1), pads, True)
+    assert variant != "direct"
+    np.testing.assert_allclose(compiled, numpys, rtol=1e-5, atol=1e-5)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, strides=[2, 2],
+                            pads=list(pads), kernel_shape=list(w_shape[2:]))
+    model = make_model([node], [("x", F, list(x_shape))], [("y", F, None)],
+                       initializers=[numpy_helper.from_array(w, "w"),
+                                     numpy_helper.from_array(b, "b")])
+    (theirs,) = run_onnxruntime(model, {"x": x})
+    np.testing.assert_allclose(compiled, theirs, rtol=1e-5, atol=1e-5)
+
+
 def test_a_large_1x1_or_dense_grouped_conv_keeps_the_gemm_variants(rng, path):
     x = rng.standard_normal((1, 64, 6, 6), dtype=np.float32)
     for w_shape, group in (((64, 32, 3, 3), 2), ((64, 16, 1, 1), 4)):  # 32 per group; 1x1

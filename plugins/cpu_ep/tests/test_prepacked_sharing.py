@@ -23,18 +23,18 @@ def model_of(nodes, x_shape, initializers, output="y"):
 
 
 def conv_model(rng):
-    """Conv variants in a chain: im2col (7x7 stride 2), Winograd (3x3, 32 channels), 1x1,
+    """Conv variants in a chain: im2col (7x7 stride 2), Winograd (3x3, 48 channels), 1x1,
     depthwise, and a second 3x3 on the same weight with other padding (not shared)."""
-    w7 = rng.standard_normal((32, 3, 7, 7)).astype(np.float32)
-    w3 = rng.standard_normal((32, 32, 3, 3)).astype(np.float32)
-    w1 = rng.standard_normal((32, 32, 1, 1)).astype(np.float32)
-    wd = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
-    b = rng.standard_normal(32).astype(np.float32)
+    w7 = rng.standard_normal((48, 3, 7, 7)).astype(np.float32)
+    w3 = rng.standard_normal((48, 48, 3, 3)).astype(np.float32)
+    w1 = rng.standard_normal((48, 48, 1, 1)).astype(np.float32)
+    wd = rng.standard_normal((48, 1, 3, 3)).astype(np.float32)
+    b = rng.standard_normal(48).astype(np.float32)
     nodes = [
         helper.make_node("Conv", ["x", "w7", "b"], ["a"], pads=[3, 3, 3, 3], strides=[2, 2]),
         helper.make_node("Conv", ["a", "w3", "b"], ["c"], pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["c", "w1"], ["d"]),
-        helper.make_node("Conv", ["d", "wd", "b"], ["e"], group=32, pads=[1, 1, 1, 1]),
+        helper.make_node("Conv", ["d", "wd", "b"], ["e"], group=48, pads=[1, 1, 1, 1]),
         helper.make_node("Conv", ["e", "w3"], ["y"]),  # same weight, no padding
     ]
     return model_of(nodes, [1, 3, 32, 32], {"w7": w7, "w3": w3, "w1": w1, "wd": wd, "b": b})
@@ -99,16 +99,16 @@ def test_the_same_weight_under_other_attributes_is_packed_apart(rng):
 
 def strided_conv_model(rng):
     """Conv variants that compute in scratch memory on every run: 7x7 stride 2 (im2col by
-    phases), 3x3 stride 2 (im2col), 1x1 stride 2 (a subsample), 3x3 stride 1 with 32 channels
-    (Winograd); and 3x3 stride 1 with 16 (shifted views: no workspace asked)."""
+    phases), 3x3 stride 2 (im2col), 1x1 stride 2 (a subsample), 3x3 stride 1 with 48 channels
+    (Winograd); and 3x3 stride 1 to 16 (shifted views: no workspace asked)."""
     initializers = {
         "w7": rng.standard_normal((8, 3, 7, 7)).astype(np.float32),
         "w3": rng.standard_normal((16, 8, 3, 3)).astype(np.float32),
-        "w1": rng.standard_normal((16, 16, 1, 1)).astype(np.float32),
-        "ws": rng.standard_normal((32, 16, 3, 3)).astype(np.float32),
-        "wg": rng.standard_normal((32, 32, 3, 3)).astype(np.float32),
+        "w1": rng.standard_normal((48, 16, 1, 1)).astype(np.float32),
+        "wg": rng.standard_normal((48, 48, 3, 3)).astype(np.float32),
+        "ws": rng.standard_normal((16, 48, 3, 3)).astype(np.float32),
         "b": rng.standard_normal(16).astype(np.float32),
-        "b32": rng.standard_normal(32).astype(np.float32),
+        "b48": rng.standard_normal(48).astype(np.float32),
     }
     nodes = [
         helper.make_node("Conv", ["x", "w7"], ["a"], pads=[3, 3, 3, 3], strides=[2, 2],
@@ -116,8 +116,8 @@ def strided_conv_model(rng):
         helper.make_node("Conv", ["a", "w3", "b"], ["c"], pads=[1, 1, 1, 1], strides=[2, 2],
                          name="im2col"),
         helper.make_node("Conv", ["c", "w1"], ["d"], strides=[2, 2], name="subsample"),
-        helper.make_node("Conv", ["d", "ws"], ["e"], pads=[1, 1, 1, 1], name="shifted"),
-        helper.make_node("Conv", ["e", "wg", "b32"], ["y"], pads=[1, 1, 1, 1], name="winograd"),
+        helper.make_node("Conv", ["d", "wg", "b48"], ["e"], pads=[1, 1, 1, 1], name="winograd"),
+        helper.make_node("Conv", ["e", "ws"], ["y"], pads=[1, 1, 1, 1], name="shifted"),
     ]
     return model_of(nodes, [2, 3, 80, 80], initializers), initializers
 
@@ -148,9 +148,9 @@ def test_copying_convs_run_in_the_hosts_workspace_with_the_same_bits(rng):
         c = conv(numpy_xp, a, w["w3"], w["b"], auto_pad="NOTSET", group=1, pads=[1, 1, 1, 1],
                  strides=[2, 2])
         d = conv(numpy_xp, c, w["w1"], auto_pad="NOTSET", group=1, strides=[2, 2])
-        e = conv(numpy_xp, d, w["ws"], auto_pad="NOTSET", group=1, pads=[1, 1, 1, 1])
-        want = conv(numpy_xp, e, w["wg"], w["b32"], auto_pad="NOTSET", group=1,
-                    pads=[1, 1, 1, 1])
+        e = conv(numpy_xp, d, w["wg"], w["b48"], auto_pad="NOTSET", group=1,
+                 pads=[1, 1, 1, 1])
+        want = conv(numpy_xp, e, w["ws"], auto_pad="NOTSET", group=1, pads=[1, 1, 1, 1])
     np.testing.assert_array_equal(got, want)
     np.testing.assert_array_equal(again, want)
 
