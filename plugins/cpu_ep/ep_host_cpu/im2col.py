@@ -10,18 +10,18 @@ nets (3 x 224 x 224, 3x3, stride 2) 0.10 against 0.18 ms, 32 x 224 x 224 1.2 aga
 16 x 112 x 112 0.22 against 0.24 ms; slower on rows shorter than 56 outputs (128 x 28 x 28: 0.30
 against 0.18 ms), which keep numpy's copy (:data:`ep_host.kernels.conv.COMPILED_COLUMNS_MIN_WIDTH`).
 
-Like :mod:`ep_host_cpu.conv_epilogue` it is used only once another kernel has imported numba
-(its saving does not pay for numba's memory), and its columns equal numpy's bit for bit.
+Like :mod:`ep_host_cpu.conv_epilogue` it is used only once another compiled kernel is in use
+(its saving does not pay for a first kernel's build or numba's memory), and its columns equal
+numpy's bit for bit.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import numpy as np
 
-from ep_host_cpu.jit import compiled, numba_wanted
+from ep_host_cpu.jit import compiled, compiled_in_use, numba_wanted
 
 
 def columns2d(x, cols, kh, kw, sh, sw, dh, dw, pt, pl):
@@ -89,15 +89,14 @@ def signature(numba: Any) -> list[Any]:
 
 class ImageColumns:
     """``xp.im2col_columns``: :meth:`ready` says whether the compiled copy is used for a dtype
-    (float32, numba installed, wanted and already imported by another kernel; compiled, or read
-    from numba's disk cache, the first time it says yes); calling it fills ``cols``."""
+    (float32, numba installed and wanted, another compiled kernel already in use; built or
+    compiled the first time it says yes); calling it fills ``cols``."""
 
     def __init__(self) -> None:
         self._compiled: Any = None
 
     def ready(self, dtype: Any) -> bool:
-        if (np.dtype(dtype) != np.float32 or "numba" not in sys.modules
-                or not numba_wanted()):
+        if np.dtype(dtype) != np.float32 or not compiled_in_use() or not numba_wanted():
             return False
         if self._compiled is None:
             self._compiled = compiled(columns2d, signature) or False

@@ -59,7 +59,9 @@ def test_a_model_of_plain_convolutions_never_imports_numba(tmp_path):
     code = ("import sys, numpy as np, ep_host; "
             f"s = ep_host.InferenceSession({str(path)!r}, providers=['cpu']); "
             f"y = s.run(None, {{'x': np.load({str(tmp_path / 'x.npy')!r})}})[0]; "
-            f"np.save({str(tmp_path / 'y.npy')!r}, y); print('numba' in sys.modules)")
+            f"np.save({str(tmp_path / 'y.npy')!r}, y); "
+            "from ep_host_cpu.jit import compiled_in_use; "
+            "print('numba' in sys.modules or compiled_in_use())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300, check=True)
     assert out.stdout.strip() == "False"
