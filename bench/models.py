@@ -1,12 +1,14 @@
 """ep-host's CPU EP against onnxruntime on every model of the corpus (bench/corpus.py).
 
 Per model, each measurement in its own fresh process: whether the outputs agree (same random
-inputs, a tolerance per dtype), run latency (median of interleaved runs, one thread both sides),
-session creation (median of interleaved creations) and peak RSS of creating a session and one
-run (each runtime alone in its own process). Prints a markdown table and geometric means.
+inputs, a tolerance per dtype), run latency (median of interleaved runs after untimed warm-up
+runs, one thread both sides), session creation (median of interleaved creations) and peak RSS
+of creating a session and one run (each runtime alone in its own process). Prints a markdown
+table and geometric means.
 
     .venv/bin/python bench/models.py [--only bert_base,gpt2] [--skip tv_vgg11] [--repeat 10]
-                                     [--creation 3] [--out bench/.corpus] [--json FILE]
+                                     [--warmup 10] [--creation 3] [--out bench/.corpus]
+                                     [--json FILE]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ DEFAULT_OUT = BENCH / ".corpus"
 RUNTIMES = ("ep-host", "onnxruntime")
 # the largest |difference| allowed, relative to the largest |expected| value of the output
 RELATIVE_TOLERANCE = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-3, "float64": 1e-7}
+WARMUP_S = 3.0  # the untimed runs of both runtimes stop after this many seconds
 ONE_THREAD = {var: "1" for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                    "NUMBA_NUM_THREADS")}
 
@@ -130,7 +133,8 @@ def outputs_agree(expected: list, got: list) -> tuple[bool, str, float]:
     return True, "", worst
 
 
-def measure_speed(name: str, out: Path, repeat: int, creations: int) -> dict[str, Any]:
+def measure_speed(name: str, out: Path, repeat: int, creations: int,
+                  warmup: int = 10) -> dict[str, Any]:
     """Correctness, then creation and run latency of both runtimes, alternating."""
     path, feeds = model_and_feeds(name, out)
     result: dict[str, Any] = {}
@@ -154,6 +158,16 @@ def measure_speed(name: str, out: Path, repeat: int, creations: int) -> dict[str
             made = make_session(runtime, path)
             created[runtime].append(time.perf_counter() - started)
             del made
+    # untimed runs first: Python specializes a function's bytecode only after it ran a few
+    # times (3.11's adaptive interpreter), so ep-host's first runs of a session are slower
+    # (skl_logistic_regression: the median of 10 runs 2.9x onnxruntime right after creation,
+    # 2.0x of 100); at most WARMUP_RUNS each or WARMUP_S in all
+    started = time.perf_counter()
+    for _ in range(warmup):
+        if time.perf_counter() - started > WARMUP_S:
+            break
+        for runtime in RUNTIMES:
+            runs[runtime](feeds)
     times: dict[str, list[float]] = {r: [] for r in RUNTIMES}
     for i in range(repeat):
         for runtime in RUNTIMES[::-1] if i % 2 else RUNTIMES:
@@ -196,7 +210,7 @@ def measure_model(name: str, args: argparse.Namespace) -> dict[str, Any]:
     common = ["--out", str(args.out)]
     row: dict[str, Any] = {"model": name}
     speed = child(["_speed", name, "--repeat", str(args.repeat), "--creation",
-                   str(args.creation), *common], args.timeout)
+                   str(args.creation), "--warmup", str(args.warmup), *common], args.timeout)
     row |= speed
     if "run_s" in speed:
         row["latency_ratio"] = speed["run_s"]["ep-host"] / speed["run_s"]["onnxruntime"]
@@ -286,6 +300,9 @@ def main() -> None:
     parser.add_argument("--only", help="comma-separated models to measure (default: all)")
     parser.add_argument("--skip", help="comma-separated models to leave out")
     parser.add_argument("--repeat", type=int, default=10, help="timed runs of each runtime")
+    parser.add_argument("--warmup", type=int, default=10,
+                        help=f"untimed runs of each runtime before the timed ones (at most "
+                             f"{WARMUP_S:g} s in all; 0: none)")
     parser.add_argument("--creation", type=int, default=3,
                         help="timed session creations of each runtime (0: skip)")
     parser.add_argument("--no-memory", dest="memory", action="store_false",
@@ -296,7 +313,8 @@ def main() -> None:
     parser.add_argument("--json", help="write every row and the geometric means here")
     args = parser.parse_args()
     if args.command == "_speed":
-        print(json.dumps(measure_speed(args.name, args.out, args.repeat, args.creation)))
+        print(json.dumps(measure_speed(args.name, args.out, args.repeat, args.creation,
+                                       args.warmup)))
         return
     if args.command == "_memory":
         print(json.dumps(measure_memory(args.runtime, args.name, args.out)))
