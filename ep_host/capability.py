@@ -22,7 +22,7 @@ from ep_host.functions import expand_function
 from ep_host.graph import NodeView, node_signature, op_schema, paused_gc
 from ep_host.layouts import check_match_layouts, has_layouts
 from ep_host.loading import Model
-from ep_host.match import Decline, KernelMatch, ReasonCode
+from ep_host.match import Decline, KernelMatch, ReasonCode, new_decline
 from ep_host.plugin_calls import is_user_interrupt, sigint
 from ep_host.provider import ProviderContext
 
@@ -152,7 +152,10 @@ def declined(decline: Decline) -> KernelMatch:
     ``__format__``, so a failure there is that provider's fault too."""
     since = sigint.received
     try:
-        return KernelMatch.unsupported(decline.reason, decline.code)
+        reason, code = decline.reason, decline.code
+        if type(reason) is str and reason and type(code) is ReasonCode:
+            return new_decline(reason, code)  # what unsupported() makes, without its checks
+        return KernelMatch.unsupported(reason, code)
     except BaseException as exc:
         if is_user_interrupt(exc, since):
             raise
