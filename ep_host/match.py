@@ -176,12 +176,23 @@ class KernelMatch:
 _MATCH_SLOTS = tuple(getattr(KernelMatch, name) for name in (
     "is_supported", "cost", "reason", "code", "required_input_layouts", "output_layouts",
     "host_inputs"))
+# each slot's setter, called directly (a loop over the slots costs twice as much)
+(_set_supported, _set_cost, _set_reason, _set_code, _set_required, _set_outputs,
+ _set_host_inputs) = (slot.__set__ for slot in _MATCH_SLOTS)
+_new_object = object.__new__
 
 
-def _new_match(*values: Any) -> KernelMatch:
-    match = object.__new__(KernelMatch)
-    for slot, value in zip(_MATCH_SLOTS, values, strict=True):
-        slot.__set__(match, value)
+def _new_match(is_supported: bool, cost: Cost | None, reason: str, code: ReasonCode | None,
+               required: tuple[str | None, ...] | None, outputs: tuple[str | None, ...],
+               host_inputs: tuple[int, ...]) -> KernelMatch:
+    match = _new_object(KernelMatch)
+    _set_supported(match, is_supported)
+    _set_cost(match, cost)
+    _set_reason(match, reason)
+    _set_code(match, code)
+    _set_required(match, required)
+    _set_outputs(match, outputs)
+    _set_host_inputs(match, host_inputs)
     return match
 
 
