@@ -54,7 +54,7 @@ from ep_host.fusion import (
     matmul_add_fusion,
     silu_fusion,
 )
-from ep_host.graph import DEFAULT_DOMAIN, GraphView, node_reads, normalize_domain
+from ep_host.graph import DEFAULT_DOMAIN, GraphView, node_reads, normalize_domain, paused_gc
 from ep_host.loading import Model
 from ep_host.rewriter import MS_DOMAIN, Rewriter, node_domain
 
@@ -112,15 +112,16 @@ def optimize(model: Model, passes: Iterable[str] | None = None,
     names = passes_that_may_apply(model.graph, resolve_passes(passes, disable))
     if not names:
         return model
-    rw = Rewriter(model)
-    applied = {}
-    for name in names:
-        count = PASSES[name](rw)
-        if count:
-            applied[name] = count
-    if not applied:
-        return model
-    return _rebuild(model, rw, applied, in_place)
+    with paused_gc():  # many long-lived protobuf copies and views: see paused_gc
+        rw = Rewriter(model)
+        applied = {}
+        for name in names:
+            count = PASSES[name](rw)
+            if count:
+                applied[name] = count
+        if not applied:
+            return model
+        return _rebuild(model, rw, applied, in_place)
 
 
 def passes_that_may_apply(graph: GraphView, names: list[str]) -> list[str]:
