@@ -493,6 +493,7 @@ def _validate_structure(
     schema version), whose input lengths are checked once shapes are known."""
     scans: list[tuple[NodeProto, str, int]] = []
     schemas: dict[tuple[str, str], SchemaRules | None] = {}
+    passed: set[tuple[tuple[str, str], int, int]] = set()  # attribute-less nodes found valid
     stack: list[tuple[GraphProto, int, list[NodeRow] | None]] = [(main, 0, rows)]
     while stack:
         g, depth, g_rows = stack.pop()
@@ -525,7 +526,11 @@ def _validate_structure(
                                         else schema_rules(key[0], op_type, opsets[key[0]]))
             if rules is not None:
                 node_label = name or f"{op_type}_{i}"
-                _check_node(n, rules, node_label, inputs, outputs, has_attributes, label)
+                counts = (key, len(inputs), len(outputs))
+                if has_attributes or counts not in passed:
+                    _check_node(n, rules, node_label, inputs, outputs, has_attributes, label)
+                    if not has_attributes:  # its counts alone decided: the same pass again
+                        passed.add(counts)
                 if has_graphs and key[0] == DEFAULT_DOMAIN:
                     _check_body_counts(n, rules, node_label, label)
                     if op_type == "Scan":
