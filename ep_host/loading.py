@@ -155,8 +155,7 @@ def _small_tensor(t: TensorProto) -> bool:
     """Whether ``t`` takes at most ``INFERENCE_KEEP_BYTES`` serialized. Its dims decide first
     when they already ask for more (raw data: the type's storage; typed fields: at least a byte
     an element), since ``ByteSize`` walks the whole payload, about 1 ms per megabyte."""
-    dims = t.dims
-    count = 0 if dims and min(dims) < 0 else math.prod(dims)
+    count = math.prod(t.dims)  # no dim is negative: check_initializer refused those
     least = count
     if t.HasField("raw_data"):
         least = _storage_bytes(t.data_type, count)
