@@ -22,7 +22,7 @@ from ep_host.functions import expand_function
 from ep_host.graph import NodeView, node_signature, op_schema, paused_gc
 from ep_host.layouts import check_match_layouts, has_layouts
 from ep_host.loading import Model
-from ep_host.match import Decline, KernelMatch, ReasonCode
+from ep_host.match import Decline, KernelMatch, ReasonCode, new_decline
 from ep_host.plugin_calls import is_user_interrupt, sigint
 from ep_host.provider import ProviderContext
 
@@ -152,7 +152,10 @@ def declined(decline: Decline) -> KernelMatch:
     ``__format__``, so a failure there is that provider's fault too."""
     since = sigint.received
     try:
-        return KernelMatch.unsupported(decline.reason, decline.code)
+        reason, code = decline.reason, decline.code
+        if type(reason) is str and reason and type(code) is ReasonCode:
+            return new_decline(reason, code)  # what unsupported() makes, without its checks
+        return KernelMatch.unsupported(reason, code)
     except BaseException as exc:
         if is_user_interrupt(exc, since):
             raise
@@ -317,24 +320,36 @@ def answers_by_signature(
     where that gave a claim, every node of the signature gets it (kept in ``claims``), and the
     nodes of signatures it declined are asked one by one. ``signatures``: each node's
     signature as a number (``None``: a node asked on its own)."""
-    got: dict[int, KernelMatch] = {}
     leads: dict[Any, int] = {}
     for k, sig in enumerate(signatures):
         if sig is None or (sig not in claims and sig not in leads):
             leads[sig if sig is not None else ("node", k)] = k
     first = list(leads.values())
-    got.update(zip(first, provider_answers(host, record, [nodes[k] for k in first], context,
+    got = dict(zip(first, provider_answers(host, record, [nodes[k] for k in first], context,
                                            checked), strict=True))
     for sig, k in leads.items():
         if got[k].is_supported and signatures[k] is not None:
             claims[sig] = got[k]
-    rest = [k for k, sig in enumerate(signatures)
-            if k not in got and (sig is None or sig not in claims)]
+    # each node's claim by its signature, its own answer where it was asked, and None where it
+    # is still to be asked (a signature its lead declined, a node asked on its own)
+    out: list[KernelMatch | None] = [None if sig is None else claims.get(sig)
+                                     for sig in signatures]
+    for k, answer in got.items():
+        out[k] = answer
+    rest = [k for k, answer in enumerate(out) if answer is None]
     if rest:
-        got.update(zip(rest, provider_answers(host, record, [nodes[k] for k in rest], context,
-                                              checked), strict=True))
-    return [got[k] if k in got else claims[sig]  # type: ignore[index]
-            for k, sig in enumerate(signatures)]
+        for k, answer in zip(rest, provider_answers(host, record, [nodes[k] for k in rest],
+                                                    context, checked), strict=True):
+            out[k] = answer
+    return out  # type: ignore[return-value]
+
+
+def _claimed(answers: Iterable[KernelMatch]) -> bool:
+    """Whether some answer of ``answers`` claims the node."""
+    for answer in answers:
+        if answer.is_supported:
+            return True
+    return False
 
 
 class HostCalibration:
@@ -434,8 +449,7 @@ def walk(
                 row = rows[key] = MappingProxyType(dict(zip(names, answered, strict=True)))
             answers[node.name] = row
             table.all_nodes.append(node)
-            if expand and depth < MAX_EXPANSION_DEPTH and not any(
-                    a.is_supported for a in row.values()):
+            if expand and depth < MAX_EXPANSION_DEPTH and not _claimed(answered):
                 try:
                     body = expand_function(node)
                 except HostError:  # a body onnx cannot instantiate here: keep the decline

@@ -601,6 +601,13 @@ class Host:
         if len(impls) != 1 or impls[0].hookwrapper or getattr(impls[0], "wrapper", False):
             return caller
         function, names = impls[0].function, tuple(impls[0].argnames)
+        if names == ("node", "context"):  # supports_op's usual signature: no kwargs dict
+
+            def call_node(node: Any, context: Any) -> list[Any]:
+                answer = function(node, context)
+                return [] if answer is None else [answer]
+
+            return call_node
 
         def call(**kwargs: Any) -> list[Any]:
             answer = function(*[kwargs[name] for name in names])

@@ -47,7 +47,8 @@ def paused_gc() -> Iterator[None]:
     Every collection scans all live objects, so building a large model's views (or its
     capability table) with it running costs a third more time; reference counting still frees
     what dies meanwhile (Mercurial's ``nogc`` does the same). Nested and threaded uses are safe:
-    only the caller that paused it resumes it.
+    only the caller that paused it resumes it, after moving what was built to the oldest
+    generation.
     """
     if not gc.isenabled():
         yield
@@ -56,6 +57,15 @@ def paused_gc() -> Iterator[None]:
     try:
         yield
     finally:
+        # What was built meanwhile goes straight to the oldest generation (freeze and unfreeze
+        # move the young generations' lists there without scanning them): the young
+        # collections after the pause would otherwise scan every object built, ~0.1 s each on
+        # a 50k-node model, only to find them alive. Garbage cycles made meanwhile wait for a
+        # full collection. Not where the program froze objects of its own (unfreeze would
+        # free them too).
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            gc.unfreeze()
         gc.enable()
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto
 
-from ep_host.dtypes import dtype
+from ep_host.dtypes import DType, dtype
 from ep_host.errors import ModelLoadError, ModelValidationError, ResourceLimitError, memory_stage
 from ep_host.graph import (
     CONSTANT_OP,
@@ -155,16 +155,26 @@ def _small_tensor(t: TensorProto) -> bool:
     """Whether ``t`` takes at most ``INFERENCE_KEEP_BYTES`` serialized. Its dims decide first
     when they already ask for more (raw data: the type's storage; typed fields: at least a byte
     an element), since ``ByteSize`` walks the whole payload, about 1 ms per megabyte."""
-    count = 1
-    for d in t.dims:
-        count *= max(d, 0)
+    count = math.prod(t.dims)  # no dim is negative: check_initializer refused those
     least = count
     if t.HasField("raw_data"):
-        try:
-            least = dtype(t.data_type).storage_bytes(count)
-        except ValueError:  # an unknown type: measured
-            least = 0
+        least = _storage_bytes(t.data_type, count)
     return least <= INFERENCE_KEEP_BYTES and t.ByteSize() <= INFERENCE_KEEP_BYTES
+
+
+_STORED_TYPES: dict[int, DType | None] = {}
+
+
+def _storage_bytes(code: int, count: int) -> int:
+    """``dtype(code).storage_bytes(count)``, the type looked up once per code; 0 for a code no
+    type has (the tensor is then measured)."""
+    known = _STORED_TYPES.get(code, _STORED_TYPES)
+    if known is _STORED_TYPES:
+        try:
+            known = _STORED_TYPES[code] = dtype(code)
+        except ValueError:
+            known = _STORED_TYPES[code] = None
+    return 0 if known is None else known.storage_bytes(count)
 
 TRIM_AFTER_NODES = 10_000
 
@@ -390,9 +400,16 @@ class Model:
         ``unk__`` names or none at all), which estimates count as 1."""
         unknown: list[str] = []
         nodes = self.graph.nodes
+        by_shape: dict[Any, bool] = {}  # shapes repeat: each is looked into once
         for node in nodes:
             for value in (*node.inputs, *node.outputs):
-                if value is not None and value.kind == "tensor" and _has_unknown_dim(value.shape):
+                if value is None or value.kind != "tensor":
+                    continue
+                shape = value.shape
+                found = by_shape.get(shape)
+                if found is None:
+                    found = by_shape[shape] = _has_unknown_dim(shape)
+                if found:
                     unknown.append(node.name)
                     break
         if not unknown:
@@ -475,6 +492,7 @@ def _validate_structure(
     schema version), whose input lengths are checked once shapes are known."""
     scans: list[tuple[NodeProto, str, int]] = []
     schemas: dict[tuple[str, str], SchemaRules | None] = {}
+    passed: set[tuple[tuple[str, str], int, int]] = set()  # attribute-less nodes found valid
     stack: list[tuple[GraphProto, int, list[NodeRow] | None]] = [(main, 0, rows)]
     while stack:
         g, depth, g_rows = stack.pop()
@@ -507,7 +525,11 @@ def _validate_structure(
                                         else schema_rules(key[0], op_type, opsets[key[0]]))
             if rules is not None:
                 node_label = name or f"{op_type}_{i}"
-                _check_node(n, rules, node_label, inputs, outputs, has_attributes, label)
+                counts = (key, len(inputs), len(outputs))
+                if has_attributes or counts not in passed:
+                    _check_node(n, rules, node_label, inputs, outputs, has_attributes, label)
+                    if not has_attributes:  # its counts alone decided: the same pass again
+                        passed.add(counts)
                 if has_graphs and key[0] == DEFAULT_DOMAIN:
                     _check_body_counts(n, rules, node_label, label)
                     if op_type == "Scan":

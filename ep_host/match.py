@@ -27,6 +27,16 @@ class ReasonCode(StrEnum):
     FAULT = "fault"  # the provider misbehaved: raised, returned garbage, an invalid cost
 
 
+_CODES = {code.value: code for code in ReasonCode}
+
+
+def reason_code(code: ReasonCode | str) -> ReasonCode:
+    """``ReasonCode(code)``, by a dict look-up first (the enum's call costs a microsecond, and
+    every decline names a code)."""
+    found = _CODES.get(code) if type(code) is str or type(code) is ReasonCode else None
+    return found if found is not None else ReasonCode(code)
+
+
 def _format(template: str, args: tuple[Any, ...]) -> str:
     if not args:
         return template
@@ -43,7 +53,7 @@ class Decline(Exception):  # noqa: N818 (it is a decision, not an error)
         super().__init__(template)
         self.template = template
         self.args_ = args
-        self.code = ReasonCode(code)
+        self.code = reason_code(code)
 
     @property
     def reason(self) -> str:
@@ -109,7 +119,7 @@ class KernelMatch:
     def unsupported(cls, reason: str, code: ReasonCode | str = ReasonCode.OP) -> KernelMatch:
         if not reason:
             raise ValueError("an unsupported KernelMatch needs a reason")
-        return cls(False, reason=str(reason), code=ReasonCode(code))
+        return cls(False, reason=str(reason), code=reason_code(code))
 
     def copy_checked(self, input_count: int) -> KernelMatch:
         """A fresh copy of this answer, checked, for a node whose op takes at most
@@ -166,13 +176,30 @@ class KernelMatch:
 _MATCH_SLOTS = tuple(getattr(KernelMatch, name) for name in (
     "is_supported", "cost", "reason", "code", "required_input_layouts", "output_layouts",
     "host_inputs"))
+# each slot's setter, called directly (a loop over the slots costs twice as much)
+(_set_supported, _set_cost, _set_reason, _set_code, _set_required, _set_outputs,
+ _set_host_inputs) = (slot.__set__ for slot in _MATCH_SLOTS)
+_new_object = object.__new__
 
 
-def _new_match(*values: Any) -> KernelMatch:
-    match = object.__new__(KernelMatch)
-    for slot, value in zip(_MATCH_SLOTS, values, strict=True):
-        slot.__set__(match, value)
+def _new_match(is_supported: bool, cost: Cost | None, reason: str, code: ReasonCode | None,
+               required: tuple[str | None, ...] | None, outputs: tuple[str | None, ...],
+               host_inputs: tuple[int, ...]) -> KernelMatch:
+    match = _new_object(KernelMatch)
+    _set_supported(match, is_supported)
+    _set_cost(match, cost)
+    _set_reason(match, reason)
+    _set_code(match, code)
+    _set_required(match, required)
+    _set_outputs(match, outputs)
+    _set_host_inputs(match, host_inputs)
     return match
+
+
+def new_decline(reason: str, code: ReasonCode) -> KernelMatch:
+    """``KernelMatch.unsupported(reason, code)`` for a non-empty ``str`` reason and a
+    ``ReasonCode``, which the caller has checked: the capability walk's many declines."""
+    return _new_match(False, None, reason, code, None, (), ())
 
 
 _PLAIN = (str, int, float, bool, type(None))

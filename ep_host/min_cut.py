@@ -248,12 +248,24 @@ class PlacementObjective:
         src = self.source_places(a)
         n_places = self.n_places
         dest = self._need[np.arange(len(self._e_val)), a[self._e_node]]
-        keys = np.unique(np.concatenate([self._e_val * n_places + dest, self._outs * n_places]))
+        keys = self.distinct_keys(self._e_val * n_places + dest, self._outs * n_places)
         val, dst = keys // n_places, keys % n_places
         moved = dst != src[val]
         val, dst = val[moved], dst[moved]
         copy = self._place_us(src[val], dst, self._nb[val])
         return total + float(copy.sum()) + self._launch_us(a)
+
+    def key_marks(self, *keys: Any) -> Any:
+        """A mark per (tensor, place) key, ``tensor * n_places + place``: set where ``keys``
+        name it (sorting them, as ``np.unique`` does, costs more on long models)."""
+        marks = np.zeros(len(self._prod) * self.n_places, dtype=bool)
+        for k in keys:
+            marks[k] = True
+        return marks
+
+    def distinct_keys(self, *keys: Any) -> Any:
+        """``np.unique`` of the (tensor, place) keys in ``keys``, in increasing order."""
+        return np.flatnonzero(self.key_marks(*keys))
 
     def _launch_us(self, a: Any) -> float:
         """The partition launches of assignment ``a``."""
@@ -351,18 +363,20 @@ class _MoveGraph:
         need0 = obj._need[edges, self.label0[ec]]
         need1 = obj._need[edges, self.label1[ec]]
         same = need0 == need1
-        always = np.unique(np.concatenate([ev[same] * n_places + need0[same],
-                                           obj._outs * n_places]))
+        always_marks = obj.key_marks(ev[same] * n_places + need0[same], obj._outs * n_places)
+        always = np.flatnonzero(always_marks)
         diff = ~same
         key = np.concatenate([ev[diff] * n_places + need0[diff],
                               ev[diff] * n_places + need1[diff]])
         node = np.concatenate([ec[diff], ec[diff]])
         sign = np.concatenate([np.zeros(diff.sum(), np.int64), np.ones(diff.sum(), np.int64)])
-        keep = ~np.isin(key, always)
+        keep = ~always_marks[key]
         key, node, sign = key[keep], node[keep], sign[keep]
         if not len(key):
             return always, None
-        groups, inverse = np.unique(key, return_inverse=True)
+        marks = obj.key_marks(key)  # np.unique(key, return_inverse=True), without sorting
+        groups = np.flatnonzero(marks)
+        inverse = (np.cumsum(marks) - 1)[key]
         n_groups = len(groups)
         count = np.bincount(inverse, minlength=n_groups)
         ones = np.bincount(inverse, weights=sign, minlength=n_groups)
@@ -568,37 +582,52 @@ def optimal_assignment(problem: PlacementObjective, best: list[int], best_us: fl
     cuts = _MoveCache(problem)  # searches that meet ask the same moves from there on
     for start in dict.fromkeys(map(tuple, starts)):  # each distinct start once
         found = _local_search(problem, choice, used, np.asarray(start, dtype=np.int64), cuts)
-        us = problem.total_us(found)
+        us = cuts.total_us(found)
         if us < best_us:
             best, best_us = found, us
     return best, best_us
 
 
 class _MoveCache:
-    """:meth:`PlacementObjective.move` remembered by its labels (a 128-bit digest of them): a
-    move is a deterministic function of its labels, and local searches from different starts
-    that reach the same assignment ask the same moves again. A digest collision could at worst
-    propose a poorer candidate, which the exact total then rejects."""
+    """:meth:`PlacementObjective.move` remembered by its labels and ``total_us`` by its
+    assignment (128-bit digests of them): both are deterministic, and local searches from
+    different starts that reach the same assignment ask the same moves and totals again. A
+    digest collision (odds of 2**-128 a pair) would hand back another move's answer or total."""
 
     def __init__(self, problem: PlacementObjective):
         self.problem = problem
         self.known: dict[bytes, Any] = {}
+        self.totals: dict[bytes, float] = {}
 
     def move(self, lab0: Any, lab1: Any) -> Any:
-        digest = hashlib.blake2b(np.asarray(lab0, dtype=np.int64).tobytes(), digest_size=16)
-        digest.update(np.asarray(lab1, dtype=np.int64).tobytes())
-        key = digest.digest()
+        key = _digest(lab0, lab1)
         y = self.known.get(key)
         if y is None:
             y = self.known[key] = np.asarray(self.problem.move(lab0, lab1), dtype=bool)
         return y
+
+    def total_us(self, assign: Any) -> float:
+        """``problem.total_us(assign)``, once per assignment: a move that changes nothing, and
+        searches that meet, ask the same totals again."""
+        key = _digest(assign)
+        total = self.totals.get(key)
+        if total is None:
+            total = self.totals[key] = self.problem.total_us(assign)
+        return total
+
+
+def _digest(*labels: Any) -> bytes:
+    digest = hashlib.blake2b(digest_size=16)
+    for lab in labels:
+        digest.update(np.asarray(lab, dtype=np.int64).tobytes())
+    return digest.digest()
 
 
 def _local_search(problem: PlacementObjective, choice: dict[int, Any], used: list[int],
                   start: Any, cuts: _MoveCache) -> list[int]:
     """From ``start``, alpha-expansion and alpha-beta swap moves over the ``used`` locations
     until none improves the exact total (at most 32 rounds)."""
-    current, current_us = start, problem.total_us(start)
+    current, current_us = start, cuts.total_us(start)
     group = np.asarray(problem.prov_group, dtype=np.int64)  # each provider's group
     moves = [(a, None) for a in used] + [
         (a, b) for i, a in enumerate(used) for b in used[i + 1:]]
@@ -617,7 +646,7 @@ def _local_search(problem: PlacementObjective, choice: dict[int, Any], used: lis
                 continue
             y = cuts.move(lab0, lab1)
             moved = np.where(y & (lab1 >= 0), lab1, np.where(lab0 >= 0, lab0, current))
-            us = problem.total_us(moved)
+            us = cuts.total_us(moved)
             if us < current_us - 1e-9 * max(1.0, current_us):
                 current, current_us, improved = moved, us, True
         if not improved:

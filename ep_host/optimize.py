@@ -41,6 +41,7 @@ from onnx import helper
 
 from ep_host.errors import HostError
 from ep_host.folding import (
+    NOT_FOLDED,
     channel_affine_folding,
     constant_folding,
     constant_lifting,
@@ -53,7 +54,7 @@ from ep_host.fusion import (
     matmul_add_fusion,
     silu_fusion,
 )
-from ep_host.graph import node_reads, normalize_domain
+from ep_host.graph import DEFAULT_DOMAIN, GraphView, node_reads, normalize_domain, paused_gc
 from ep_host.loading import Model
 from ep_host.rewriter import MS_DOMAIN, Rewriter, node_domain
 
@@ -69,6 +70,21 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "matmul_add_fusion": matmul_add_fusion,
 }
 DEFAULT_PASSES = tuple(PASSES)
+# The ai.onnx ops a pass starts from: it finds nothing in a graph that lacks one op of each
+# group. No pass adds an op another pass starts from (they remove ai.onnx nodes, copy a Conv or
+# BatchNormalization, or add com.microsoft ops, Gemm and LayerNormalization), so the graph as
+# loaded decides for all of them. constant_folding is decided by ``_may_fold``.
+PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
+    "constant_lifting": (frozenset({"Constant"}),),
+    "conv_bn_folding": (frozenset({"BatchNormalization"}), frozenset({"Conv"})),
+    "channel_affine_folding": (frozenset({"Mul", "Add"}),
+                               frozenset({"Conv", "BatchNormalization"})),
+    "conv_activation_fusion": (frozenset({"Conv"}), frozenset({"Relu", "Clip"})),
+    "gelu_fusion": (frozenset({"Erf", "Tanh"}), frozenset({"Add"}), frozenset({"Mul"})),
+    "silu_fusion": (frozenset({"Sigmoid"}), frozenset({"Mul"})),
+    "layer_norm_fusion": (frozenset({"ReduceMean"}), frozenset({"Sub"}), frozenset({"Div"})),
+    "matmul_add_fusion": (frozenset({"MatMul"}), frozenset({"Add"})),
+}
 REINFER_AFTER = frozenset({"constant_lifting", "constant_folding"})
 
 
@@ -93,18 +109,42 @@ def optimize(model: Model, passes: Iterable[str] | None = None,
     ``in_place``: the new model takes over ``model.proto`` and rewrites it, rather than a copy
     (a copy copies every weight it keeps); for a caller that loaded ``model`` itself and drops
     it, since ``model.proto`` is then the rewritten graph."""
-    names = resolve_passes(passes, disable)
-    if not names or not model.graph.nodes:
+    names = passes_that_may_apply(model.graph, resolve_passes(passes, disable))
+    if not names:
         return model
-    rw = Rewriter(model)
-    applied = {}
-    for name in names:
-        count = PASSES[name](rw)
-        if count:
-            applied[name] = count
-    if not applied:
-        return model
-    return _rebuild(model, rw, applied, in_place)
+    with paused_gc():  # many long-lived protobuf copies and views: see paused_gc
+        rw = Rewriter(model)
+        applied = {}
+        for name in names:
+            count = PASSES[name](rw)
+            if count:
+                applied[name] = count
+        if not applied:
+            return model
+        return _rebuild(model, rw, applied, in_place)
+
+
+def passes_that_may_apply(graph: GraphView, names: list[str]) -> list[str]:
+    """Those of ``names`` that may change ``graph``, in order: a pass is left out when the
+    graph lacks the ops it starts from (``PASS_OPS``), so a graph with nothing to rewrite is
+    neither copied nor walked once per pass."""
+    if not graph.nodes:
+        return []
+    ops = {node.op_type for node in graph.nodes if node.domain == DEFAULT_DOMAIN}
+    return [name for name in names
+            if (_may_fold(graph, ops) if name == "constant_folding"
+                else all(not group.isdisjoint(ops) for group in PASS_OPS[name]))]
+
+
+def _may_fold(graph: GraphView, ops: set[str]) -> bool:
+    """Whether constant_folding may find a node to fold: a Shape or Size, a node whose inputs
+    are all constants, or a Constant node (constant_lifting may make constants of forms the
+    loaded views do not show as constant)."""
+    if not ops.isdisjoint(("Constant", "Shape", "Size")):
+        return True
+    return any(node.domain == DEFAULT_DOMAIN and node.op_type not in NOT_FOLDED
+               and all(v is None or v.is_constant for v in node.inputs)
+               for node in graph.nodes)
 
 
 def _copy_fields(src: Any, dst: Any, skip: frozenset[str]) -> None:
@@ -232,5 +272,5 @@ def source_nodes(model: Model, name: str) -> list[str]:
     return list(model.sources.get(name, [name]))
 
 
-__all__ = ["DEFAULT_PASSES", "PASSES", "optimize", "resolve_node", "resolve_passes",
-           "source_nodes"]
+__all__ = ["DEFAULT_PASSES", "PASSES", "optimize", "passes_that_may_apply", "resolve_node",
+           "resolve_passes", "source_nodes"]

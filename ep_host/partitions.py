@@ -152,16 +152,25 @@ def entry_sources(nodes: Sequence[NodeView]) -> tuple[list[tuple[int, int]], lis
     and whether it reads from outside ``nodes`` (a graph input, an outer value, or only
     constants: then it counts one outside source)."""
     producer = {v.name: i for i, n in enumerate(nodes) for v in n.outputs if v is not None}
+    find = producer.get
     pairs: list[tuple[int, int]] = []
     count: list[int] = []
     outside: list[int] = []
     for i, n in enumerate(nodes):
-        sources = dict.fromkeys(producer[v.name] for v in n.inputs
-                                if v is not None and v.name in producer and producer[v.name] != i)
-        reads_outside = any(v is not None and not v.is_constant and v.name not in producer
-                            for v in n.inputs) or not sources
-        pairs.extend((p, i) for p in sources)
-        count.append(len(sources) + int(reads_outside))
+        sources: dict[int, None] = {}  # in the order the inputs name them
+        reads_outside = False
+        for v in n.inputs:
+            if v is None:
+                continue
+            p = find(v.name)
+            if p is None:
+                reads_outside = reads_outside or not v.is_constant
+            elif p != i:
+                sources[p] = None
+        if not sources:
+            reads_outside = True
+        pairs.extend([(p, i) for p in sources])
+        count.append(len(sources) + reads_outside)
         outside.append(int(reads_outside))
     return pairs, count, outside
 

@@ -239,3 +239,44 @@ def test_string_list_attributes_decode_each_string(count):
                                       domains=[("test.strings", 1)]))
         assert model.graph.nodes[0].attributes["tags"] == tuple(
             s.decode("utf-8", "replace") for s in values)
+
+
+def test_what_paused_gc_built_is_in_the_oldest_generation_and_cycles_still_collected():
+    import gc
+    import weakref
+
+    from ep_host.graph import paused_gc
+
+    class Cycle:
+        pass
+
+    gc.collect()
+    with paused_gc():
+        assert not gc.isenabled()
+        kept = [[i] for i in range(5000)]  # tracked objects, alive after the pause
+        dropped = Cycle()
+        dropped.self = dropped
+        ref = weakref.ref(dropped)
+        del dropped
+    assert gc.isenabled() and len(kept) == 5000
+    oldest = gc.get_objects(generation=2)  # not young objects a young collection would scan
+    assert any(o is kept[0] for o in oldest) and any(o is kept[-1] for o in oldest)
+    del oldest  # it holds every object of the generation, the dropped cycle too
+    assert gc.get_freeze_count() == 0
+    gc.collect()
+    assert ref() is None
+
+
+def test_paused_gc_leaves_the_programs_own_frozen_objects_frozen():
+    import gc
+
+    from ep_host.graph import paused_gc
+
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with paused_gc():
+            [[i] for i in range(100)]
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

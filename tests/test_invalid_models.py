@@ -190,6 +190,18 @@ def test_a_node_the_schema_does_not_allow_is_refused(node, opset, words):
     _refused(m, *words)
 
 
+def test_a_node_after_valid_nodes_of_its_op_is_still_checked():
+    """Attribute-less nodes of one op and counts are checked once: one with other counts, or
+    one that has an attribute, after them is refused all the same."""
+    relus = [helper.make_node("Relu", ["x"], [f"r{i}"], name=f"relu{i}") for i in range(3)]
+    extra = helper.make_node("Relu", ["r2", "r1"], ["y"], name="relu_two")
+    m = _model([*relus, extra], [vi("x", F, [2, 3])], [vi("y", F, None)])
+    _refused(m, "'relu_two'", "Relu-14", "2 inputs")
+    tagged = helper.make_node("Relu", ["r2"], ["y"], name="relu_alpha", alpha=0.5)
+    _refused(_model([*relus, tagged], [vi("x", F, [2, 3])], [vi("y", F, None)]),
+             "'relu_alpha'", "'alpha'")
+
+
 def test_reduce_sum_11_with_an_axes_attribute_runs():
     m = _model([helper.make_node("ReduceSum", ["x"], ["y"], name="rs", axes=[0], keepdims=0)],
                [vi("x", F, [2, 3])], [vi("y", F, None)], opsets=(("", 11),))

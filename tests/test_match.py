@@ -89,3 +89,15 @@ def test_variant_selection_formats_lazily_and_keys_by_stage():
     assert primary.reason == "kernel formatted" and arg.calls == 1
     assert primary.key == "kernel_variant"
     assert staged.key == "kernel_variant.pack"
+
+
+def test_the_walks_declines_equal_the_checked_ones_and_codes_resolve_as_the_enum_does():
+    from ep_host.match import new_decline, reason_code
+
+    for code in ReasonCode:
+        fast, checked = new_decline("no", code), KernelMatch.unsupported("no", code)
+        assert fast == checked and type(fast) is KernelMatch
+        assert reason_code(code.value) is code and reason_code(code) is code
+    assert Decline("no", code="dtype").code is ReasonCode.DTYPE
+    with pytest.raises(ValueError):
+        reason_code("nope")

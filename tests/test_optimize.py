@@ -16,7 +16,7 @@ from ep_host import InferenceSession
 from ep_host.cli import main
 from ep_host.errors import HostError
 from ep_host.loading import load_model
-from ep_host.optimize import PASSES, optimize
+from ep_host.optimize import DEFAULT_PASSES, PASSES, optimize, passes_that_may_apply
 
 F = TensorProto.FLOAT
 RNG = np.random.default_rng(0)
@@ -526,3 +526,54 @@ def test_a_fusion_keeps_the_type_and_shape_of_every_value_that_survives():
         before = written.graph.values[name]
         assert (value.kind, value.dtype, value.shape) == (before.kind, before.dtype, before.shape)
     assert fused.graph.values["y"].shape == (2, 16)
+
+
+def add_chain_model(n):
+    nodes = [helper.make_node("Add", ["x" if i == 0 else f"a{i - 1}", f"c{i}"],
+                              ["y" if i == n - 1 else f"a{i}"], name=f"add{i}") for i in range(n)]
+    inits = [const(f"c{i}", RNG.standard_normal(4)) for i in range(n)]
+    return make_model(nodes, [("x", F, [4])], [("y", F, [4])], initializers=inits)
+
+
+def light_model(name):
+    from ep_host.testing import models
+
+    return models.with_random_weights(onnx.load(models.light_model_path(name)))
+
+
+GATED_MODELS = {
+    "conv_bn": lambda: conv_bn_model(), "conv_bn_read": lambda: conv_bn_model(True),
+    "gelu": lambda: gelu_model("half_first"), "gelu_last": lambda: gelu_model("half_last"),
+    "tanh_gelu_pow": lambda: tanh_gelu_model("pow", "half_first"),
+    "tanh_gelu_mul": lambda: tanh_gelu_model("mul", "half_last"),
+    "silu": lambda: silu_model(["x", "s"]), "constants": lambda: constant_forms_model(True),
+    "add_chain": lambda: add_chain_model(5),
+    "squeezenet": lambda: light_model("squeezenet"), "resnet50": lambda: light_model("resnet50"),
+    "inception_v2": lambda: light_model("inception_v2"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATED_MODELS))
+def test_a_pass_is_left_out_only_where_it_would_find_nothing(name):
+    """Every pass run in order on the whole graph, none left out: each that changes something
+    is one passes_that_may_apply keeps, and optimize's result is the same."""
+    from ep_host.rewriter import Rewriter
+
+    model = load_model(GATED_MODELS[name]())
+    kept = passes_that_may_apply(model.graph, list(DEFAULT_PASSES))
+    rw = Rewriter(model)
+    changed = {p: count for p in DEFAULT_PASSES if (count := PASSES[p](rw))}
+    assert set(changed) <= set(kept)
+    assert optimize(load_model(GATED_MODELS[name]())).optimizations == changed
+
+
+def test_a_graph_with_none_of_the_ops_the_passes_start_from_is_returned_as_it_is():
+    model = load_model(add_chain_model(50))
+    assert passes_that_may_apply(model.graph, list(DEFAULT_PASSES)) == []
+    assert optimize(model) is model
+    folded = load_model(make_model(
+        [helper.make_node("Neg", ["c"], ["n"], name="neg"),
+         helper.make_node("Add", ["x", "n"], ["y"], name="add")],
+        [("x", F, [4])], [("y", F, [4])], initializers=[const("c", RNG.standard_normal(4))]))
+    assert passes_that_may_apply(folded.graph, list(DEFAULT_PASSES)) == ["constant_folding"]
+    assert optimize(folded).optimizations == {"constant_folding": 1}
