@@ -15,11 +15,12 @@ from typing import Any
 
 from ep_host import node_times, plugin_calls
 from ep_host.calibration import ProviderCalibration, provider_calibration
+from ep_host.collector import paused_gc
 from ep_host.cost import Cost
 from ep_host.discovery import OWN_DISTRIBUTIONS, Host, ProviderRecord
 from ep_host.errors import HostError, ProviderError, describe_exception
 from ep_host.functions import expand_function
-from ep_host.graph import NodeView, node_signature, op_schema, paused_gc
+from ep_host.graph import NodeView, node_signature, op_schema
 from ep_host.layouts import check_match_layouts, has_layouts
 from ep_host.loading import Model
 from ep_host.match import Decline, KernelMatch, ReasonCode, new_decline

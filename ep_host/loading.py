@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, ModelProto, NodeProto, TensorProto
 
+from ep_host.collector import paused_gc
 from ep_host.dtypes import DType, dtype
 from ep_host.errors import ModelLoadError, ModelValidationError, ResourceLimitError, memory_stage
 from ep_host.graph import (
@@ -30,7 +31,6 @@ from ep_host.graph import (
     normalize_domain,
     op_schema,
     parse_type,
-    paused_gc,
     scan_nodes,
 )
 from ep_host.held_weights import (

@@ -39,6 +39,7 @@ from typing import Any
 import onnx
 from onnx import helper
 
+from ep_host.collector import paused_gc
 from ep_host.errors import HostError
 from ep_host.folding import (
     NOT_FOLDED,
@@ -54,7 +55,7 @@ from ep_host.fusion import (
     matmul_add_fusion,
     silu_fusion,
 )
-from ep_host.graph import DEFAULT_DOMAIN, GraphView, node_reads, normalize_domain, paused_gc
+from ep_host.graph import DEFAULT_DOMAIN, GraphView, node_reads, normalize_domain
 from ep_host.loading import Model
 from ep_host.rewriter import MS_DOMAIN, Rewriter, node_domain
 

@@ -12,8 +12,9 @@ from typing import Any
 
 from ep_host import strategies
 from ep_host.capability import CapabilityTable
+from ep_host.collector import paused_gc
 from ep_host.errors import PlacementError, UnknownNodeError
-from ep_host.graph import GraphView, paused_gc
+from ep_host.graph import GraphView
 from ep_host.match import KernelMatch
 from ep_host.partitions import compiling_groups, launch_cost_us
 from ep_host.provider import Device

@@ -245,7 +245,7 @@ def test_what_paused_gc_built_is_in_the_oldest_generation_and_cycles_still_colle
     import gc
     import weakref
 
-    from ep_host.graph import paused_gc
+    from ep_host.collector import paused_gc
 
     class Cycle:
         pass
@@ -270,7 +270,7 @@ def test_what_paused_gc_built_is_in_the_oldest_generation_and_cycles_still_colle
 def test_paused_gc_leaves_the_programs_own_frozen_objects_frozen():
     import gc
 
-    from ep_host.graph import paused_gc
+    from ep_host.collector import paused_gc
 
     gc.freeze()
     try:
