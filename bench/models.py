@@ -32,6 +32,7 @@ RUNTIMES = ("ep-host", "onnxruntime")
 # the largest |difference| allowed, relative to the largest |expected| value of the output
 RELATIVE_TOLERANCE = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-3, "float64": 1e-7}
 WARMUP_S = 3.0  # the untimed runs of both runtimes stop after this many seconds
+TIMED_S, MAX_RUNS = 2.0, 400  # more timed runs of a fast model, up to these
 ONE_THREAD = {var: "1" for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                    "NUMBA_NUM_THREADS")}
 
@@ -168,8 +169,13 @@ def measure_speed(name: str, out: Path, repeat: int, creations: int,
             break
         for runtime in RUNTIMES:
             runs[runtime](feeds)
+    # at least ``repeat`` timed runs each, more while under TIMED_S in all (up to MAX_RUNS):
+    # a model run in microseconds gets enough runs for a steady median
     times: dict[str, list[float]] = {r: [] for r in RUNTIMES}
-    for i in range(repeat):
+    started = time.perf_counter()
+    i = 0
+    while i < repeat or (i < MAX_RUNS and time.perf_counter() - started < TIMED_S):
+        i += 1
         for runtime in RUNTIMES[::-1] if i % 2 else RUNTIMES:
             started = time.perf_counter()
             runs[runtime](feeds)
@@ -299,7 +305,9 @@ def main() -> None:
     parser.add_argument("name", nargs="?", help="the model (_speed and _memory only)")
     parser.add_argument("--only", help="comma-separated models to measure (default: all)")
     parser.add_argument("--skip", help="comma-separated models to leave out")
-    parser.add_argument("--repeat", type=int, default=10, help="timed runs of each runtime")
+    parser.add_argument("--repeat", type=int, default=10,
+                        help=f"timed runs of each runtime at least (more, up to {MAX_RUNS}, "
+                             f"while under {TIMED_S:g} s in all)")
     parser.add_argument("--warmup", type=int, default=10,
                         help=f"untimed runs of each runtime before the timed ones (at most "
                              f"{WARMUP_S:g} s in all; 0: none)")
