@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_host_cpu.jit import compiled, compiled_in_use, numba_wanted
+from ep_host_cpu.jit import LoopOnceCompiledInUse
 
 
 def bias_clamp(y, bias, has_bias, lo, hi, clamp):
@@ -50,21 +50,14 @@ def signature(numba: Any) -> list[Any]:
 NO_BIAS = np.zeros(1, dtype=np.float32)  # read by the loop only with ``has_bias``
 
 
-class ConvEpilogue:
+class ConvEpilogue(LoopOnceCompiledInUse):
     """``xp.conv_epilogue``: :meth:`ready` says whether the compiled loop is used for a dtype
     (numba installed and wanted, float32; compiled, or read from numba's disk cache, the first
     time it says yes); calling it adds ``bias`` (or nothing) to ``y`` (n, m, ...) in place and
     clamps it to ``clamp`` (lo, hi) when given."""
 
-    def __init__(self) -> None:
-        self._compiled: Any = None
-
-    def ready(self, dtype: Any) -> bool:
-        if np.dtype(dtype) != np.float32 or not compiled_in_use() or not numba_wanted():
-            return False
-        if self._compiled is None:
-            self._compiled = compiled(bias_clamp, signature) or False
-        return bool(self._compiled)
+    function = staticmethod(bias_clamp)
+    signature = staticmethod(signature)
 
     def __call__(self, y, bias, clamp=None):
         n, m = y.shape[:2]

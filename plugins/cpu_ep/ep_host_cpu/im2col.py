@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_host_cpu.jit import compiled, compiled_in_use, numba_wanted
+from ep_host_cpu.jit import LoopOnceCompiledInUse
 
 
 def columns2d(x, cols, kh, kw, sh, sw, dh, dw, pt, pl):
@@ -87,20 +87,13 @@ def signature(numba: Any) -> list[Any]:
                        index, index, index)]
 
 
-class ImageColumns:
+class ImageColumns(LoopOnceCompiledInUse):
     """``xp.im2col_columns``: :meth:`ready` says whether the compiled copy is used for a dtype
     (float32, numba installed and wanted, another compiled kernel already in use; built or
     compiled the first time it says yes); calling it fills ``cols``."""
 
-    def __init__(self) -> None:
-        self._compiled: Any = None
-
-    def ready(self, dtype: Any) -> bool:
-        if np.dtype(dtype) != np.float32 or not compiled_in_use() or not numba_wanted():
-            return False
-        if self._compiled is None:
-            self._compiled = compiled(columns2d, signature) or False
-        return bool(self._compiled)
+    function = staticmethod(columns2d)
+    signature = staticmethod(signature)
 
     def __call__(self, x, cols, kernel, strides, dilations, begin):
         """Fill ``cols`` (n, C, kh, kw, oh, ow) from ``x`` (n, C, H, W), both float32 and

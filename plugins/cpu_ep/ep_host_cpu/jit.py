@@ -29,6 +29,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 NUMBA_SWITCH = "EP_HOST_NUMBA"
 # numba's disk cache does not key compiled code by these options: a change of them needs a new
 # ``CACHE_TAG`` (the cache's folder), or an old cache compiled under other options is read back
@@ -186,3 +188,12 @@ class CompiledLoop:
         if self._compiled is None:
             self._compiled = compiled(self.function, self.signature, self.helpers) or False
         return bool(self._compiled)
+
+
+class LoopOnceCompiledInUse(CompiledLoop):
+    """A float32 loop whose saving pays neither a first kernel's build nor numba's memory: used
+    only once another compiled kernel is in use (:func:`compiled_in_use`). :meth:`ready` takes
+    the dtype it would run on."""
+
+    def ready(self, dtype: Any = np.float32) -> bool:
+        return np.dtype(dtype) == np.float32 and compiled_in_use() and super().ready()
