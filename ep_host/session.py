@@ -59,7 +59,7 @@ from ep_host.prepacked import SHARED_PREPACKED, PrepackedUse
 from ep_host.provider import HOST, Device
 from ep_host.runloop import PlanRun, RunToken, StepChecks
 from ep_host.subgraph import PartitionView
-from ep_host.threads import BlasThreads, default_threads
+from ep_host.threads import BlasThreads, blas_stays_single, default_threads
 from ep_host.tracing import Tracer
 
 ProviderOptions = Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]]
@@ -356,8 +356,24 @@ class InferenceSession:
         self._feeds = FeedChecker(self._model, max_tensor_bytes)
         placement = self._runtime.place(self._model.graph, pins)
         self._plan, self._run = self._runtime.plan(self._model.graph, placement)
+        self._run_threads = self._threads_for(self._plan)
         # a kernel that failed to build moved its node: the plan's placement is the one that runs
         self.placement: Placement = self._plan.placement
+
+    def _threads_for(self, plan: Plan) -> BlasThreads:
+        """The BLAS limit runs of ``plan`` take: none where every value it makes is small
+        enough that OpenBLAS runs each call on one thread anyway (``blas_stays_single``)."""
+        if not self._threads.threads or self._feeds.plain is None:
+            return self._threads
+        shapes = [shape for _, _, shape in self._feeds.plain]
+        for step in plan.steps:
+            live = sum(s >= 0 for s in step.outputs)
+            if (step.kind != "node" or len(step.expect) < live
+                    or any(n.subgraphs for n in step.nodes)):
+                return self._threads
+            shapes.extend(expect[1] for expect in step.expect)
+        shapes.extend(getattr(c, "shape", None) for c in plan.constants.values())
+        return NO_LIMIT if blas_stays_single(shapes) else self._threads
 
     @property
     def _steps(self) -> tuple[Step, ...]:
@@ -481,6 +497,7 @@ class InferenceSession:
         if any(n.provider == lost.provider for n in placement.nodes):
             return False
         self._plan, self._run = self._runtime.plan(self._model.graph, placement)
+        self._run_threads = self._threads_for(self._plan)
         self.placement, self._device_plans = self._plan.placement, {}
         self._runtime.checks.warnings.append(f"{lost}; the model was placed again without it")
         return True
@@ -542,7 +559,7 @@ class InferenceSession:
                   timeout: float | None) -> list[Any]:
         model = self._model
         try:
-            with self._threads:
+            with self._run_threads:
                 if timeout:
                     outputs = self._run_with_timeout(runner, feeds, names, cancel, timeout)
                 elif self.tracer is None:
@@ -644,3 +661,4 @@ def _calibrate() -> tuple[int, int]:
 
 
 _SOLE = _calibrate()
+NO_LIMIT = BlasThreads(0)  # runs of a plan whose BLAS calls stay on one thread anyway

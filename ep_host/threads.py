@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 SMALL_MACHINE_CPUS = 4
@@ -116,3 +116,27 @@ class BlasThreads:
     def __exit__(self, *exc: Any) -> None:
         if self.threads:
             POOLS.exit(self.threads)
+
+
+# OpenBLAS runs a GEMM on one thread while M*N*K <= 65536 * 4 and a GEMV while M*N < 2304 * 4
+# (its interface/gemm.c and gemv.c, GEMM_MULTITHREAD_THRESHOLD 4); no operand or result over
+# 4096 values keeps both there: M*N*K = sqrt(MK * KN * MN) <= 4096 ** 1.5 = 262144
+SINGLE_THREAD_VALUES = 4096
+
+
+def blas_stays_single(shapes: Iterable[Sequence[Any] | None]) -> bool:
+    """Whether every value of a run is known to be small enough that OpenBLAS runs its calls
+    on one thread whatever its pool holds: then limiting the pool is a cost without use
+    (reading and setting it twice a run takes microseconds, a small model's run only tens).
+    ``shapes``: every value's shape, ``None`` or a ``None`` dim where unknown."""
+    for shape in shapes:
+        if shape is None:
+            return False
+        count = 1
+        for d in shape:
+            if not isinstance(d, int):
+                return False
+            count *= d
+        if count > SINGLE_THREAD_VALUES:
+            return False
+    return True

@@ -274,7 +274,12 @@ class Forest:
                              f"{x.shape[1]}")
         x = xp.ascontiguousarray(x)
         step = max(1, PAIRS_PER_STEP // max(len(self.roots), 1))
-        if rows <= step:
+        walk = self._compiled_walk(xp, x)
+        if walk is not None:
+            table = self._table(x.dtype)
+            scores, hit = walk(x, table.splits, table.nodes(self.feature), self.roots, self.weights,
+                               self.has, self.depth, self.n_interior, not self.always_voted)
+        elif rows <= step:
             scores, hit = self._chunk_scores(xp, x)
         else:
             parts = [self._chunk_scores(xp, x[start:start + step])
@@ -286,6 +291,16 @@ class Forest:
         if hit is None:
             return scores, None
         return xp.where(hit, scores, 0.0), hit
+
+    def _compiled_walk(self, xp, x):
+        """A provider's ``xp.compiled_tree_walk`` (the CPU EP's, numba) where it takes ``x``:
+        a few (row, tree) pairs, thresholds the fast table holds and votes that add up; else
+        ``None``."""
+        walk = getattr(xp, "compiled_tree_walk", None)
+        if (walk is None or x.shape[0] * len(self.roots) > walk.MAX_PAIRS or not self.fast
+                or not aggregate_sums(self.aggregate)):
+            return None
+        return walk if walk.ready(x.dtype) else None
 
     def _chunk_scores(self, xp, x):
         leaf = self.leaves(xp, x)
@@ -320,6 +335,15 @@ class CompareTable:
         self.nan_matters = not fast or bool(self.nan_slot.any())
         self.nan_unsure = np.asarray(nan_unsure, bool)
         self.unsure = bool(self.nan_unsure.any())
+        self._nodes = None
+
+    def nodes(self, feature):
+        """Per node, int64: the ``feature`` it reads, its false and true slot, and which of
+        the two a NaN takes (``xp.compiled_tree_walk``'s table)."""
+        if self._nodes is None:
+            self._nodes = np.ascontiguousarray(np.stack(
+                [feature, self.false_slot, self.true_slot, self.nan_slot], axis=1), np.int64)
+        return self._nodes
 
 
 # ---------------------------------------------------------------------------------------------

@@ -153,6 +153,12 @@ class AheadKernel:
                 self._refuse(i, a, dtype, ndim, True)
         return self._function(*args)
 
+    @property
+    def unchecked(self) -> Any:
+        """The module's function itself, for a caller that makes every array argument of the
+        compiled type, dimensions and order (it checks only item sizes)."""
+        return self._function
+
     def _refuse(self, i: int, a: Any, dtype: np.dtype, ndim: int, writable: bool) -> None:
         raise TypeError(f"{self.__name__}: argument {i} must be a C-contiguous "
                         f"{'writable ' if writable else ''}{dtype} array of {ndim} "
