@@ -172,13 +172,19 @@ def read_only(array: np.ndarray) -> np.ndarray:
     """``array``'s data as a read-only array that no kernel can make writeable: its base is a
     read-only buffer, not ``array``, so ``flags.writeable = True`` is refused (numpy checks the
     base). Arrays that export no buffer (objects, strings) are copied first."""
-    if array.flags.c_contiguous and not array.dtype.hasobject:
+    dtype = array.dtype
+    if array.flags.c_contiguous and not dtype.hasobject:
         try:
-            flat = np.frombuffer(memoryview(array).toreadonly(), array.dtype)
+            buffer = memoryview(array).toreadonly()
+            # the buffer's own format and shape: one call where numpy knows the format (the
+            # plain numeric types), else its bytes as the array's dtype
+            out = np.asarray(buffer)
+            if out.dtype != dtype:
+                out = np.frombuffer(buffer, dtype).reshape(array.shape)
         except (TypeError, ValueError, BufferError):
             pass
         else:
-            return flat.reshape(array.shape)
+            return out
     owner = np.array(array, copy=True, order="C")
     owner.flags.writeable = False
     view = owner.view()  # its base is the read-only copy, which no kernel is handed

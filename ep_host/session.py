@@ -32,7 +32,7 @@ from ep_host.errors import (
     memory_stage,
     out_of_memory,
 )
-from ep_host.feeds import FeedChecker
+from ep_host.feeds import FeedChecker, plain_runner
 from ep_host.graph import GraphView, NodeView
 from ep_host.kernel import Kernel
 from ep_host.limits import MAX_TENSOR_BYTES, max_tensor_bytes_from_env, run_timeout_from_env
@@ -357,8 +357,15 @@ class InferenceSession:
         placement = self._runtime.place(self._model.graph, pins)
         self._plan, self._run = self._runtime.plan(self._model.graph, placement)
         self._run_threads = self._threads_for(self._plan)
+        self._fast = self._fast_runner()
         # a kernel that failed to build moved its node: the plan's placement is the one that runs
         self.placement: Placement = self._plan.placement
+
+    def _fast_runner(self) -> Any:
+        """The one-function path of plain runs (``feeds.plain_runner``), or ``None``."""
+        if not self._plain_runs or self.tracer is not None:
+            return None
+        return plain_runner(self._feeds, self._run, self._run_threads, hand_out)
 
     def _threads_for(self, plan: Plan) -> BlasThreads:
         """The BLAS limit runs of ``plan`` take: none where every value it makes is small
@@ -476,16 +483,23 @@ class InferenceSession:
         run_options: Any = None,
     ) -> list[Any]:
         """Run the model; returns the requested outputs (all when ``output_names`` is falsy)."""
-        names = self._output_names(output_names)
-        feeds = self._feeds.check(input_feed)
         while True:
             try:
+                if run_options is None and not output_names and self._fast is not None:
+                    outputs = self._fast(input_feed)
+                    if outputs is not None:
+                        return outputs
+                names = self._output_names(output_names)
+                feeds = self._feeds.check(input_feed)
                 if run_options is None and self._plain_runs:
                     return hand_out(self._run_plan(self._run, feeds, names, None, None))
                 return hand_out(self._execute(self._run, feeds, names, run_options))
             except KernelError as exc:
                 if not self._place_without_lost(exc):
                     raise
+            except MemoryError as exc:  # in the one-function path; ``_run_plan`` says it else
+                model = self._model
+                raise out_of_memory(exc, "a run", model.label, len(model.graph.nodes)) from exc
 
     def _place_without_lost(self, exc: KernelError) -> bool:
         """After an isolated provider's worker was lost in a run: place the model again without
@@ -498,6 +512,7 @@ class InferenceSession:
             return False
         self._plan, self._run = self._runtime.plan(self._model.graph, placement)
         self._run_threads = self._threads_for(self._plan)
+        self._fast = self._fast_runner()
         self.placement, self._device_plans = self._plan.placement, {}
         self._runtime.checks.warnings.append(f"{lost}; the model was placed again without it")
         return True

@@ -8,6 +8,7 @@ threadpoolctl when the first run starts and restored when the last concurrent ru
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -32,8 +33,10 @@ class _Pools:
         self.active: dict[int, int] = {}  # limit -> runs using it
         self.saved: list[int] = []  # each library's threads before the first run began
         self.current: list[int] = []  # and what they are now
+        self.modules = -1  # how many modules were imported when the libraries were found
 
     def _find(self) -> None:
+        self.modules = -1
         try:
             from threadpoolctl import ThreadpoolController
         except ImportError:  # without threadpoolctl the pools stay as they are
@@ -42,12 +45,15 @@ class _Pools:
             self.libraries = list(
                 ThreadpoolController().select(user_api="blas").lib_controllers)
         self.calls = [_calls(lib) for lib in self.libraries]
+        self.modules = len(sys.modules)
 
     def enter(self, limit: int) -> None:
         with self.lock:
-            if self.libraries is None:
-                self._find()
             active = self.active
+            # found again between runs once something was imported since: a library loaded
+            # later (scipy's BLAS, another wheel's) would otherwise keep its own pool
+            if self.libraries is None or (not active and len(sys.modules) != self.modules):
+                self._find()
             if not active:
                 self.saved = [read() for read, _ in self.calls]
                 self.current = self.saved.copy()

@@ -137,6 +137,23 @@ def test_inputs_are_never_modified_and_big_endian_is_converted(host):
     assert x.dtype == np.dtype(">f4") and y.flags.writeable
 
 
+def test_plain_runs_take_one_function_and_give_what_the_full_path_gives(host, tensors):
+    import types
+
+    session = _session(host, add_relu_model(), InlineProvider("cpu"))
+    feed = {"x": tensors.x, "y": tensors.y}
+    assert session._fast is not None
+    assert session._fast({"x": tensors.x}) is None  # not taken: the full path says what is wrong
+    (fast,) = session.run(None, feed)
+    (full,) = session.run(["out"], feed)  # named outputs take the full path
+    (mapped,) = session.run(None, types.MappingProxyType(feed))  # so does a dict-like feed
+    expected = np.maximum(tensors.x + tensors.y, 0)
+    for out in (fast, full, mapped):
+        np.testing.assert_array_equal(out, expected)
+        assert out.flags.writeable and out.flags.owndata
+    assert tensors.x.flags.writeable and tensors.y.flags.writeable
+
+
 def test_a_kernel_that_raises_names_node_and_provider(host, tensors):
     class Breaks(InlineProvider):
         @hookimpl
