@@ -172,9 +172,9 @@ def measure_speed(name: str, out: Path, repeat: int, creations: int,
     # at least ``repeat`` timed runs each, more while under TIMED_S in all (up to MAX_RUNS):
     # a model run in microseconds gets enough runs for a steady median
     times: dict[str, list[float]] = {r: [] for r in RUNTIMES}
-    started = time.perf_counter()
+    begun = time.perf_counter()
     i = 0
-    while i < repeat or (i < MAX_RUNS and time.perf_counter() - started < TIMED_S):
+    while i < repeat or (i < MAX_RUNS and time.perf_counter() - begun < TIMED_S):
         i += 1
         for runtime in RUNTIMES[::-1] if i % 2 else RUNTIMES:
             started = time.perf_counter()
