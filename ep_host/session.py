@@ -355,11 +355,15 @@ class InferenceSession:
         self._pins = pins
         self._feeds = FeedChecker(self._model, max_tensor_bytes)
         placement = self._runtime.place(self._model.graph, pins)
-        self._plan, self._run = self._runtime.plan(self._model.graph, placement)
-        self._run_threads = self._threads_for(self._plan)
-        self._fast = self._fast_runner()
+        self._use_plan(*self._runtime.plan(self._model.graph, placement))
         # a kernel that failed to build moved its node: the plan's placement is the one that runs
         self.placement: Placement = self._plan.placement
+
+    def _use_plan(self, plan: Plan, run: PlanRun) -> None:
+        """Run ``plan`` from now on: its runner, its BLAS limit and its one-function path."""
+        self._plan, self._run = plan, run
+        self._run_threads = self._threads_for(plan)
+        self._fast = self._fast_runner()
 
     def _fast_runner(self) -> Any:
         """The one-function path of plain runs (``feeds.plain_runner``), or ``None``."""
@@ -510,9 +514,7 @@ class InferenceSession:
         placement = self._runtime.place(self._model.graph, self._pins)
         if any(n.provider == lost.provider for n in placement.nodes):
             return False
-        self._plan, self._run = self._runtime.plan(self._model.graph, placement)
-        self._run_threads = self._threads_for(self._plan)
-        self._fast = self._fast_runner()
+        self._use_plan(*self._runtime.plan(self._model.graph, placement))
         self.placement, self._device_plans = self._plan.placement, {}
         self._runtime.checks.warnings.append(f"{lost}; the model was placed again without it")
         return True
