@@ -121,6 +121,58 @@ def provider_entry_points() -> tuple[Any, ...]:
     return _SCAN.scan()
 
 
+class _SharedHosts:
+    """Hosts that the sessions of one process share, as onnxruntime registers its providers
+    once per process: loading and registering the providers again (pluggy reads every name of
+    each provider) is most of a small model's session creation.
+
+    A host is shared by the providers asked for, and is found again only while nothing it was
+    built from changed: the installed entry points (the same scan), the ``EP_HOST_*``
+    variables, each provider module (still the one imported) and each provider's status (one
+    that failed since, in a capability walk say, gets a new host that loads it afresh)."""
+
+    def __init__(self) -> None:
+        self.hosts: dict[tuple[Any, ...], tuple[Host, tuple[Any, ...]]] = {}
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _state(host: Host) -> tuple[Any, ...]:
+        return tuple((r.name, r.status, r.plugin) for r in host.records.values())
+
+    @staticmethod
+    def _current(host: Host) -> bool:
+        for record in host.records.values():
+            plugin = record.plugin
+            if (isinstance(plugin, types.ModuleType)
+                    and sys.modules.get(plugin.__name__) is not plugin):
+                return False
+        return True
+
+    def get(self, names: Sequence[str] | None) -> Host:
+        settings = tuple(sorted((k, v) for k, v in os.environ.items()
+                                if k.startswith("EP_HOST_")))
+        key = (None if names is None else tuple(names), settings, provider_entry_points())
+        with self.lock:
+            found = self.hosts.get(key)
+        if found is not None and self._state(found[0]) == found[1] and self._current(found[0]):
+            return found[0]
+        host = Host.discover(names)
+        with self.lock:
+            if len(self.hosts) >= 16:  # settings that keep changing: the oldest go
+                del self.hosts[next(iter(self.hosts))]
+            self.hosts[key] = (host, self._state(host))
+        return host
+
+
+_SHARED_HOSTS = _SharedHosts()
+
+
+def shared_host(names: Sequence[str] | None = None) -> Host:
+    """A host with the providers ``names`` loaded (default: all), the one earlier calls of this
+    process got while nothing it was built from changed (see :class:`_SharedHosts`)."""
+    return _SHARED_HOSTS.get(names)
+
+
 def load_in_time(ep: Any, seconds: float | None) -> Any:
     """``ep.load()`` on a daemon thread, waited for at most ``seconds``: a module that never
     finishes importing cannot hang the host. Whatever the import raises is raised here. A module

@@ -6,8 +6,9 @@ table with a strategy. Pins override the strategy; a node nobody claims is a Pla
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from ep_host import strategies
@@ -132,7 +133,16 @@ class Placement:
     devices: dict[str, Device]
     transfers: list[Transfer] = field(default_factory=list)
     model: str = ""
-    comparison: dict[str, float] | None = None  # each strategy's estimated total_us
+    # each strategy's estimated total_us (``comparison``), worked out when first read: a
+    # session that never reports it does not price every strategy
+    compared: Callable[[], dict[str, float]] | None = field(default=None, repr=False,
+                                                            compare=False)
+
+    @cached_property
+    def comparison(self) -> dict[str, float] | None:
+        """Each registered strategy's estimated total_us, for a strategy that compares
+        (``optimal``); else ``None``."""
+        return None if self.compared is None else self.compared()
 
     @property
     def by_node(self) -> NodesByName:
@@ -290,7 +300,7 @@ def choose(
                                                   claims, strict=True)]
         placement = Placement(chosen.name, list(table.providers), nodes, table, dict(devices),
                               model=model,
-                              comparison=request.comparison() if chosen.compares else None)
+                              compared=request.comparison if chosen.compares else None)
         placement.transfers = implied_transfers(placement)
     return placement
 

@@ -21,7 +21,7 @@ from ep_host import capability
 from ep_host.declared_types import declare_output_types
 from ep_host.device_graphs import OPTION as GRAPH_OPTION
 from ep_host.device_graphs import PartitionCapture
-from ep_host.discovery import Host
+from ep_host.discovery import Host, shared_host
 from ep_host.errors import (
     HostError,
     InputError,
@@ -76,7 +76,13 @@ def discover_host(names: Sequence[str] | None, isolate: Any = None,
                   ray_address: str | None = None) -> Host:
     """A host with the providers ``names`` asks for loaded (``isolate``: see the session); a
     name that is no entry point's may be another name a provider gives itself
-    (``ProviderInfo.aliases``), so then all load."""
+    (``ProviderInfo.aliases``), so then all load. Without workers, sessions share the host
+    (``shared_host``)."""
+    if not isolate and not ray_address:
+        host = shared_host(names)
+        if names is not None and any(n not in host.records for n in names):
+            host = shared_host()
+        return host
     host = Host.discover(names, isolate=isolate, ray_address=ray_address)
     if names is not None and any(n not in host.records for n in names):
         host = Host.discover(isolate=isolate, ray_address=ray_address)

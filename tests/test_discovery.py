@@ -187,3 +187,32 @@ def test_a_module_provider_hooks_by_any_name_pluggy_takes(host):
     assert record.status == "available", record.fault
     table = capability.walk(host, load_model(add_relu_model()), ["modular"])
     assert all(row["modular"].cost.compute_us == 2.0 for row in table.answers.values())
+
+
+def test_sessions_share_a_host_until_what_it_was_built_from_changes(site, monkeypatch):
+    from ep_host.discovery import shared_host
+
+    first = shared_host(["cpu"])
+    assert shared_host(["cpu"]) is first
+    assert shared_host(None) is not first  # other providers asked for: another host
+    monkeypatch.setenv("EP_HOST_STRICT", "1")  # a setting the host reads: a new host
+    strict = shared_host(["cpu"])
+    assert strict is not first and strict.strict
+    monkeypatch.delenv("EP_HOST_STRICT")
+    assert shared_host(["cpu"]) is first
+    # a provider that failed since (a capability walk found it stuck) is loaded afresh
+    first.records["cpu"].status = "failed"
+    again = shared_host(["cpu"])
+    assert again is not first and again.records["cpu"].available
+    # a distribution installed since changes the entry points: they are scanned and loaded
+    write_distribution(site, "late-ep", {"late": "late_ep"}, {"late_ep": GOOD.format(name="late")})
+    assert "late" in shared_host(None).records
+
+
+def test_sessions_without_workers_share_their_host():
+    from ep_host import InferenceSession
+
+    model = add_relu_model()
+    one = InferenceSession(model.SerializeToString(), providers=["cpu"])
+    two = InferenceSession(model.SerializeToString(), providers=["cpu"])
+    assert one._host is two._host

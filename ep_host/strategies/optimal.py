@@ -12,6 +12,8 @@ from ep_host.strategies import PlacementRequest, register
 def place(request: PlacementRequest) -> list[str]:
     from ep_host.min_cut import optimal_assignment
 
+    if all(len(claim) == 1 for claim in request.claims):  # nothing to choose
+        return [next(iter(claim)) for claim in request.claims]
     problem = request.objective
     index = {p: i for i, p in enumerate(problem.providers)}
     greedy = [index[p] for p in request.placed_by("greedy")]
