@@ -434,12 +434,10 @@ class Model:
             except (ModelLoadError, ModelValidationError):
                 raise
             except Exception as exc:
-                raise ModelLoadError(
-                    f"{self.label}: cannot read initializer {name!r}: {exc}"
-                ) from exc
+                raise ModelLoadError(f"{self.label}: cannot read initializer {name!r}: "
+                                     f"{exc}") from exc
             self._constants[key] = array
         return array
-
 
     def constant_identity(self, value: ValueView) -> tuple[str, tuple[int, ...], str]:
         """Constant ``value``'s content identity (``content_identity`` of its array), from its
@@ -447,6 +445,19 @@ class Model:
         read into an array here."""
         found = raw_identity(value._tensor)
         return found if found is not None else content_identity(value.value)
+
+    def adopt_constants(self, before: Model, computed: Mapping[str, np.ndarray]) -> None:
+        """Constants of this rewritten model known already, not read again: the numeric arrays
+        the rewrite ``computed`` (and wrote as tensors), and those the model ``before`` it read
+        of the tensors this one keeps."""
+        for name, value in self.graph.values.items():
+            tensor, old = value._tensor, before.graph.values.get(name)
+            key, array = f"{id(tensor)}:{name}", computed.get(name)
+            if tensor is not None and type(array) is np.ndarray and array.dtype.kind in "biuf":
+                self._constants[key] = readonly(np.ascontiguousarray(array))
+            elif tensor is not None and old is not None and old._tensor is tensor:
+                if key in before._constants:  # both alive: one id is one tensor
+                    self._constants[key] = before._constants[key]
 
     def hold_constant(self, value: ValueView, array: np.ndarray) -> None:
         """Keep ``array``, whose contents equal constant ``value``'s data (another session's

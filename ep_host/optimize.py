@@ -217,6 +217,7 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     infer = model.shapes_inferred and bool(applied.keys() & REINFER_AFTER)
     out = Model(proto, path=model.path, base_dir=model.base_dir, infer_shapes=infer,
                 held=model.held)
+    out.adopt_constants(model, rw.computed(read))
     # the rewritten graph's unknown dims replace the written one's
     kept = [w for w in model.warnings if w != model.unknown_dims_warning]
     out.warnings = [*kept, *out.warnings]

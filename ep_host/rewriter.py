@@ -111,6 +111,11 @@ class Rewriter:
                           for name, array in self.constants.items()
                           if name in wanted and name not in self.initializers]
 
+    def computed(self, wanted: set[str]) -> dict[str, np.ndarray]:
+        """The arrays ``new_initializers`` writes as tensors, by name."""
+        return {name: array for name, array in self.constants.items()
+                if name in wanted and name not in self.initializers}
+
     def add_initializer(self, tensor: TensorProto) -> None:
         """A new initializer taken as written; its value is read now unless the graph already
         knows it as a constant (a ``Constant`` node's ``value``, read lazily)."""

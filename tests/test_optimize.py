@@ -84,6 +84,27 @@ def test_conv_bn_folding_removes_the_batch_norm_and_keeps_the_result():
     np.testing.assert_allclose(got[0], ort.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
+def test_a_rewritten_model_reads_no_constant_again_and_holds_what_its_tensors_hold():
+    model = conv_bn_model(extra_reader=False)
+    model.graph.node.append(helper.make_node("Add", ["y", "k"], ["y2"], name="add_k"))
+    model.graph.output[0].name = "y2"
+    model.graph.initializer.append(const("k", RNG.standard_normal((1, 4, 1, 1))))
+    loaded = load_model(model)
+    kept = loaded.graph.values["k"].value  # read before the rewrite
+    rewritten = optimize(loaded, in_place=True)
+    assert rewritten is not loaded and "conv_bn_folding" in rewritten.optimizations
+    held = {key.split(":", 1)[1] for key in rewritten._constants}  # before any is asked for
+    assert "k" in held and len(held) >= 3  # the folded weight and bias, as computed
+    assert rewritten.graph.values["k"].value is kept  # the same tensor: not read again
+    constants = [v for v in rewritten.graph.values.values() if v.is_constant]
+    assert {v.name for v in constants} >= {"k"} and len(constants) >= 3  # folded weights too
+    for value in constants:  # the computed ones as their tensors would read back
+        written = numpy_helper.to_array(value._tensor)
+        assert value.value.dtype == written.dtype and value.value.flags.c_contiguous
+        np.testing.assert_array_equal(value.value, written)
+        assert not value.value.flags.writeable
+
+
 def test_a_conv_whose_output_is_read_elsewhere_is_not_folded():
     model = optimize(load_model(conv_bn_model(extra_reader=True)))
     assert "conv_bn_folding" not in model.optimizations
