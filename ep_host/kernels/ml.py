@@ -270,19 +270,26 @@ def _feature_indices(xp, y):
 
 
 def _prepare_feature_indices(xp, constants, **_):
+    """Constant indices worked out once; one ascending run of them (the common single index
+    among them) is read as a slice, a view of the input."""
     y = constants.get(1)
-    return {} if y is None else {"indices": _feature_indices(xp, y)}
+    if y is None:
+        return {}
+    index, low, high = _feature_indices(xp, y)
+    run = index.size and index.tolist() == list(range(low, high + 1))
+    return {"indices": (index, low, high), "run": slice(low, high + 1) if run else None}
 
 
 @kernel("ArrayFeatureExtractor", 1, domain=ML, dtypes=NUMBERS | {"string"},
         prepare=_prepare_feature_indices)
-def array_feature_extractor(xp, x, y, *, indices=None):
-    """``indices``: constant indices with their bounds, worked out once."""
+def array_feature_extractor(xp, x, y, *, indices=None, run=None):
+    """``indices``: constant indices with their bounds, worked out once; ``run``: the slice
+    they make when they are one ascending run."""
     index, low, high = indices if indices is not None else _feature_indices(xp, y)
     if index.size and (low < 0 or high >= x.shape[-1]):
         raise IndexError(f"indices {index.tolist()} out of range for a last axis of "
                          f"{x.shape[-1]}")
-    out = x.take(index, axis=-1)
+    out = x.take(index, axis=-1) if run is None else x[..., run]
     return out.reshape(1, -1) if x.ndim == 1 else out
 
 
@@ -309,8 +316,7 @@ def scaler(xp, x, *, offset=(), scale=(), params=None):
     off, sc = params
     _feature_params(off, features, "offset")
     _feature_params(sc, features, "scale")
-    y = x.astype(xp.float32)  # a copy of our own, computed in place
-    y -= xp.asarray(off)
+    y = xp.subtract(x, xp.asarray(off), dtype=xp.float32)  # x read as float32: a new array
     y *= xp.asarray(sc)
     return y
 
@@ -504,7 +510,7 @@ def linear_classifier(xp, x, *, multi_class, post_transform, classlabels_ints=No
     if tables.coef.shape[1] != rows.shape[1]:
         raise ValueError(f"{tables.coef.shape[1]} coefficients per class for {rows.shape[1]} "
                          f"features")
-    scores = rows.astype(xp.float64) @ xp.asarray(tables.coef_t64)
+    scores = rows @ xp.asarray(tables.coef_t64)  # float32 rows read as float64
     scores += xp.asarray(tables.intercepts64)
     scores = scores.astype(xp.float32).astype(xp.float64)
     if len(tables.intercepts) == 1:

@@ -46,12 +46,12 @@ def kernel_matrix(xp, x, vectors, kernel_type, kernel_params, vector_norms=None)
 
 
 def _features(x, n_features, op):
+    """The input's rows as float32 (onnxruntime reads every input type so), C-contiguous."""
     rows = _rows(x)
     if rows.shape[1] != n_features:
         raise ValueError(f"{op}: the model has {n_features} features per row, the input "
                          f"{rows.shape[1]}")
-    # onnxruntime reads every input type as float32 first
-    return rows.astype(np.float32, copy=False).astype(np.float64)
+    return np.ascontiguousarray(rows, dtype=np.float32)
 
 
 def _check_common(node, op):
@@ -142,16 +142,43 @@ def _float32_values(values):
 
 
 class SupportVectors:
-    """An SVM's support vectors as arrays, worked out once per kernel: [vectors, features] in
-    float64 and each vector's squared length (RBF)."""
+    """An SVM's support vectors and kernel, worked out once per node: the vectors [vectors,
+    features] in float64 (and transposed), each vector's squared length (RBF), the kernel's
+    type, its number in KERNELS and its gamma, coef0 and degree."""
 
-    def __init__(self, values, count):
-        self.vectors = _float32_values(values).reshape(count, -1)
+    def __init__(self, attrs, count):
+        self.vectors = _float32_values(attrs["support_vectors"]).reshape(count, -1)
+        self.vectors_t = np.ascontiguousarray(self.vectors.T)  # xp.compiled_svm_decisions's
         self.norms = (self.vectors * self.vectors).sum(axis=1)
         self.n_features = self.vectors.shape[1]
+        self.kernel_type = attrs.get("kernel_type", "LINEAR")
+        self.kernel_number = KERNELS.index(self.kernel_type)
+        self.kernel_params = tuple(float(v) for v in attrs.get("kernel_params") or ())
 
-    def kernels(self, xp, rows, kernel_type, kernel_params):
-        return kernel_matrix(xp, rows, self.vectors, kernel_type, kernel_params, self.norms)
+    def kernels(self, xp, rows):
+        """The kernel matrix of float64 ``rows`` (numpy's passes)."""
+        return kernel_matrix(xp, rows, self.vectors, self.kernel_type, self.kernel_params,
+                             self.norms)
+
+    def compiled(self, xp, rows):
+        """A provider's ``xp.compiled_svm_decisions`` (the CPU EP's, numba) where it takes
+        ``rows`` (float32): a few of them; else ``None``."""
+        decide = getattr(xp, "compiled_svm_decisions", None)
+        if decide is None or rows.shape[0] * self.vectors.size > decide.MAX_WORK:
+            return None
+        return decide if decide.ready() else None
+
+    def decisions(self, decide, rows, weights_t, bias, pair_classes=None, classes=0):
+        """``decide``'s (totals, scores, winner) of float32 ``rows``: the kernel values
+        rounded to float32, weighted by ``weights_t`` [decisions, vectors], plus ``bias``."""
+        gamma, coef0, degree = self.kernel_params or (0.0, 0.0, 0.0)
+        if pair_classes is None:
+            pair_classes = NO_PAIRS
+        return decide(rows, self.vectors_t, weights_t, bias, self.kernel_number, gamma, coef0,
+                      degree, pair_classes, classes)
+
+
+NO_PAIRS = np.zeros((1, 2), dtype=np.int64)  # the regressor's one decision votes for no class
 
 
 class ClassifierTables:
@@ -172,7 +199,9 @@ class ClassifierTables:
             self.bias = np.float64(np.float32(rho[0]))
             return
         self.pair_weights, self.pairs = _pair_weights(attrs["coefficients"], per_class)
-        self.support = SupportVectors(attrs["support_vectors"], self.pair_weights.shape[0])
+        self.pair_weights_t = np.ascontiguousarray(self.pair_weights.T)
+        self.pair_classes = np.array(self.pairs, dtype=np.int64).reshape(-1, 2)
+        self.support = SupportVectors(attrs, self.pair_weights.shape[0])
         self.rho = _float32_values(rho)
         first = np.zeros((len(self.pairs), self.k))
         second = np.zeros((len(self.pairs), self.k))
@@ -248,19 +277,25 @@ def svm_classifier(xp, x, *, kernel_type, post_transform, classlabels_ints=None,
     values (two classes: [-d, d], or their logistic); then the post transform."""
     k = tables.k
     if tables.support is None:  # liblinear: one linear score per class
-        rows = _features(x, tables.coef.shape[1], "SVMClassifier")
+        rows = _features(x, tables.coef.shape[1], "SVMClassifier").astype(np.float64)
         scores = rows @ tables.coef.T + tables.bias
         winner = scores.argmax(axis=1)
         out = transform_scores(xp, scores, TRANSFORM_NAMES[post_transform])
         return tables.label_array(xp, winner), out.astype(xp.float32)
-    rows = _features(x, tables.support.n_features, "SVMClassifier")
-    kernels = tables.support.kernels(xp, rows, kernel_type, kernel_params).astype(np.float32)
-    scores = kernels.astype(np.float64) @ tables.pair_weights
-    scores += tables.rho
-    scores = scores.astype(np.float32)
-    votes = (scores > 0).astype(np.float64) @ tables.vote_change
-    votes += tables.second_votes  # whole numbers: exact in any order
-    winner = votes.argmax(axis=1)
+    support = tables.support
+    rows = _features(x, support.n_features, "SVMClassifier")
+    decide = support.compiled(xp, rows)
+    if decide is not None:
+        _, scores, winner = support.decisions(decide, rows, tables.pair_weights_t, tables.rho,
+                                              tables.pair_classes, k)
+    else:
+        kernels = support.kernels(xp, rows.astype(np.float64)).astype(np.float32)
+        scores = kernels.astype(np.float64) @ tables.pair_weights
+        scores += tables.rho
+        scores = scores.astype(np.float32)
+        votes = (scores > 0).astype(np.float64) @ tables.vote_change
+        votes += tables.second_votes  # whole numbers: exact in any order
+        winner = votes.argmax(axis=1)
     if prob_a:
         out = _probabilities(scores, prob_a, prob_b, tables.pairs, k).astype(np.float64)
         out = transform_scores(xp, out, TRANSFORM_NAMES[post_transform])
@@ -271,9 +306,11 @@ def svm_classifier(xp, x, *, kernel_type, post_transform, classlabels_ints=None,
                             transform_scores(xp, d[:, None], 2)[:, 0]], axis=1)
         else:
             out = xp.stack([-d, d], axis=1)
+    elif post_transform == "NONE":
+        out = scores  # float32 already, and ours
     else:
         out = transform_scores(xp, scores.astype(np.float64), TRANSFORM_NAMES[post_transform])
-    return tables.label_array(xp, winner), out.astype(xp.float32)
+    return tables.label_array(xp, winner), out.astype(xp.float32, copy=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -303,24 +340,30 @@ def _check_regressor(node, provider):
 def _bind_regressor(node):
     attrs = node.attributes
     n_supports = attrs.get("n_supports", 0)
-    support = (SupportVectors(attrs["support_vectors"], n_supports) if n_supports > 0
-               else None)
-    return {"support": support, "coef": _float32_values(attrs["coefficients"]),
-            "bias": np.float64(np.float32(attrs["rho"][0]))}
+    support = SupportVectors(attrs, n_supports) if n_supports > 0 else None
+    coef = _float32_values(attrs["coefficients"])
+    bias = np.float64(np.float32(attrs["rho"][0]))
+    # the one decision as ``xp.compiled_svm_decisions`` takes it
+    decision = (np.ascontiguousarray(coef.reshape(1, -1)), np.array([bias]))
+    return {"support": support, "coef": coef, "bias": bias, "decision": decision}
 
 
 @kernel("SVMRegressor", 1, domain=ML, dtypes=NUMBERS, check=_check_regressor,
         bind=_bind_regressor)
 def svm_regressor(xp, x, *, kernel_type, n_supports, one_class, post_transform,
                   coefficients=None, kernel_params=None, rho=None, support_vectors=None,
-                  support=None, coef=None, bias=None):
+                  support=None, coef=None, bias=None, decision=None):
     """Output [N, 1]; with one_class, 1 where the decision value is above 0 and -1 elsewhere."""
     if support is not None:
         rows = _features(x, support.n_features, "SVMRegressor")
-        kernels = support.kernels(xp, rows, kernel_type, kernel_params)
-        y = kernels.astype(np.float32).astype(np.float64) @ coef + bias
+        decide = support.compiled(xp, rows)
+        if decide is not None:
+            y = support.decisions(decide, rows, *decision)[0][:, 0]
+        else:
+            kernels = support.kernels(xp, rows.astype(np.float64))
+            y = kernels.astype(np.float32).astype(np.float64) @ coef + bias
     else:
-        rows = _features(x, coef.shape[0], "SVMRegressor")
+        rows = _features(x, coef.shape[0], "SVMRegressor").astype(np.float64)
         y = rows @ coef + bias
     if one_class:
         y = xp.where(y > 0, 1.0, -1.0)

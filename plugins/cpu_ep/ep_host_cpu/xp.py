@@ -22,6 +22,7 @@ from ep_host_cpu.max_pool import CompiledMaxPool3x3s2
 from ep_host_cpu.resample import CompiledTaps
 from ep_host_cpu.sigmoid import CompiledSigmoid
 from ep_host_cpu.softmax import CompiledSoftmax
+from ep_host_cpu.svm_decisions import CompiledSvmDecisions
 from ep_host_cpu.tree_walk import CompiledTreeWalk
 
 
@@ -49,6 +50,7 @@ def numpy_namespace() -> SimpleNamespace:
     ns.compiled_max_pool_3x3s2 = CompiledMaxPool3x3s2()  # numba's, for MaxPool 3x3 stride 2
     ns.compiled_taps = CompiledTaps()  # numba's, for Resize's linear and cubic taps (float32)
     ns.compiled_tree_walk = CompiledTreeWalk()  # numba's, for a few rows of a tree ensemble
+    ns.compiled_svm_decisions = CompiledSvmDecisions()  # numba's, for a few rows of an SVM
     ns.__name__ = "numpy"
     return ns
 

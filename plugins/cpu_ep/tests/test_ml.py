@@ -217,9 +217,11 @@ def test_array_feature_extractor(rng, shape):
     assert_same(model, {"x": x, "i": np.array([4, 1], np.int64)})
 
 
-@pytest.mark.parametrize("indices, fits", [([4, 1], True), ([0, 5], False), ([-1], False)])
+@pytest.mark.parametrize("indices, fits", [([4, 1], True), ([0, 5], False), ([-1], False),
+                                            ([2], True), ([1, 2, 3], True), ([3, 4, 5], False)])
 def test_array_feature_extractor_constant_indices(rng, indices, fits):
-    # constant indices are checked once when the kernel is made, against each run's input
+    # constant indices are checked once when the kernel is made, against each run's input; an
+    # ascending run of them is read as a slice
     node = helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain=ML)
     model = make_model([node], [("x", F, [3, 5])], [("y", F, [3, len(indices)])],
                        initializers=[numpy_helper.from_array(np.array(indices, np.int64), "i")],
@@ -233,6 +235,17 @@ def test_array_feature_extractor_constant_indices(rng, indices, fits):
             run_ep_host(model, {"x": x})
 
 
+@pytest.mark.parametrize("elem, x", [(F, np.arange(5, dtype=np.float32)),
+                                     (S, np.array(list("abcde"), dtype=object))])
+def test_array_feature_extractor_constant_run_of_one_row(elem, x):
+    node = helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain=ML)
+    model = make_model([node], [("x", elem, [5])], [("y", elem, [1, 2])],
+                       initializers=[numpy_helper.from_array(np.array([2, 3], np.int64), "i")],
+                       domains=[(ML, 1)])
+    (y,) = assert_same(model, {"x": x})
+    assert y.shape == (1, 2) and y.tolist() == [x[2:4].tolist()]
+
+
 def test_binarizer():
     model = ml_model("Binarizer", [("x", F, [5])], [("y", F, [5])], threshold=1.0)
     assert_same(model, {"x": np.array([-1, 0, 1, 1.5, 3], np.float32)})
@@ -243,10 +256,13 @@ def test_binarizer():
     assert y.dtype == np.int64 and y.tolist() == [0, 0, 1, 1]
 
 
-def test_scaler(rng):
-    model = ml_model("Scaler", [("x", D, [4, 3])], [("y", F, [4, 3])], offset=[0.5, -1.0, 2.0],
-                     scale=[2.0, 0.5, 3.0])
-    assert_same(model, {"x": rng.standard_normal([4, 3])})
+@pytest.mark.parametrize("elem, dtype", [(D, np.float64), (F, np.float32), (I64, np.int64)])
+def test_scaler(rng, elem, dtype):
+    model = ml_model("Scaler", [("x", elem, [4, 3])], [("y", F, [4, 3])],
+                     offset=[0.5, -1.0, 2.0], scale=[2.0, 0.5, 3.0])
+    x = (rng.standard_normal([4, 3]) * 10).astype(dtype)
+    (y,) = assert_same(model, {"x": x})
+    assert y.dtype == np.float32 and not np.shares_memory(y, x)
 
 
 @pytest.mark.parametrize("elem, dtype, attrs", [
