@@ -454,7 +454,7 @@ class Model:
             tensor, old = value._tensor, before.graph.values.get(name)
             key, array = f"{id(tensor)}:{name}", computed.get(name)
             if tensor is not None and type(array) is np.ndarray and array.dtype.kind in "biuf":
-                self._constants[key] = readonly(np.ascontiguousarray(array))
+                self._constants[key] = readonly(np.array(array, copy=None, order="C"))
             elif tensor is not None and old is not None and old._tensor is tensor:
                 if key in before._constants:  # both alive: one id is one tensor
                     self._constants[key] = before._constants[key]

@@ -86,9 +86,13 @@ def test_conv_bn_folding_removes_the_batch_norm_and_keeps_the_result():
 
 def test_a_rewritten_model_reads_no_constant_again_and_holds_what_its_tensors_hold():
     model = conv_bn_model(extra_reader=False)
-    model.graph.node.append(helper.make_node("Add", ["y", "k"], ["y2"], name="add_k"))
-    model.graph.output[0].name = "y2"
-    model.graph.initializer.append(const("k", RNG.standard_normal((1, 4, 1, 1))))
+    model.graph.node.extend([  # and a scalar folded to a 0-d constant
+        helper.make_node("Add", ["y", "k"], ["y2"], name="add_k"),
+        helper.make_node("Mul", ["two", "three"], ["six"], name="six"),
+        helper.make_node("Mul", ["y2", "six"], ["y3"], name="times_six")])
+    model.graph.output[0].name = "y3"
+    model.graph.initializer.extend([const("k", RNG.standard_normal((1, 4, 1, 1))),
+                                    const("two", 2.0), const("three", 3.0)])
     loaded = load_model(model)
     kept = loaded.graph.values["k"].value  # read before the rewrite
     rewritten = optimize(loaded, in_place=True)
@@ -97,10 +101,12 @@ def test_a_rewritten_model_reads_no_constant_again_and_holds_what_its_tensors_ho
     assert "k" in held and len(held) >= 3  # the folded weight and bias, as computed
     assert rewritten.graph.values["k"].value is kept  # the same tensor: not read again
     constants = [v for v in rewritten.graph.values.values() if v.is_constant]
-    assert {v.name for v in constants} >= {"k"} and len(constants) >= 3  # folded weights too
+    assert {v.name for v in constants} >= {"k", "six"} and len(constants) >= 4
+    assert rewritten.graph.values["six"].value.shape == ()
     for value in constants:  # the computed ones as their tensors would read back
         written = numpy_helper.to_array(value._tensor)
-        assert value.value.dtype == written.dtype and value.value.flags.c_contiguous
+        assert value.value.shape == written.shape and value.value.dtype == written.dtype
+        assert value.value.flags.c_contiguous
         np.testing.assert_array_equal(value.value, written)
         assert not value.value.flags.writeable
 
