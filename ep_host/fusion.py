@@ -54,8 +54,9 @@ def _close(value: float | None, target: float) -> bool:
 
 
 def conv_activation_fusion(rw: Rewriter) -> int:
-    """A Conv read only by a Relu, or by a Clip with both bounds given as constants (MobileNet's
-    ReLU6), becomes a FusedConv with that activation."""
+    """A Conv read only by a Relu, a Clip with both bounds given as constants (MobileNet's
+    ReLU6), a HardSigmoid or a HardSwish (MobileNetV3's) becomes a FusedConv with that
+    activation (a HardSigmoid's alpha and beta its ``activation_params``, as onnxruntime's)."""
     fused = 0
     for conv in rw.live():
         if not is_op(conv, "Conv") or rw.dtype(conv.output[0]) not in (np.float32, np.float64):
@@ -67,6 +68,11 @@ def conv_activation_fusion(rw: Rewriter) -> int:
             params = _clip_bounds(rw, act)
             if params is None:
                 continue
+        elif is_op(act, "HardSigmoid"):
+            params = [float(node_attribute(act, "alpha", 0.2)),
+                      float(node_attribute(act, "beta", 0.5))]
+        elif is_op(act, "HardSwish"):
+            params = None
         else:
             continue
         name = rw.fresh(f"{conv.name}::FusedConv")

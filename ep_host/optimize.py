@@ -17,8 +17,9 @@ provider claims it, the capability walk places those nodes instead, as it does a
 - ``channel_affine_folding``: a Mul or Add by a per-channel constant after a Conv or an
   inference-mode BatchNormalization (a Caffe-style Scale layer) is folded into its weights and
   bias.
-- ``conv_activation_fusion``: a Conv whose output only a Relu, or a Clip with both bounds
-  constant, reads becomes one ``com.microsoft::FusedConv`` that applies it to its own output.
+- ``conv_activation_fusion``: a Conv whose output only a Relu, a Clip with both bounds
+  constant, a HardSigmoid or a HardSwish reads becomes one ``com.microsoft::FusedConv`` that
+  applies it to its own output.
 - ``gelu_fusion``: the exact GELU written out as Div/Mul, Erf, Add, Mul, Mul becomes one
   ``com.microsoft::Gelu``; GPT-2's tanh GELU (Pow or Mul for the cube, Mul, Add, Mul, Tanh,
   Add, Mul, Mul) one ``com.microsoft::FastGelu``.
@@ -80,7 +81,8 @@ PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
     "conv_bn_folding": (frozenset({"BatchNormalization"}), frozenset({"Conv"})),
     "channel_affine_folding": (frozenset({"Mul", "Add"}),
                                frozenset({"Conv", "BatchNormalization"})),
-    "conv_activation_fusion": (frozenset({"Conv"}), frozenset({"Relu", "Clip"})),
+    "conv_activation_fusion": (frozenset({"Conv"}),
+                               frozenset({"Relu", "Clip", "HardSigmoid", "HardSwish"})),
     "gelu_fusion": (frozenset({"Erf", "Tanh"}), frozenset({"Add"}), frozenset({"Mul"})),
     "silu_fusion": (frozenset({"Sigmoid"}), frozenset({"Mul"})),
     "layer_norm_fusion": (frozenset({"ReduceMean"}), frozenset({"Sub"}), frozenset({"Div"})),

@@ -403,6 +403,40 @@ def test_conv_then_clip_with_both_bounds_becomes_one_fused_conv(group, w_shape, 
         assert ((got[0] >= lo) & (got[0] <= hi)).all() and got[0].min() == lo
 
 
+@pytest.mark.parametrize(("group", "w_shape"), [(1, (4, 3, 3, 3)), (1, (4, 3, 1, 1)),
+                                              (3, (6, 1, 3, 3))])
+@pytest.mark.parametrize(("op", "attrs", "params"), [
+    ("HardSwish", {}, None),
+    ("HardSigmoid", {}, [0.2, 0.5]),  # the schema's defaults, written out
+    ("HardSigmoid", {"alpha": 0.25, "beta": 0.375}, [0.25, 0.375]),
+])
+def test_conv_then_hard_sigmoid_or_hard_swish_becomes_one_fused_conv(group, w_shape, op, attrs,
+                                                                     params):
+    """MobileNetV3's activations: the same values as the Conv and the activation run apart, on
+    every Conv variant (GEMM, im2col, depthwise)."""
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv",
+                              pads=[w_shape[2] // 2] * 4, group=group),
+             helper.make_node(op, ["c"], ["y"], name="act", **attrs)]
+    inits = [const("w", RNG.standard_normal(w_shape) * 3),
+             const("b", RNG.standard_normal(w_shape[0]))]
+    model = make_model(nodes, [("x", F, [1, 3, 8, 8])], [("y", F, [1, w_shape[0], 8, 8])],
+                       initializers=inits, opset=14)
+    x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations == {"conv_activation_fusion": 1}
+    (node,) = session.model.proto.graph.node
+    assert (node.op_type, node.domain) == ("FusedConv", "com.microsoft")
+    written = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    assert written["activation"] == op.encode()
+    assert (list(written["activation_params"]) if params else None) == \
+        (pytest.approx(params) if params else None)
+    np.testing.assert_array_equal(got[0], want[0])
+    (theirs,) = onnxruntime.InferenceSession(model.SerializeToString(),
+                                             providers=["CPUExecutionProvider"]).run(None,
+                                                                                     {"x": x})
+    np.testing.assert_allclose(got[0], theirs, rtol=1e-5, atol=1e-5)
+
+
 def test_why_and_explain_find_a_node_by_its_name_in_the_model_as_written(tmp_path, capsys):
     path = tmp_path / "m.onnx"
     path.write_bytes(conv_bn_model().SerializeToString())

@@ -12,7 +12,7 @@ import math
 
 from ep_host import require
 from ep_host.kernels.conv import check_conv, conv_flops, conv_workspace, convolve, prepare_conv
-from ep_host.kernels.elementwise import fits, gelu_of
+from ep_host.kernels.elementwise import fits, gelu_of, hard_sigmoid, hard_swish
 from ep_host.kernels.registry import kernel
 
 MS = "com.microsoft"
@@ -738,7 +738,9 @@ def group_query_attention(xp, query, key=None, value=None, past_key=None, past_v
 
 # -- FusedConv: Conv with its activation applied in place -------------------------------------
 
-FUSED_ACTIVATIONS = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip")
+FUSED_ACTIVATIONS = ("Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "HardSwish")
+HARD_SIGMOID_DEFAULTS = (0.2, 0.5)  # alpha, beta: HardSigmoid's, and onnxruntime's FusedConv's
+HARD_SWISH = (1 / 6, 0.5)
 
 
 def _check_fused_conv(node, provider):
@@ -749,7 +751,7 @@ def _check_fused_conv(node, provider):
             provider,
             "/".join(FUSED_ACTIVATIONS), activation, code="attribute")
     params = list(attrs.get("activation_params") or ())
-    wanted = {"LeakyRelu": (0, 1), "Clip": (2,)}.get(activation, (0,))
+    wanted = {"LeakyRelu": (0, 1), "Clip": (2,), "HardSigmoid": (0, 2)}.get(activation, (0,))
     require(len(params) in wanted, "FusedConv: activation {} takes {} activation_params, got {}",
             activation, " or ".join(map(str, wanted)), len(params), code="attribute")
     z = node.inputs[3] if len(node.inputs) > 3 else None
@@ -767,13 +769,17 @@ def fused_conv(xp, x, w, b=None, z=None, *, activation, activation_params=None,
                auto_pad="NOTSET", group=1, dilations=None, kernel_shape=None, pads=None,
                strides=None, packed=None, packed_bias=None, workspace=None):
     params = list(activation_params or ())
-    clamp = (0.0, math.inf) if activation == "Relu" else tuple(params) if activation == "Clip" \
-        else None
-    y, clamped = convolve(xp, x, w, b, auto_pad=auto_pad, group=group, dilations=dilations,
-                          pads=pads, strides=strides, packed=packed, packed_bias=packed_bias,
-                          clamp=clamp, workspace=workspace)  # fresh: the activation runs in place
-    if clamped:
+    y, activated = convolve(xp, x, w, b, auto_pad=auto_pad, group=group, dilations=dilations,
+                            pads=pads, strides=strides, packed=packed, packed_bias=packed_bias,
+                            activation=_in_pass(activation, params, x.dtype),
+                            workspace=workspace)  # fresh: the activation runs in place
+    if activated:
         return y
+    if activation == "HardSigmoid":
+        alpha, beta = params or HARD_SIGMOID_DEFAULTS
+        return hard_sigmoid(xp, y, alpha=alpha, beta=beta, out=y)
+    if activation == "HardSwish":
+        return hard_swish(xp, y, out=y)
     if activation == "Relu":
         xp.maximum(y, 0, out=y)
     elif activation == "LeakyRelu":
@@ -789,3 +795,21 @@ def fused_conv(xp, x, w, b=None, z=None, *, activation, activation_params=None,
     else:  # Clip
         xp.clip(y, y.dtype.type(params[0]), y.dtype.type(params[1]), out=y)
     return y
+
+
+def _in_pass(activation, params, dtype):
+    """The activation as the convolution's own pass may apply it (``(kind, p, q)``, see
+    :func:`ep_host.kernels.conv.convolve`), or ``None`` to apply it after. HardSigmoid and
+    HardSwish only on float32, where the pass computes what their own kernels do (the CPU EP's
+    ``xp.compiled_hard_sigmoid``)."""
+    if activation == "Relu":
+        return "clip", 0.0, math.inf
+    if activation == "Clip":
+        return ("clip", *params)
+    if dtype.name != "float32":
+        return None
+    if activation == "HardSigmoid":
+        return ("hard_sigmoid", *(params or HARD_SIGMOID_DEFAULTS))
+    if activation == "HardSwish":
+        return ("hard_swish", *HARD_SWISH)
+    return None

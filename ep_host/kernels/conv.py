@@ -564,11 +564,12 @@ def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None
 
 
 def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, packed, packed_bias,
-             clamp=None, workspace=None):
-    """:func:`conv`'s work, and whether ``clamp`` (lo, hi), a fused activation, was applied
-    too: ``(y, clamped)``. The ``direct`` variant applies it in the same pass, the others
-    where the provider's ``xp.conv_epilogue`` adds their bias; otherwise the caller applies
-    its activation to ``y``, a fresh array."""
+             activation=None, workspace=None):
+    """:func:`conv`'s work, and whether ``activation``, a fused activation as ``(kind, p, q)``
+    (``"clip"`` with bounds p, q; ``"hard_sigmoid"`` or ``"hard_swish"`` with alpha p and beta
+    q), was applied too: ``(y, activated)``. The ``direct`` variant applies it in the same
+    pass, the others where the provider's ``xp.conv_epilogue`` adds their bias; otherwise the
+    caller applies its activation to ``y``, a fresh array."""
     dtype = x.dtype
     work = _conv_work_type(xp, dtype)
     x = x.astype(work, copy=False)
@@ -591,8 +592,8 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
         y = xp.empty((n, m) + out, dtype=work)
         bias = b if b is not None else weights.zero_bias(xp)
         xp.grouped_conv2d(xp.ascontiguousarray(x), weights.direct(), bias, y, plan.direct,
-                          group, clamp)
-        return y.astype(dtype, copy=False), clamp is not None
+                          group, activation)
+        return y.astype(dtype, copy=False), activation is not None
     if variant == "1x1":
         picked = x if plan.picked is None else x[plan.picked]
         into = None if picked.flags.c_contiguous else scratch(workspace, picked.shape,
@@ -610,9 +611,10 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
                          plan.dilations, plan.begin, plan.end, workspace, plan.columns)
     y = y.reshape((n, m) + out)
     epilogue = plan.epilogue
-    if epilogue is not None and (b is not None or clamp is not None) and y.flags.c_contiguous:
-        epilogue(y, b, clamp)
-        return y.astype(dtype, copy=False), clamp is not None
+    if epilogue is not None and (b is not None or activation is not None) \
+            and y.flags.c_contiguous:
+        epilogue(y, b, activation)
+        return y.astype(dtype, copy=False), activation is not None
     if b is not None:
         bias = b.reshape(plan.bias_shape)
         if y.flags.c_contiguous:  # our own buffer
@@ -629,7 +631,7 @@ class ConvPlan:
     Python-level cost of about 50 us per call otherwise): output size and padding, the variant
     and its reason, the flat padded geometry the stride-1 variants read, the ``direct``
     variant's buffer geometry (from the provider's ``xp.grouped_conv2d.geometry``), a strided
-    1x1's subsample (``picked``, ``None`` without strides), the provider's bias and clamp
+    1x1's subsample (``picked``, ``None`` without strides), the provider's bias and activation
     pass for the GEMM variants (``epilogue``: its ``xp.conv_epilogue`` where that is ready for
     the compute type when the plan is made, else ``None``; asking on every run cost 2 us) and
     its compiled copy of im2col's columns (``columns``: ``xp.im2col_columns`` for 2-D, a column

@@ -21,7 +21,10 @@ from typing import Any
 
 import numpy as np
 
+from ep_host_cpu.conv_epilogue import activate, activation_mode
 from ep_host_cpu.jit import compiled, numba_wanted
+
+VECTOR = 8  # float32 lanes of an AVX2 register: each pass computes whole multiples of it
 
 
 def signature(numba: Any, dtype: Any) -> Any:
@@ -37,22 +40,24 @@ def signature(numba: Any, dtype: Any) -> Any:
     index = array(1, types.int64)
     return types.void(array(4), array(3), array(1), array(4, readonly=False), index, index,
                       index, index, index, types.int64, types.int64, types.int64, types.int64,
-                      t, t, types.boolean)
+                      t, t, types.int64)
 
 
 def phase_conv2d(x, w, bias, y, offsets, row_base, col_first, col_count, col_dest, sw, wq,
-                 length, group, lo, hi, clamp):
+                 length, group, ap, aq, mode):
     """y[b, o] = bias[o] + sum over the group's input channels and the taps of w[o, ci, t] times
     the input shifted by tap t, via the phase buffer (see the module's docstring and
-    :class:`PhaseGeometry` for the arguments). With ``clamp`` the result is min(max(y, lo), hi)
-    (Clip's rule; a NaN stays NaN)."""
+    :class:`PhaseGeometry` for the arguments), then the activation ``mode`` with parameters
+    ``ap``, ``aq`` (see :mod:`ep_host_cpu.conv_epilogue`'s ``MODES``)."""
     n, _, h, width = x.shape
     m, cg, taps = w.shape
     oh, ow = y.shape[2], y.shape[3]
     mg = m // group
-    size = oh * wq
+    size = -(-oh * wq // VECTOR) * VECTOR  # whole vectors: no scalar remainder per pass
     buf = np.zeros((cg, length), dtype=x.dtype)  # the padding stays zero: rewritten alike
     grid = np.empty(size, dtype=x.dtype)
+    units = np.array([0.0, 1.0, -0.0], dtype=x.dtype)  # in the arrays' type
+    zero, one, keep = units[0], units[1], units[2]
     even = 0 if col_first[0] == 0 else 1  # stride 2: the phase of input columns 0, 2, ...
     pairs = width // 2
     for b in range(n):
@@ -110,14 +115,16 @@ def phase_conv2d(x, w, bias, y, offsets, row_base, col_first, col_count, col_des
                 for r in range(oh):
                     out = y[b, o, r]
                     cells = grid[r * wq:]
-                    if not clamp:
+                    if mode != 1:
                         for j in range(ow):
                             out[j] = cells[j]
                         continue
                     for j in range(ow):  # min(max(v, lo), hi): all hi where lo > hi
                         v = cells[j]
-                        v = lo if v < lo else v  # selects, not branches: vectorized
-                        out[j] = hi if v > hi else v
+                        v = ap if v < ap else v  # selects, not branches: vectorized
+                        out[j] = aq if v > aq else v
+                if mode > 1:  # HardSigmoid, HardSwish: a pass over the channel's output
+                    activate(y[b, o].reshape(oh * ow), keep, ap, aq, zero, one, mode)
 
 
 @dataclass(frozen=True)
@@ -149,7 +156,7 @@ def phase_geometry(x_shape, w_shape, strides, dilations, begin, end, out) -> Pha
     first = [(px - begin[1]) % sw for px in range(sw)]
     count = [max(0, -(-(width - f) // sw)) for f in first]
     dest = [px * plane + (f + begin[1]) // sw for px, f in enumerate(first)]
-    length = max(sh * sw * plane, max(offsets) + out[0] * wq)
+    length = max(sh * sw * plane, max(offsets) + -(-out[0] * wq // VECTOR) * VECTOR)
 
     def int64s(values):
         return np.array(values, dtype=np.int64)
@@ -176,19 +183,20 @@ class GroupedConv2d:
             return False
         found = self._compiled.get(name)
         if found is None:
-            found = self._compiled[name] = compiled(phase_conv2d, signature,
+            found = self._compiled[name] = compiled(phase_conv2d, signature, (activate,),
                                                     args=(name,)) or False
         return bool(found)
 
     geometry = staticmethod(phase_geometry)
 
-    def __call__(self, x, w, bias, y, geometry: PhaseGeometry, group: int, clamp=None):
+    def __call__(self, x, w, bias, y, geometry: PhaseGeometry, group: int, activation=None):
         """Convolve ``x`` (n, C, H, W) with ``w`` (M, C/group, taps) plus ``bias`` (M,) into
-        ``y`` (n, M, oh, ow), all C-contiguous and of one float type, ``clamp`` (lo, hi) or None.
-        Call only after :meth:`ready` said yes for that type."""
-        lo, hi = clamp if clamp is not None else (0.0, 0.0)
+        ``y`` (n, M, oh, ow), all C-contiguous and of one float type, then apply
+        ``activation`` (``(kind, p, q)`` as the library's Conv passes it, or None). Call only
+        after :meth:`ready` said yes for that type."""
+        mode, p, q = activation_mode(activation)
         g = geometry
         self._compiled[y.dtype.name](x, w, bias, y, g.offsets, g.row_base, g.col_first,
                                      g.col_count, g.col_dest, g.stride, g.width, g.length,
-                                     group, lo, hi, clamp is not None)
+                                     group, p, q, mode)
         return y

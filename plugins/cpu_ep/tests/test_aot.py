@@ -40,7 +40,7 @@ w = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
 bias = rng.standard_normal(8).astype(np.float32)
 y = np.empty((1, 8, 7, 6), dtype=np.float32)
 g = conv.geometry(images.shape, w.shape, (2, 2), (1, 1), (1, 1), (1, 1), y.shape)
-conv(images, w.reshape(8, 1, 9), bias, y, g, 8, (0.0, 6.0))
+conv(images, w.reshape(8, 1, 9), bias, y, g, 8, ("clip", 0.0, 6.0))
 np.savez(sys.argv[1], sigmoid=sigmoid(x, times_x=True), conv=y)
 print("imported:" + ",".join(sorted(m for m in ("numba", "llvmlite") if m in sys.modules)))
 """

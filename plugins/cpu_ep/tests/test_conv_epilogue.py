@@ -1,6 +1,6 @@
-"""A Conv's bias and fused clamp (Relu, Clip) after its GEMM variants (1x1, im2col, shifted):
-numba's one pass and numpy's passes (``EP_HOST_NUMBA=0``), against the definition in float64
-and against onnxruntime."""
+"""A Conv's bias and fused activation (Relu, Clip, HardSigmoid, HardSwish) after its GEMM
+variants (1x1, im2col, shifted): numba's one pass and numpy's passes (``EP_HOST_NUMBA=0``),
+against the definition in float64, the activations' own kernels and onnxruntime."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 from cpukit import make_model, run_ep_host, run_onnxruntime
 from ep_host_cpu.conv_epilogue import ConvEpilogue
 from ep_host_cpu.jit import numba_module
+from ep_host_cpu.xp import numpy_xp
 from onnx import TensorProto, helper, numpy_helper
 
 import ep_host
@@ -36,9 +37,32 @@ def test_the_compiled_pass_equals_numpys_passes_bit_for_bit(rng):
         want = y + bias.reshape(1, -1, 1)
         if clamp is not None:
             want = np.minimum(np.maximum(want, np.float32(clamp[0])), np.float32(clamp[1]))
-        got = epilogue(y.copy(), bias, clamp)
+        got = epilogue(y.copy(), bias, None if clamp is None else ("clip", *clamp))
         np.testing.assert_array_equal(got, want)
         assert np.array_equal(np.signbit(got), np.signbit(want), equal_nan=True)
+
+
+@pytest.mark.parametrize(("kind", "alpha", "beta"), [("hard_sigmoid", 0.2, 0.5),
+                                                     ("hard_sigmoid", -0.3, 0.25),
+                                                     ("hard_swish", 1 / 6, 0.5)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_the_compiled_hard_activations_equal_their_own_kernels_bit_for_bit(rng, kind, alpha,
+                                                                          beta, bias):
+    """HardSigmoid and HardSwish in the pass: what the Conv's output then the CPU EP's own
+    HardSigmoid/HardSwish kernel give, NaN, infinities and -0.0 included."""
+    assert numba_module() is not None
+    epilogue = ConvEpilogue()
+    assert epilogue.ready(np.float32)
+    y = (rng.standard_normal((2, 5, 333)) * 8).astype(np.float32)
+    y[0, 1, :6] = [np.nan, np.inf, -np.inf, -0.0, 3.0, -3.0]
+    b = rng.standard_normal(5).astype(np.float32) if bias else None
+    separate = numpy_xp.compiled_hard_sigmoid
+    assert separate.ready()
+    want = separate(y + b.reshape(1, -1, 1) if bias else y.copy(), alpha, beta,
+                    times_x=kind == "hard_swish")
+    got = epilogue(y.copy(), b, (kind, alpha, beta))
+    np.testing.assert_array_equal(got, want)
+    assert np.array_equal(np.signbit(got), np.signbit(want), equal_nan=True)
 
 
 def test_a_model_of_plain_convolutions_never_imports_numba(tmp_path):
@@ -110,10 +134,16 @@ def definition(x, w, b, strides, activation, params):
         return np.maximum(y, 0)
     if activation == "Clip":
         return np.minimum(np.maximum(y, params[0]), params[1])  # NaN stays; lo > hi: all hi
+    if activation == "HardSigmoid":
+        alpha, beta = params or (0.2, 0.5)
+        return np.minimum(np.maximum(alpha * y + beta, 0), 1)
+    if activation == "HardSwish":
+        return y * np.minimum(np.maximum(y / 6 + 0.5, 0), 1)
     return y
 
 
-ACTIVATIONS = [(None, ()), ("Relu", ()), ("Clip", (0.0, 6.0)), ("Clip", (1.0, -1.0))]
+ACTIVATIONS = [(None, ()), ("Relu", ()), ("Clip", (0.0, 6.0)), ("Clip", (1.0, -1.0)),
+               ("HardSigmoid", ()), ("HardSigmoid", (0.3, 0.25)), ("HardSwish", ())]
 
 
 @pytest.mark.parametrize(("kernel", "strides", "variant"), [(1, 1, "1x1"), (1, 2, "1x1"),
@@ -144,9 +174,9 @@ def test_the_compiled_pass_runs_only_on_the_numba_path(path, rng, monkeypatch):
     calls = []
     original = ConvEpilogue.__call__
 
-    def counted(self, y, bias, clamp=None):  # the real call, counted
-        calls.append(clamp)
-        return original(self, y, bias, clamp)
+    def counted(self, y, bias, activation=None):  # the real call, counted
+        calls.append(activation)
+        return original(self, y, bias, activation)
 
     monkeypatch.setattr(ConvEpilogue, "__call__", counted)
     model, w, b = conv_model(6, 10, 1, 1, "Clip", (0.0, 6.0), True, rng)
@@ -154,7 +184,7 @@ def test_the_compiled_pass_runs_only_on_the_numba_path(path, rng, monkeypatch):
     (y,) = run_ep_host(model, {"x": x})
     np.testing.assert_allclose(y, definition(x, w, b, 1, "Clip", (0.0, 6.0)), rtol=1e-5,
                                atol=1e-5)
-    assert calls == ([(0.0, 6.0)] if path == "numba" else [])
+    assert calls == ([("clip", 0.0, 6.0)] if path == "numba" else [])
 
 
 @pytest.mark.parametrize(("c", "m", "size"), [(16, 96, 112), (144, 24, 56), (960, 320, 7)])

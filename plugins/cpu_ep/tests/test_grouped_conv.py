@@ -15,6 +15,7 @@ from cpukit import make_model, run_ep_host, run_onnxruntime
 from ep_host_cpu.xp import numpy_xp
 from onnx import TensorProto, helper, numpy_helper
 
+import ep_host
 from ep_host.kernels import conv as conv_kernels
 from ep_host.tracing import Tracer
 
@@ -235,6 +236,9 @@ def test_a_session_matches_onnxruntime(rng, path):
     ("Clip", (-0.5, 1.5), lambda y: np.minimum(np.maximum(y, -0.5), 1.5)),
     ("Clip", (1.0, -1.0), lambda y: np.full_like(y, -1.0)),  # lo > hi: everything is hi
     ("Tanh", (), np.tanh),
+    ("HardSigmoid", (), lambda y: np.clip(0.2 * y + 0.5, 0, 1)),
+    ("HardSigmoid", (-0.4, 0.25), lambda y: np.clip(-0.4 * y + 0.25, 0, 1)),
+    ("HardSwish", (), lambda y: y * np.clip(y / 6 + 0.5, 0, 1)),
 ])
 def test_fused_conv_applies_its_activation(rng, path, activation, params, fn):
     model, w, b = depthwise_model(activation, params)
@@ -242,6 +246,26 @@ def test_fused_conv_applies_its_activation(rng, path, activation, params, fn):
     (y,) = run_ep_host(model, {"x": x})
     want = fn(reference_conv(x, w, b, 8, (2, 2), (1, 1), (1, 0, 1, 2)))
     np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("op", "attrs", "params"), [("HardSwish", {}, ()),
+                                                     ("HardSigmoid", {}, ()),
+                                                     ("HardSigmoid", {"alpha": 0.3}, (0.3, 0.5))])
+def test_a_fused_hard_activation_equals_the_conv_then_the_activation(rng, path, op, attrs,
+                                                                     params):
+    """The direct loops' HardSigmoid/HardSwish give what the activation's own kernel gives
+    after the Conv, bit for bit (NaN and infinities included)."""
+    fused, _, _ = depthwise_model(op, params)
+    plain, _, _ = depthwise_model()
+    plain.graph.node.append(helper.make_node(op, ["c"], ["y"], **attrs))
+    plain.graph.node[0].output[0] = "c"
+    x = rng.standard_normal((2, 8, 13, 12), dtype=np.float32) * 4
+    x[0, 1, 5, 5], x[1, 4, 7, 3] = np.nan, -np.inf
+    with np.errstate(invalid="ignore"):  # numpy's HardSwish: -inf times 0
+        (got,) = run_ep_host(fused, {"x": x})
+        (want,) = ep_host.InferenceSession(plain.SerializeToString(), providers=["cpu"],
+                                           optimizations=()).run(None, {"x": x})
+    np.testing.assert_array_equal(got, want)
 
 
 def test_a_fused_clip_keeps_nan_and_clamps_inf(path):
