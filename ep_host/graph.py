@@ -265,6 +265,7 @@ class _NodeFields:
     __slots__ = (
         "name", "op_type", "domain", "since_version", "index", "graph", "_proto", "_attributes",
         "inputs", "outputs", "opset", "_has_graphs", "_has_attributes",
+        "__weakref__",  # providers may remember what they worked out for a node
     )
 
     def __init__(

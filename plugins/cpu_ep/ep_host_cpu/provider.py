@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 from ep_host import (
@@ -100,16 +101,23 @@ def ep_host_provider_info() -> ProviderInfo:
                         answers_by_signature=True)
 
 
+# the kernel spec each node passed its checks for in supports_op: creating its kernel does not
+# check it again (a tree ensemble's checks walk every tree: a millisecond or more)
+_CHECKED: weakref.WeakKeyDictionary[NodeView, KernelSpec] = weakref.WeakKeyDictionary()
+
+
 @hookimpl
 def ep_host_supports_op(node: NodeView, context: ProviderContext) -> KernelMatch:
     spec = REGISTRY.lookup(node, NAME)
     check_node(spec, node, NAME)
+    _CHECKED[node] = spec
     return CLAIMS.answer(spec, node)
 
 
 @hookimpl
 def ep_host_create_kernel(node: NodeView, context: ProviderContext) -> Kernel:
     spec = REGISTRY.lookup(node, NAME)
-    check_node(spec, node, NAME)
+    if _CHECKED.get(node) is not spec:
+        check_node(spec, node, NAME)
     keep_freed_memory()  # once per process, when kernels are first made, not at import
     return spec.make(numpy_xp, node, context)
