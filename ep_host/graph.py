@@ -372,7 +372,7 @@ def laid_out(node: NodeView, answer: Any) -> NodeView:
                          converted_shape(value.shape, layout))
 
     copy = object.__new__(_NodeFields)
-    for name in _NodeFields.__slots__:
+    for name in _NodeFields.__slots__[:-1]:  # all but __weakref__
         setattr(copy, name, getattr(node, name))
     copy.inputs = tuple(view(v, input_layout(answer, i)) for i, v in enumerate(node.inputs))
     copy.outputs = tuple(view(v, output_layout(answer, k)) for k, v in enumerate(node.outputs))
