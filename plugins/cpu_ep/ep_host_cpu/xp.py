@@ -14,6 +14,7 @@ import numpy as np
 from ep_host_cpu.conv_epilogue import ConvEpilogue
 from ep_host_cpu.erf import erf
 from ep_host_cpu.gelu import GeluFloat32
+from ep_host_cpu.global_mean import CompiledPlaneMeans
 from ep_host_cpu.grouped_conv import GroupedConv2d
 from ep_host_cpu.hard_sigmoid import CompiledHardSigmoid
 from ep_host_cpu.im2col import ImageColumns
@@ -48,6 +49,7 @@ def numpy_namespace() -> SimpleNamespace:
     ns.compiled_sigmoid = CompiledSigmoid()  # numba's, compiled when a large Sigmoid first runs
     ns.compiled_hard_sigmoid = CompiledHardSigmoid()  # numba's, for HardSigmoid and HardSwish
     ns.compiled_max_pool_3x3s2 = CompiledMaxPool3x3s2()  # numba's, for MaxPool 3x3 stride 2
+    ns.compiled_plane_means = CompiledPlaneMeans()  # numba's, for GlobalAveragePool's short planes
     ns.compiled_taps = CompiledTaps()  # numba's, for Resize's linear and cubic taps (float32)
     ns.compiled_tree_walk = CompiledTreeWalk()  # numba's, for a few rows of a tree ensemble
     ns.compiled_svm_decisions = CompiledSvmDecisions()  # numba's, for a few rows of an SVM
