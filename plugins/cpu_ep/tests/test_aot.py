@@ -39,9 +39,13 @@ images = rng.standard_normal((1, 8, 13, 11)).astype(np.float32)
 w = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
 bias = rng.standard_normal(8).astype(np.float32)
 y = np.empty((1, 8, 7, 6), dtype=np.float32)
-g = conv.geometry(images.shape, w.shape, (2, 2), (1, 1), (1, 1), (1, 1), y.shape)
-conv(images, w.reshape(8, 1, 9), bias, y, g, 8, ("clip", 0.0, 6.0))
-np.savez(sys.argv[1], sigmoid=sigmoid(x, times_x=True), conv=y)
+g = conv.geometry(images.shape, w.shape, (2, 2), (1, 1), (1, 1), (1, 1), y.shape[2:])
+conv(images, w.reshape(8, 1, 9), bias, y, g, 8, ("clip", 0.0, 6.0))  # the blocked loop
+large = rng.standard_normal((1, 8, 20, 20)).astype(np.float32)
+z = np.empty((1, 8, 20, 20), dtype=np.float32)
+g = conv.geometry(large.shape, w.shape, (1, 1), (1, 1), (1, 1), (1, 1), z.shape[2:])
+conv(large, w.reshape(8, 1, 9), bias, z, g, 8, ("hard_swish", 1 / 6, 0.5))  # the phase loop
+np.savez(sys.argv[1], sigmoid=sigmoid(x, times_x=True), conv=y, phase_conv=z)
 print("imported:" + ",".join(sorted(m for m in ("numba", "llvmlite") if m in sys.modules)))
 """
 
@@ -64,7 +68,7 @@ def test_a_fresh_process_runs_the_built_kernels_without_numba_and_as_the_jit_doe
     assert imported == "imported:"  # neither numba nor llvmlite: about 130 MiB not spent
     imported, jit = run_fresh(tmp_path, "jit", ahead=False)
     assert imported == "imported:llvmlite,numba"
-    for name in ("sigmoid", "conv"):
+    for name in ("sigmoid", "conv", "phase_conv"):
         assert np.array_equal(ahead[name].view(np.int32), jit[name].view(np.int32)), name
 
 
