@@ -44,10 +44,10 @@ BLOCK = 16  # channels side by side in :func:`block_conv2d`'s buffer
 BLOCK_MAX_OUTPUT = 64
 
 
-def signature(numba: Any, dtype: Any) -> Any:
-    """The types :func:`phase_conv2d` is compiled for at ``dtype`` (float32 or float64, or its
-    name): inputs read-only (a writable array passes too), the output and every array
-    C-contiguous."""
+def _leading_types(numba: Any, dtype: Any) -> tuple[Any, ...]:
+    """The types both loops start with at ``dtype`` (float32 or float64, or its name): x, w and
+    bias read-only (a writable array passes too), y written, two int64 index arrays, all
+    C-contiguous; then the value type itself."""
     types = numba.types
     t = numba.from_dtype(np.dtype(dtype))
 
@@ -55,9 +55,15 @@ def signature(numba: Any, dtype: Any) -> Any:
         return types.Array(item, ndim, "C", readonly=readonly)
 
     index = array(1, types.int64)
-    return types.void(array(4), array(3), array(1), array(4, readonly=False), index, index,
-                      index, index, index, types.int64, types.int64, types.int64, types.int64,
-                      t, t, types.int64)
+    return array(4), array(3), array(1), array(4, readonly=False), index, index, t
+
+
+def signature(numba: Any, dtype: Any) -> Any:
+    """The types :func:`phase_conv2d` is compiled for at ``dtype`` (see
+    :func:`_leading_types`)."""
+    *lead, t = _leading_types(numba, dtype)
+    i64, index = numba.types.int64, lead[-1]
+    return numba.types.void(*lead, index, index, index, i64, i64, i64, i64, t, t, i64)
 
 
 def phase_conv2d(x, w, bias, y, offsets, row_base, col_first, col_count, col_dest, sw, wq,
@@ -183,16 +189,11 @@ def phase_geometry(x_shape, w_shape, strides, dilations, begin, end, out) -> Pha
 
 
 def block_signature(numba: Any, dtype: Any) -> Any:
-    """The types :func:`block_conv2d` is compiled for at ``dtype`` (as :func:`signature`)."""
-    types = numba.types
-    t = numba.from_dtype(np.dtype(dtype))
-
-    def array(ndim, item=t, readonly=True):
-        return types.Array(item, ndim, "C", readonly=readonly)
-
-    index = array(1, types.int64)
-    return types.void(array(4), array(3), array(1), array(4, readonly=False), index, index,
-                      types.int64, types.int64, types.int64, types.int64, t, t, types.int64)
+    """The types :func:`block_conv2d` is compiled for at ``dtype`` (see
+    :func:`_leading_types`)."""
+    *lead, t = _leading_types(numba, dtype)
+    i64 = numba.types.int64
+    return numba.types.void(*lead, i64, i64, i64, i64, t, t, i64)
 
 
 def block_conv2d(x, w, bias, y, offsets, col_pos, row_step, rows, row_len, top, ap, aq, mode):
