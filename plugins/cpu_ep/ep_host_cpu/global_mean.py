@@ -5,9 +5,9 @@ with ``EP_HOST_NUMBA=0``.
 The values equal ``numpy.mean``'s to the bit: the same summation in float32 as numpy's pairwise
 sum takes a run of up to 128 values (eight interleaved partial sums; fewer than eight values
 added one by one), then the sum divided by the count in float64 and rounded to float32, as numpy
-divides a float32 sum by its integer count. Equal
-means matter: a GEMV against a ones vector ran faster but rounded otherwise, and turned onnx's
-light SqueezeNet (a Softmax over means near 1e10) into another answer.
+divides a float32 sum by its integer count. Equal means matter: a GEMV against a ones vector
+ran faster but rounded otherwise, and turned onnx's light SqueezeNet (a Softmax over means near
+1e10) into another answer.
 
 numpy pays a reduction's set-up per row: measured one thread, the squeeze-excite means of
 MobileNetV3 and EfficientNet on 7 x 7 planes, 576 of them 20 us against 9-11 us compiled, 960
@@ -23,12 +23,13 @@ import numpy as np
 
 from ep_host_cpu.jit import LoopOnceCompiledInUse
 
-BLOCK = 128  # numpy's pairwise block: up to this many values in eight partial sums
-MAX_PLANE = BLOCK  # values a plane: longer ones go to numpy.mean (and split the block)
+# values a plane at most: numpy's pairwise block, summed in eight partial sums (longer runs it
+# splits, and they go to numpy.mean)
+MAX_PLANE = 128
 
 
 def plane_means(x, y):
-    """y[p] = the mean of x[p] (planes, n values, n <= :data:`BLOCK`) as ``numpy.mean``
+    """y[p] = the mean of x[p] (planes, n values, n <= :data:`MAX_PLANE`) as ``numpy.mean``
     computes it: numpy's one block of a pairwise sum (fewer than 8 values added one by one,
     else eight interleaved partial sums, combined in pairs, then the values past the last whole
     eight), added to 0 (numpy's identity: a sum of -0.0 is +0.0), then divided in float64."""
@@ -82,8 +83,8 @@ class CompiledPlaneMeans(LoopOnceCompiledInUse):
 
     def takes(self, x) -> bool:
         plane = x.size // max(x.shape[0] * x.shape[1], 1)
-        return (x.dtype == np.float32 and 0 < plane <= MAX_PLANE and x.size > 0
-                and x.flags.c_contiguous and self.ready())
+        return (x.dtype == np.float32 and 0 < plane <= MAX_PLANE and x.flags.c_contiguous
+                and self.ready())
 
     def __call__(self, x):
         n, c = x.shape[:2]

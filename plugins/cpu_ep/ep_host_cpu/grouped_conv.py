@@ -322,20 +322,19 @@ class GroupedConv2d:
     DTYPES = ("float32", "float64")
 
     def __init__(self) -> None:
-        self._compiled: dict[str, Any] = {}
-        self._blocked: dict[str, Any] = {}
+        # per dtype name: the (phase, block) loops, or False where either cannot be compiled
+        self._loops: dict[str, Any] = {}
 
     def ready(self, dtype: Any) -> bool:
         name = np.dtype(dtype).name
         if name not in self.DTYPES or not numba_wanted():
             return False
-        found = self._compiled.get(name)
-        if found is None:
-            blocked = compiled(block_conv2d, block_signature, (activate,), args=(name,))
-            found = compiled(phase_conv2d, signature, (activate,), args=(name,))
-            self._blocked[name] = blocked
-            found = self._compiled[name] = found if found and blocked else False
-        return bool(found)
+        loops = self._loops.get(name)
+        if loops is None:
+            phase = compiled(phase_conv2d, signature, (activate,), args=(name,))
+            block = compiled(block_conv2d, block_signature, (activate,), args=(name,))
+            loops = self._loops[name] = (phase, block) if phase and block else False
+        return bool(loops)
 
     geometry = staticmethod(conv_geometry)
 
@@ -347,11 +346,11 @@ class GroupedConv2d:
         after :meth:`ready` said yes for that type."""
         mode, p, q = activation_mode(activation)
         g = geometry
+        phase, block = self._loops[y.dtype.name]
         if type(g) is BlockGeometry:
-            self._blocked[y.dtype.name](x, w, bias, y, g.offsets, g.col_pos, g.row_step,
-                                        g.rows, g.row_len, g.top, p, q, mode)
-            return y
-        self._compiled[y.dtype.name](x, w, bias, y, g.offsets, g.row_base, g.col_first,
-                                     g.col_count, g.col_dest, g.stride, g.width, g.length,
-                                     group, p, q, mode)
+            block(x, w, bias, y, g.offsets, g.col_pos, g.row_step, g.rows, g.row_len, g.top, p,
+                  q, mode)
+        else:
+            phase(x, w, bias, y, g.offsets, g.row_base, g.col_first, g.col_count, g.col_dest,
+                  g.stride, g.width, g.length, group, p, q, mode)
         return y
