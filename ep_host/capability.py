@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
@@ -418,7 +418,9 @@ def walk(
                     and not r.info.applies_calibration
                     and (c := provider_calibration(r.name)) is not None}
 
-    def visit(batch: Sequence[NodeView], depth: int) -> None:
+    def answered(batch: Sequence[NodeView], depth: int) -> Iterator[
+            tuple[NodeView, tuple[KernelMatch, ...], int]]:
+        """Each node of ``batch`` with its row of answers, the batch asked as one."""
         columns = {}
         # each signature hashed once, here: later look-ups are by its number
         signatures = ([None if (sig := node_signature(n)) is None
@@ -438,33 +440,41 @@ def walk(
                 same = declines[name]
                 columns[name] = [a if a.is_supported else same.setdefault((a.reason, a.code), a)
                                  for a in columns[name]]
-        names = [name for name, *_ in asked]
         answered_rows = (zip(*(columns[name] for name in names), strict=True) if names
                          else [()] * len(batch))
-        for node, answered in zip(batch, answered_rows, strict=True):
-            # nodes answered with the very same objects (a provider's shared claim) share one
-            # read-only row: a dict per node is ~200 bytes of a long model
-            key = tuple(map(id, answered))
-            row = rows.get(key)
-            if row is None:
-                row = rows[key] = MappingProxyType(dict(zip(names, answered, strict=True)))
-            answers[node.name] = row
-            table.all_nodes.append(node)
-            if expand and depth < MAX_EXPANSION_DEPTH and not _claimed(answered):
-                try:
-                    body = expand_function(node)
-                except HostError:  # a body onnx cannot instantiate here: keep the decline
-                    body = None
-                if body is not None and body.nodes:
-                    table.expanded[node.name] = [n.name for n in body.nodes]
-                    visit(list(body.nodes), depth + 1)
-                    continue
-            table.nodes.append(node)
+        for node, row in zip(batch, answered_rows, strict=True):
+            yield node, row, depth
 
+    names = [name for name, *_ in asked]
     table.graph = nodes[0].graph if nodes else model.graph
     table.nodes = []
+    # the nodes in order, an expanded node's body in its place: a stack of batches being
+    # answered (a recursive closure would be a reference cycle left for the collector)
+    batches = [answered(nodes, 0)]
     with paused_gc():
-        visit(nodes, 0)
+        while batches:
+            for node, answers_of_node, depth in batches[-1]:
+                # nodes answered with the very same objects (a provider's shared claim) share
+                # one read-only row: a dict per node is ~200 bytes of a long model
+                key = tuple(map(id, answers_of_node))
+                row = rows.get(key)
+                if row is None:
+                    row = rows[key] = MappingProxyType(dict(zip(names, answers_of_node,
+                                                                strict=True)))
+                answers[node.name] = row
+                table.all_nodes.append(node)
+                if expand and depth < MAX_EXPANSION_DEPTH and not _claimed(answers_of_node):
+                    try:
+                        body = expand_function(node)
+                    except HostError:  # a body onnx cannot instantiate here: keep the decline
+                        body = None
+                    if body is not None and body.nodes:
+                        table.expanded[node.name] = [n.name for n in body.nodes]
+                        batches.append(answered(list(body.nodes), depth + 1))
+                        break
+                table.nodes.append(node)
+            else:
+                batches.pop()
     if measured:
         node_times.apply(host, table, table.nodes)
     return table

@@ -7,7 +7,7 @@ with schema defaults filled in, and a constant reads its data only when asked.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -464,6 +464,7 @@ class GraphView:
         object.__setattr__(self, "_building", True)
         self.name = proto.name
         self.model = model
+        model.graph_views.add(self)  # for unlink_views
         self.parent = parent
         # a function body resolves its ops with the function's own opsets
         self.opset_imports = (opset_imports if opset_imports is not None
@@ -592,6 +593,21 @@ class GraphView:
 
     def __repr__(self) -> str:
         return f"GraphView({self.name!r}, {len(self.nodes)} nodes)"
+
+
+def unlink_views(graphs: Iterable[GraphView]) -> None:
+    """Empty each of ``graphs`` (a model's ``graph_views``): no nodes, values or model left, so
+    the views, which refer to each other (a node to its graph, the graph to its nodes and
+    model), are freed at once rather than at Python's next full cyclic collection. Only for a
+    model whose owner drops it while nobody else holds a view of it."""
+    for graph in list(graphs):
+        empty = {"_building": False, "name": graph.name, "model": None, "parent": None,
+                 "nodes": (), "inputs": (), "outputs": (), "values": _NO_VALUES}
+        graph.__dict__.clear()
+        graph.__dict__.update(empty)
+
+
+_NO_VALUES: Mapping[str, ValueView] = MappingProxyType({})
 
 
 class _ScopedValues(dict):

@@ -6,13 +6,13 @@ a copy of the model that carries only small initializers. ``Model`` holds the lo
 
 from __future__ import annotations
 
-import gc
 import math
 import os
 from collections.abc import Mapping
 from functools import cache
 from types import MappingProxyType
 from typing import Any, NamedTuple
+from weakref import WeakSet
 
 import numpy as np
 import onnx
@@ -197,29 +197,6 @@ def return_freed_memory() -> None:
 
 _malloc_trim: Any = None
 
-COLLECT_AFTER_BYTES = 64 << 20
-"""From this size on, a model loaded and then replaced (optimized into another) is collected at
-once: its views refer to each other, so it would stay, weights and all, until the next
-collection (BERT-base: 415 MB, collected in 0.2 s)."""
-
-
-def collect_replaced(source: Any, replaced: bool) -> None:
-    """After the caller dropped the model it loaded from ``source`` (a path or bytes; a
-    ``Model`` or ``ModelProto`` is the caller's own) and ``replaced`` it, free it now if big."""
-    if not replaced:
-        return
-    if isinstance(source, bytes | bytearray | memoryview):
-        size = len(source)
-    elif isinstance(source, str | os.PathLike):
-        try:
-            size = os.path.getsize(source)
-        except OSError:
-            return
-    else:
-        return
-    if size >= COLLECT_AFTER_BYTES:
-        gc.collect()
-
 # ---------------------------------------------------------------------------------------------
 # The model
 # ---------------------------------------------------------------------------------------------
@@ -264,6 +241,7 @@ class Model:
             )
         self.functions = {(normalize_domain(f.domain), f.name): f for f in proto.functions}
         self._constants: dict[str, np.ndarray] = {}
+        self.graph_views: WeakSet[GraphView] = WeakSet()  # every view of a graph of this model
         rows = scan_nodes(proto.graph)
         scans = _validate_structure(proto.graph, self.label, self.opset_imports, self.functions,
                                     rows)
@@ -289,8 +267,12 @@ class Model:
         main graph's nodes that hold graphs, when known, so the others' attributes are not read."""
         types: dict[str, ParsedType] = {}
         cache: dict[bytes, ParsedType | None] = {}
-
-        def visit(g: GraphProto, nodes: Any = None) -> None:
+        main = proto.graph
+        # each graph before its bodies, in order (a stack: a recursive closure is a cycle)
+        pending: list[tuple[GraphProto, Any]] = [
+            (main, None if with_graphs is None else [main.node[i] for i in with_graphs])]
+        while pending:
+            g, nodes = pending.pop()
             for vi in (*g.input, *g.value_info, *g.output):
                 tp = vi.type
                 key = tp.SerializeToString()
@@ -299,19 +281,14 @@ class Model:
                     parsed = cache[key] = parse_type(tp) if tp.WhichOneof("value") else None
                 if parsed is not None:
                     types[vi.name] = parsed
+            bodies: list[tuple[GraphProto, Any]] = []
             for n in (g.node if nodes is None else nodes):
                 for a in n.attribute:
                     if a.type == AttributeProto.GRAPH:
-                        visit(a.g)
+                        bodies.append((a.g, None))
                     elif a.type == AttributeProto.GRAPHS:
-                        for sub in a.graphs:
-                            visit(sub)
-
-        main = proto.graph
-        if with_graphs is not None:
-            visit(main, [main.node[i] for i in with_graphs])
-        else:
-            visit(main)
+                        bodies.extend((sub, None) for sub in a.graphs)
+            pending.extend(reversed(bodies))
         return types
 
     def add_types(self, types: Mapping[str, ParsedType]) -> None:

@@ -427,7 +427,8 @@ class CompiledSteps:
             self._files[filename] = first_line
             source = "\n".join(self._lines[first_line:]) + "\n"
             exec(compiled_code(source, filename), names)  # noqa: S102 (our own source)
-            parts.append(names["run" if len(starts) == 1 else f"run{k}"])
+            # taken out of its own globals: a function that held itself would be a cycle
+            parts.append(names.pop("run" if len(starts) == 1 else f"run{k}"))
         self._lines.clear()
         self._bound_names.clear()  # ids name objects only while ``names`` holds them
         self._run: Callable[[Mapping[int, Any], Any], list[Any]] = (

@@ -33,10 +33,10 @@ from ep_host.errors import (
     out_of_memory,
 )
 from ep_host.feeds import FeedChecker, plain_runner
-from ep_host.graph import GraphView, NodeView
+from ep_host.graph import GraphView, NodeView, unlink_views
 from ep_host.kernel import Kernel
 from ep_host.limits import MAX_TENSOR_BYTES, max_tensor_bytes_from_env, run_timeout_from_env
-from ep_host.loading import Model, collect_replaced, load_model
+from ep_host.loading import Model, load_model
 from ep_host.optimize import optimize
 from ep_host.ort_api import (
     IOBinding,
@@ -350,9 +350,11 @@ class InferenceSession:
         with memory_stage("optimization", loaded.label, len(loaded.graph.nodes)):
             self._model = optimize(loaded, optimizations, disable_optimizations,
                                    in_place=parsed_here)
-        replaced = self._model is not loaded
+        if self._model is not loaded and loaded is not model:
+            # the model as loaded is this session's own and dropped here: its views are freed
+            # now rather than at Python's next full collection (BERT-base: 415 MB)
+            unlink_views(loaded.graph_views)
         del loaded
-        collect_replaced(model, replaced)
         self._options = gather_provider_options(self._host, providers, provider_options)
         self._device_plans: dict[Any, PlanRun] = {}
         self._runtime = _Runtime(self._model, self._host, chosen, self._options, strategy,
