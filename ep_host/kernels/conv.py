@@ -1,5 +1,6 @@
 """Convolution: Conv (a variant by geometry: 1x1 GEMM, depthwise multiply-adds, stride-1 GEMMs
-on shifted views, Winograd F(2x2, 3x3), im2col + GEMM; constant weights prepacked once),
+on shifted views, Winograd F(2x2, 3x3), a GEMM per tap that reads the input where most read
+padding, im2col + GEMM; constant weights prepacked once),
 ConvInteger and CausalConvWithState. Windows are strided views of a padded input."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from ep_host.kernels.conv_geometry import (
     check_window_geometry,
     input_rank,
     pad_spatial,
+    reached_taps,
     strides_and_dilations,
     tap_slices,
     window_geometry,
@@ -314,12 +316,22 @@ def _may_run_direct(w_shape, group):
             and math.prod(w_shape[2:]) > 1)
 
 
-def _conv_variant(c, m, group, kernel, out, strides, dilations, begin, end, direct=False):
+def _conv_variant(c, m, group, kernel, out, strides, dilations, begin, end, direct=False,
+                  reached=None):
     """The variant for this geometry, with the reason template and its arguments; ``direct``:
-    the provider's namespace has compiled loops for this weight (see :func:`_may_run_direct`)."""
+    the provider's namespace has compiled loops for this weight (see :func:`_may_run_direct`);
+    ``reached``: the taps that read the input (``reached_taps``), where known."""
     if direct:
         return "direct", "group {} ({} input and {} output channels per group): direct loops " \
             "over {} taps, compiled", (group, c // group, m // group, math.prod(kernel))
+    if reached is not None and c // group >= TAPWISE_MIN_DEPTH:
+        window = math.prod(kernel) * math.prod(out)
+        reach = sum(r[3] for r in reached) / window
+        skipped = (window - sum(r[3] for r in reached)) * (c // group) * m
+        if reach <= TAPWISE_MAX_REACH and skipped >= len(reached) * TAPWISE_CALL_MACS:
+            return "tapwise", "{:.0%} of the window's multiplies read the input, the rest its " \
+                "padding (dilations {}): one GEMM per tap over the outputs it reaches", (
+                    reach, dilations)
     tiles = _winograd_tiles(c, m, group, kernel, out, strides, dilations)
     if tiles:
         return "winograd", "3x3, stride 1, {} input and {} output channels: Winograd " \
@@ -345,6 +357,39 @@ def _conv_variant(c, m, group, kernel, out, strides, dilations, begin, end, dire
                 "padded input, no im2col", (cg, mg, waste)
     return "im2col", "strides {}, kernel {}: im2col copy and one GEMM per group", (strides,
                                                                                    kernel)
+
+
+# A wide dilation on a small input puts most taps in the padding (DeepLabV3's atrous 3x3 convs,
+# dilation 12, 24 and 36 on 33 x 33: 57%, 27% and 11% of the multiplies read the input; at 36
+# only the centre tap does). One GEMM per tap over the box of outputs it reaches skips the rest,
+# at the cost of a copy of each partial tap's input and an add into its box.
+# Measured one thread against im2col: 960 -> 256 channels at 33 x 33, 54 -> 35 ms (dilation 12),
+# 56 -> 15 (24), 65 -> 5.7 (36); 3x3 on 256 channels at 2 x 2 0.30 -> 0.09 ms, 512 at 1 x 1 0.18
+# -> 0.05 ms; slower where a few skipped multiplies pay for many small GEMMs (64 channels at 6
+# x 6, dilation 2: 0.082 -> 0.094 ms), hence a floor on what skipping saves per GEMM.
+TAPWISE_MAX_REACH = 0.75
+TAPWISE_MIN_DEPTH = 8  # input channels per group: the GEMMs' depth
+TAPWISE_CALL_MACS = 1 << 17  # multiply-adds skipped per GEMM at least (a call's overhead)
+
+
+def _conv_tapwise(xp, x, taps, plan):
+    """One GEMM per reached tap (``plan.reached``, the taps whose box covers every output
+    first): ``taps`` (taps, group, M/group, C/group) times the input the tap reads in its box,
+    written or added into the output."""
+    n = x.shape[0]
+    _, group, mg, cg = taps.shape
+    lead = (slice(None), slice(None))
+    y = None
+    for index, box, source, size in plan.reached:
+        part = xp.matmul(taps[index], x[lead + source].reshape(n, group, cg, size))
+        part = part.reshape((n, group * mg) + tuple(b.stop - b.start for b in box))
+        if y is None:
+            if size == math.prod(plan.out):
+                y = part
+                continue
+            y = xp.zeros((n, group * mg) + tuple(plan.out), dtype=part.dtype)
+        y[lead + box] += part
+    return y
 
 
 class FlatGeometry:
@@ -554,7 +599,8 @@ def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None
          strides=None, packed=None, packed_bias=None, workspace=None):
     """Variants by geometry (recorded on the trace span): ``direct`` (depthwise and grouped,
     where the provider's namespace compiles them), ``1x1``, ``depthwise``, ``shifted`` (stride
-    1: a GEMM per tap on shifted views), ``winograd`` (3x3, stride 1, 32+ channels) and
+    1: a GEMM per tap on shifted views), ``winograd`` (3x3, stride 1, 32+ channels),
+    ``tapwise`` (a GEMM per tap over the outputs it reaches, where most taps read padding) and
     ``im2col``; ``packed``/``packed_bias`` are the constant weight and bias prepared once (see
     :class:`ConvWeights`), which also keep the :class:`ConvPlan` per input shape;
     ``workspace``: the host's scratch memory for im2col's columns (:func:`conv_workspace`)."""
@@ -606,6 +652,8 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
         y = _conv_depthwise(xp, x, weights, plan)
     elif variant == "shifted":
         y = _conv_shifted(xp, x, weights.taps, group, plan.flat)
+    elif variant == "tapwise":
+        y = _conv_tapwise(xp, x, weights.taps, plan)
     else:
         y = _conv_im2col(xp, x, weights.gemm, group, plan.kernel, out, plan.strides,
                          plan.dilations, plan.begin, plan.end, workspace, plan.columns)
@@ -635,10 +683,13 @@ class ConvPlan:
     pass for the GEMM variants (``epilogue``: its ``xp.conv_epilogue`` where that is ready for
     the compute type when the plan is made, else ``None``; asking on every run cost 2 us) and
     its compiled copy of im2col's columns (``columns``: ``xp.im2col_columns`` for 2-D, a column
-    stride of 2 and rows of :data:`COMPILED_COLUMNS_MIN_WIDTH` outputs, where ready)."""
+    stride of 2 and rows of :data:`COMPILED_COLUMNS_MIN_WIDTH` outputs, where ready);
+    ``reached``: for ``tapwise``, the taps that read the input (``reached_taps``), those that
+    reach every output first."""
 
     __slots__ = ("kernel", "strides", "dilations", "out", "begin", "end", "variant", "reason",
-                 "args", "flat", "direct", "picked", "bias_shape", "epilogue", "columns")
+                 "args", "flat", "direct", "picked", "bias_shape", "epilogue", "columns",
+                 "reached")
 
     def __init__(self, xp, x_shape, w_shape, group, auto_pad, dilations, pads, strides, work):
         n_spatial = len(x_shape) - 2
@@ -647,16 +698,23 @@ class ConvPlan:
         self.out, self.begin, self.end = window_geometry(x_shape[2:], kernel, self.strides,
                                                          self.dilations, pads, auto_pad)
         c, m = x_shape[1], w_shape[0]
-        direct = getattr(xp, "grouped_conv2d", None)
+        loops = getattr(xp, "grouped_conv2d", None)
+        compiled = loops is not None and _may_run_direct(w_shape, group) and loops.ready(work)
+        reached = reached_taps(x_shape[2:], kernel, self.out, self.strides, self.dilations,
+                               self.begin) if not compiled and (any(self.begin) or any(self.end)) \
+            else None  # without padding every tap reads the input
         self.variant, self.reason, self.args = _conv_variant(
             c, m, group, kernel, self.out, self.strides, self.dilations, self.begin, self.end,
-            direct is not None and _may_run_direct(w_shape, group) and direct.ready(work))
+            compiled, reached)
+        whole = math.prod(self.out)  # the taps that reach every output go first
+        self.reached = sorted(reached, key=lambda r: r[3] != whole) \
+            if self.variant == "tapwise" else None
         one_filter = self.variant == "depthwise" and w_shape[0] == c and all(
             s == 1 for s in self.strides)
         self.flat = FlatGeometry(x_shape, self.begin, self.end, kernel, self.out,
                                  self.dilations) if self.variant == "shifted" or one_filter \
             else None
-        self.direct = direct.geometry(x_shape, w_shape, self.strides, self.dilations,
+        self.direct = loops.geometry(x_shape, w_shape, self.strides, self.dilations,
                                       self.begin, self.end, self.out) \
             if self.variant == "direct" else None
         self.picked = None if all(s == 1 for s in self.strides) else tap_slices(

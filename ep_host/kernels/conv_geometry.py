@@ -4,6 +4,9 @@ them. Public so that every EP's convolution variants compute the same windows.""
 
 from __future__ import annotations
 
+import itertools
+import math
+
 from ep_host import deny, require
 
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -127,3 +130,33 @@ def check_window_geometry(node, provider, kernel_shape, clamp_same):
 def input_rank(node):
     x = node.inputs[0]
     return None if x is None or x.shape is None else len(x.shape)
+
+
+def tap_reach(size, k, out, s, d, b):
+    """Along one spatial axis of input ``size``: the outputs ``[lo, hi)`` whose window puts tap
+    ``k`` (stride ``s``, dilation ``d``, begin pad ``b``) inside the input, not in its padding,
+    and the input index the first of them reads. ``lo == hi`` where the tap reads only padding
+    (a wide dilation on a small input)."""
+    start = k * d - b  # the input index output 0 reads
+    lo = min(max(0, -(start // s)), out)  # the first o with o * s >= -start
+    hi = max(min(out, (size - 1 - start) // s + 1), lo)
+    return lo, hi, lo * s + start
+
+
+def reached_taps(spatial, kernel, out, strides, dilations, begin):
+    """Each kernel tap that reads some of the input, in the weight's tap order: ``(tap index,
+    the output box it reaches as slices, the input it reads there as strided slices, the box's
+    size)``. Taps that read only padding are left out."""
+    axes = []
+    for size, k, o, s, d, b in zip(spatial, kernel, out, strides, dilations, begin, strict=True):
+        axes.append([tap_reach(size, t, o, s, d, b) for t in range(k)])
+    found = []
+    for index, tap in enumerate(itertools.product(*(range(k) for k in kernel))):
+        reach = [axes[a][t] for a, t in enumerate(tap)]
+        if any(lo == hi for lo, hi, _ in reach):
+            continue
+        box = tuple(slice(lo, hi) for lo, hi, _ in reach)
+        source = tuple(slice(i, i + (hi - lo - 1) * s + 1, s)
+                       for (lo, hi, i), s in zip(reach, strides, strict=True))
+        found.append((index, box, source, math.prod(hi - lo for lo, hi, _ in reach)))
+    return found

@@ -1,9 +1,11 @@
-"""Conv (its variants by geometry: 1x1, depthwise, shifted, Winograd, im2col), ConvInteger and
-CausalConvWithState on the CPU EP, against onnxruntime and a direct convolution."""
+"""Conv (its variants by geometry: 1x1, depthwise, shifted, Winograd, tapwise, im2col),
+ConvInteger and CausalConvWithState on the CPU EP, against onnxruntime and a direct
+convolution."""
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import ml_dtypes
 import numpy as np
@@ -21,6 +23,7 @@ from ep_host_cpu.xp import numpy_xp
 from onnx import TensorProto, helper, numpy_helper
 
 from ep_host.kernels import conv as conv_kernels
+from ep_host.kernels.conv_geometry import reached_taps, window_geometry
 from ep_host.tracing import Tracer
 
 F = TensorProto.FLOAT
@@ -254,6 +257,15 @@ CASES = [
     ((1, 2, 23, 19), (4, 2, 5, 5), 1, (2, 3), (1, 2), (2, 1, 0, 2), "im2col"),
     ((2, 3, 40), (4, 3, 6), 1, (4,), (1,), (1, 2), "im2col"),
     ((1, 4, 9, 9, 30), (6, 2, 2, 3, 5), 2, (1, 2, 2), (2, 1, 1), (1, 0, 1, 0, 2, 2), "im2col"),
+    # taps in the padding skipped: most (dilation 4 on 5 x 5), all but the centre (dilation 6
+    # on 4 x 4), a small image; with groups, strides and uneven pads; no tap reaching every
+    # output (2x2 kernel, one pad each side); 1-D
+    ((1, 64, 5, 5), (128, 64, 3, 3), 1, (1, 1), (4, 4), (4, 4, 4, 4), "tapwise"),
+    ((2, 32, 4, 4), (64, 32, 3, 3), 1, (1, 1), (6, 6), (6, 6, 6, 6), "tapwise"),
+    ((1, 256, 2, 2), (256, 256, 3, 3), 1, (1, 1), (1, 1), (1, 1, 1, 1), "tapwise"),
+    ((2, 128, 6, 7), (256, 64, 3, 3), 2, (2, 1), (3, 4), (3, 0, 1, 5), "tapwise"),
+    ((1, 256, 2, 2), (256, 256, 2, 2), 1, (1, 1), (1, 1), (1, 1, 1, 1), "tapwise"),
+    ((1, 128, 6), (256, 128, 5), 1, (1,), (3,), (6, 6), "tapwise"),
 ]
 
 
@@ -346,3 +358,37 @@ def test_depthwise_without_spread_weights_is_the_same(rng, monkeypatch, case):
     monkeypatch.setattr(conv_kernels, "SPREAD_BYTES", 0)
     broadcast, _ = run_conv(x, w, None, group, strides, dilations, pads, prepared=True)
     np.testing.assert_array_equal(spread, broadcast)
+
+
+def test_reached_taps_are_the_taps_and_outputs_that_read_the_input(rng):
+    """Against the definition, on random geometries: a tap is left out exactly when every
+    output puts it in the padding; its box holds exactly the outputs where it reads the input,
+    and its source slice the input indices they read, in order."""
+    checked = 0
+    while checked < 400:
+        nd = int(rng.integers(1, 3))
+        spatial = tuple(int(v) for v in rng.integers(1, 12, nd))
+        kernel = tuple(int(v) for v in rng.integers(1, 5, nd))
+        strides = tuple(int(v) for v in rng.integers(1, 4, nd))
+        dilations = tuple(int(v) for v in rng.integers(1, 6, nd))
+        pads = tuple(int(v) for v in rng.integers(0, 8, 2 * nd))
+        try:
+            out, begin, _ = window_geometry(spatial, kernel, strides, dilations, pads, "NOTSET")
+        except ValueError:
+            continue
+        checked += 1
+        found = {r[0]: r[1:] for r in reached_taps(spatial, kernel, out, strides, dilations,
+                                                   begin)}
+        for index, tap in enumerate(itertools.product(*(range(k) for k in kernel))):
+            reads = [[o for o in range(out[a])
+                      if 0 <= o * strides[a] + tap[a] * dilations[a] - begin[a] < spatial[a]]
+                     for a in range(nd)]
+            if not all(reads):
+                assert index not in found
+                continue
+            box, source, size = found[index]
+            assert size == math.prod(len(r) for r in reads)
+            for a in range(nd):
+                assert list(range(box[a].start, box[a].stop)) == reads[a]
+                assert list(range(spatial[a]))[source[a]] == [
+                    o * strides[a] + tap[a] * dilations[a] - begin[a] for o in reads[a]]
