@@ -2,9 +2,13 @@
 
 Per model, each measurement in its own fresh process: whether the outputs agree (same random
 inputs, a tolerance per dtype), run latency (median of interleaved runs after untimed warm-up
-runs, one thread both sides), session creation (median of interleaved creations) and peak RSS
-of creating a session and one run (each runtime alone in its own process). Prints a markdown
-table and geometric means.
+runs, one thread both sides), session creation and peak RSS of creating a session and one run
+(each runtime alone in its own process). Prints a markdown table and geometric means.
+
+Session creation is the median of interleaved creations, after one session of each runtime was
+created and run: at least ``--creation`` of each, more while under CREATION_S seconds in all,
+the order alternating; before each, untimed, a full ``gc.collect()`` (neither runtime pays for
+the garbage the other left) and a creation of the same runtime (the caches warm again).
 
     .venv/bin/python bench/models.py [--only bert_base,gpt2] [--skip tv_vgg11] [--repeat 10]
                                      [--warmup 10] [--creation 3] [--out bench/.corpus]
@@ -14,6 +18,7 @@ table and geometric means.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import json
 import math
@@ -33,6 +38,7 @@ RUNTIMES = ("ep-host", "onnxruntime")
 RELATIVE_TOLERANCE = {"float16": 1e-2, "bfloat16": 2e-2, "float32": 1e-3, "float64": 1e-7}
 WARMUP_S = 3.0  # the untimed runs of both runtimes stop after this many seconds
 TIMED_S, MAX_RUNS = 2.0, 400  # more timed runs of a fast model, up to these
+CREATION_S, MAX_CREATIONS = 3.0, 40  # more timed creations of a fast model, up to these
 ONE_THREAD = {var: "1" for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                    "NUMBA_NUM_THREADS")}
 
@@ -134,6 +140,29 @@ def outputs_agree(expected: list, got: list) -> tuple[bool, str, float]:
     return True, "", worst
 
 
+def measure_creation(path: str, creations: int) -> dict[str, list[float]]:
+    """Session creation times of both runtimes: at least ``creations`` each, more while under
+    CREATION_S in all (up to MAX_CREATIONS), the order alternating (ep-host first, then
+    onnxruntime first). Before each timed creation, untimed: a full collection (the other
+    runtime's garbage is not charged to this one) and a creation of the same runtime, deleted
+    (the collection empties the CPU caches: a small model's creation took 2-3x longer right
+    after one)."""
+    created: dict[str, list[float]] = {r: [] for r in RUNTIMES}
+    begun = time.perf_counter()
+    i = 0
+    while i < creations or (i < MAX_CREATIONS and time.perf_counter() - begun < CREATION_S):
+        for runtime in RUNTIMES[::-1] if i % 2 else RUNTIMES:
+            gc.collect()
+            make_session(runtime, path)
+            started = time.perf_counter()
+            made = make_session(runtime, path)
+            created[runtime].append(time.perf_counter() - started)
+            del made
+        i += 1
+    gc.collect()
+    return created
+
+
 def measure_speed(name: str, out: Path, repeat: int, creations: int,
                   warmup: int = 10) -> dict[str, Any]:
     """Correctness, then creation and run latency of both runtimes, alternating."""
@@ -152,13 +181,7 @@ def measure_speed(name: str, out: Path, repeat: int, creations: int,
     agree, why, worst = outputs_agree(result["outputs"]["onnxruntime"],
                                       result.pop("outputs")["ep-host"])
     result |= {"correct": agree, "mismatch": why, "rel_err": worst}
-    created: dict[str, list[float]] = {r: [] for r in RUNTIMES}
-    for i in range(creations):
-        for runtime in RUNTIMES[::-1] if i % 2 else RUNTIMES:
-            started = time.perf_counter()
-            made = make_session(runtime, path)
-            created[runtime].append(time.perf_counter() - started)
-            del made
+    created = measure_creation(path, creations) if creations else {}
     # untimed runs first: Python specializes a function's bytecode only after it ran a few
     # times (3.11's adaptive interpreter), so ep-host's first runs of a session are slower
     # (skl_logistic_regression: the median of 10 runs 2.9x onnxruntime right after creation,
@@ -312,7 +335,8 @@ def main() -> None:
                         help=f"untimed runs of each runtime before the timed ones (at most "
                              f"{WARMUP_S:g} s in all; 0: none)")
     parser.add_argument("--creation", type=int, default=3,
-                        help="timed session creations of each runtime (0: skip)")
+                        help=f"timed session creations of each runtime at least (more, up to "
+                             f"{MAX_CREATIONS}, while under {CREATION_S:g} s in all; 0: skip)")
     parser.add_argument("--no-memory", dest="memory", action="store_false",
                         help="skip the peak-RSS processes")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the corpus folder")
