@@ -19,6 +19,7 @@ from ep_host.kernels.registry import kernel
 
 ML = "ai.onnx.ml"
 NUMBERS = frozenset({"float32", "float64", "int64", "int32"})
+FLOAT32 = np.dtype(np.float32)  # native float32: an array's dtype is this very object
 
 
 def input_type(node, i=0):
@@ -314,8 +315,13 @@ def _scaler_params(node):
 def scaler(xp, x, *, offset=(), scale=(), params=None):
     features = x.shape[-1] if x.ndim else 1
     off, sc = params
-    _feature_params(off, features, "offset")
-    _feature_params(sc, features, "scale")
+    if len(off) not in (1, features) or len(sc) not in (1, features):
+        _feature_params(off, features, "offset")
+        _feature_params(sc, features, "scale")
+    if x.ndim == 2 and x.dtype is FLOAT32 and x.flags.c_contiguous:
+        scale_rows = getattr(xp, "compiled_scaler", None)  # a provider's one pass (numba)
+        if scale_rows is not None and x.size <= scale_rows.MAX_SIZE and scale_rows.ready():
+            return scale_rows(x, off, sc)
     y = xp.subtract(x, xp.asarray(off), dtype=xp.float32)  # x read as float32: a new array
     y *= xp.asarray(sc)
     return y
@@ -399,6 +405,46 @@ def one_hot_encoder(xp, x, *, zeros, cats_int64s=None, cats_strings=None):
     return out.reshape(tuple(x.shape) + (len(cats),))
 
 
+# what ``xp.compiled_linear_scores`` computes the scores for (its ``mode``)
+REGRESSOR, CLASSIFIER, ONE_COLUMN = range(3)
+NO_LABELS = np.zeros(0, np.int64)
+PAIRWISE_BLOCK = 128  # softmax rows up to this long are summed as numpy sums them
+
+
+class LinearScores:
+    """A linear model's scores, worked out once per kernel: coefficients [columns, features]
+    (float32, and transposed in float64), the bias (float32 values in float64; empty when
+    none), the post transform's number, and what the scores are for (``mode``) with the
+    labels' numbers (``label_codes``, int64)."""
+
+    def __init__(self, coef, bias, kind, mode, labels):
+        self.coef = coef
+        self.coef_t64 = np.ascontiguousarray(coef.T.astype(np.float64))
+        self.bias64 = bias.astype(np.float64)
+        self.kind, self.mode, self.label_codes = kind, mode, labels
+        columns = coef.shape[0]
+        # a provider's compiled scores (``xp.compiled_linear_scores``) take every transform
+        # but PROBIT, softmax rows short enough for numpy's pairwise sums
+        self.compiled_kind = kind in (0, 2) or (kind in (1, 3) and columns <= PAIRWISE_BLOCK)
+        self.work = columns * coef.shape[1]
+
+    def compiled(self, xp, rows):
+        """A provider's ``xp.compiled_linear_scores`` (the CPU EP's, numba) where it takes
+        float32 ``rows``: a few of them; else ``None``."""
+        fast = getattr(xp, "compiled_linear_scores", None)
+        if (fast is None or not self.compiled_kind
+                or rows.shape[0] * self.work > fast.MAX_WORK):
+            return None
+        return fast if fast.ready() else None
+
+    def scores(self, xp, rows):
+        """numpy's passes: the scores of float32 ``rows`` rounded to float32, in float64."""
+        scores = rows @ xp.asarray(self.coef_t64)  # float32 rows read as float64
+        if self.bias64.size:
+            scores += xp.asarray(self.bias64)
+        return scores.astype(xp.float32).astype(xp.float64)
+
+
 def _check_linear_regressor(node, provider):
     attrs = node.attributes
     transform = attrs.get("post_transform", "NONE")
@@ -419,25 +465,30 @@ def _linear_regressor_params(node):
     intercepts = attrs.get("intercepts")
     coef = np.asarray(attrs.get("coefficients") or (), np.float32).reshape(
         attrs.get("targets", 1), -1)
-    return {"params": (coef, coef.T, np.asarray(intercepts, np.float32) if intercepts else None)}
+    bias = (np.asarray(intercepts, np.float32) if intercepts else np.zeros(0, np.float32))
+    kind = TRANSFORM_NAMES[attrs.get("post_transform") or "NONE"]
+    return {"params": LinearScores(coef, bias, kind, REGRESSOR, NO_LABELS)}
 
 
 @kernel("LinearRegressor", 1, domain=ML, dtypes=NUMBERS, check=_check_linear_regressor,
         bind=_linear_regressor_params)
 def linear_regressor(xp, x, *, post_transform, targets, coefficients=(), intercepts=None,
                      params=None):
-    rows = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
-    coef, coef_t, bias = params
-    if coef.shape[1] != rows.shape[1]:
-        raise ValueError(f"{coef.shape[1]} coefficients per target for {rows.shape[1]} "
+    """Each target's features summed in float64 (float32 features and coefficients), plus its
+    intercept, rounded to float32; then the post transform."""
+    rows = x if x.ndim == 2 else x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
+    if params.coef.shape[1] != rows.shape[1]:
+        raise ValueError(f"{params.coef.shape[1]} coefficients per target for {rows.shape[1]} "
                          f"features")
-    y = rows.astype(xp.float32, copy=False) @ xp.asarray(coef_t)
-    if bias is not None:
-        y += xp.asarray(bias)
-    kind = TRANSFORM_NAMES[post_transform]
-    if kind == 0:
-        return y
-    return transform_scores(xp, y.astype(xp.float64), kind).astype(xp.float32)
+    rows = rows.astype(xp.float32, copy=False)
+    fast = params.compiled(xp, rows)
+    if fast is not None:
+        return fast(xp.ascontiguousarray(rows), params.coef_t64, params.bias64, params.kind,
+                    REGRESSOR, NO_LABELS)[1]
+    y = params.scores(xp, rows)
+    if params.kind == 0:
+        return y.astype(xp.float32)
+    return transform_scores(xp, y, params.kind).astype(xp.float32)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -476,20 +527,22 @@ def _check_linear_classifier(node, provider):
                 targets, code="attribute")
 
 
-class LinearClassifierTables:
-    """LinearClassifier's attributes as arrays, worked out once per kernel: coefficients
-    [classes, features] (float32, and transposed in float64), intercepts, labels."""
+class LinearClassifierTables(LinearScores):
+    """LinearClassifier's attributes as arrays, worked out once per kernel: the scores'
+    tables (:class:`LinearScores`), the labels and their numbers (the labels themselves when
+    ints, else their indices)."""
 
     def __init__(self, attrs):
         intercepts = attrs.get("intercepts") or ()
         coef = np.asarray(attrs.get("coefficients") or (), np.float32)
-        self.coef = coef.reshape(len(intercepts), -1)
-        self.coef_t64 = np.ascontiguousarray(self.coef.T.astype(np.float64))
-        self.intercepts = np.asarray(intercepts, np.float32)
-        self.intercepts64 = self.intercepts.astype(np.float64)
         self.labels = _linear_labels(attrs)
         self.int_labels = (None if isinstance(self.labels[0], str)
                            else np.asarray(self.labels, np.int64))
+        codes = (np.arange(len(self.labels), dtype=np.int64) if self.int_labels is None
+                 else self.int_labels)
+        super().__init__(coef.reshape(len(intercepts), -1), np.asarray(intercepts, np.float32),
+                         TRANSFORM_NAMES[attrs.get("post_transform") or "NONE"],
+                         ONE_COLUMN if len(intercepts) == 1 else CLASSIFIER, codes)
 
 
 def _linear_classifier_tables(node):
@@ -510,17 +563,23 @@ def linear_classifier(xp, x, *, multi_class, post_transform, classlabels_ints=No
     if tables.coef.shape[1] != rows.shape[1]:
         raise ValueError(f"{tables.coef.shape[1]} coefficients per class for {rows.shape[1]} "
                          f"features")
-    scores = rows @ xp.asarray(tables.coef_t64)  # float32 rows read as float64
-    scores += xp.asarray(tables.intercepts64)
-    scores = scores.astype(xp.float32).astype(xp.float64)
-    if len(tables.intercepts) == 1:
+    fast = tables.compiled(xp, rows)
+    if fast is not None:
+        winner, out = fast(xp.ascontiguousarray(rows), tables.coef_t64, tables.bias64,
+                           tables.kind, tables.mode, tables.label_codes)
+        if tables.int_labels is None:
+            return object_array(xp, [tables.labels[i] for i in winner.tolist()],
+                                winner.shape), out
+        return winner, out
+    scores = tables.scores(xp, rows)
+    if tables.mode == ONE_COLUMN:
         s = scores[:, 0]
         winner = (s > 0).astype(xp.intp)
-        p = transform_scores(xp, scores, TRANSFORM_NAMES[post_transform])[:, 0]
+        p = transform_scores(xp, scores, tables.kind)[:, 0]
         out = xp.stack([1 - p, p], axis=1)
     else:
         winner = scores.argmax(axis=1)
-        out = transform_scores(xp, scores, TRANSFORM_NAMES[post_transform])
+        out = transform_scores(xp, scores, tables.kind)
     if tables.int_labels is None:
         label = object_array(xp, [tables.labels[i] for i in winner.tolist()], winner.shape)
     else:

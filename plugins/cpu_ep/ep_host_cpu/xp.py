@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from ep_host_cpu.average_pool import CompiledAveragePool3x3s1
 from ep_host_cpu.conv_epilogue import ConvEpilogue
 from ep_host_cpu.erf import erf
 from ep_host_cpu.gelu import GeluFloat32
@@ -19,7 +20,8 @@ from ep_host_cpu.grouped_conv import GroupedConv2d
 from ep_host_cpu.hard_sigmoid import CompiledHardSigmoid
 from ep_host_cpu.im2col import ImageColumns
 from ep_host_cpu.layer_norm import CompiledLayerNorm
-from ep_host_cpu.max_pool import CompiledMaxPool3x3s2
+from ep_host_cpu.linear_rows import CompiledLinearScores, CompiledScaler
+from ep_host_cpu.max_pool import CompiledMaxPool3x3s1, CompiledMaxPool3x3s2
 from ep_host_cpu.resample import CompiledTaps
 from ep_host_cpu.sigmoid import CompiledSigmoid
 from ep_host_cpu.softmax import CompiledSoftmax
@@ -49,10 +51,14 @@ def numpy_namespace() -> SimpleNamespace:
     ns.compiled_sigmoid = CompiledSigmoid()  # numba's, compiled when a large Sigmoid first runs
     ns.compiled_hard_sigmoid = CompiledHardSigmoid()  # numba's, for HardSigmoid and HardSwish
     ns.compiled_max_pool_3x3s2 = CompiledMaxPool3x3s2()  # numba's, for MaxPool 3x3 stride 2
+    ns.compiled_max_pool_3x3s1 = CompiledMaxPool3x3s1()  # numba's, for MaxPool 3x3 stride 1
+    ns.compiled_average_pool_3x3s1 = CompiledAveragePool3x3s1()  # numba's, AveragePool 3x3 s1
     ns.compiled_plane_means = CompiledPlaneMeans()  # numba's, for GlobalAveragePool's short planes
     ns.compiled_taps = CompiledTaps()  # numba's, for Resize's linear and cubic taps (float32)
     ns.compiled_tree_walk = CompiledTreeWalk()  # numba's, for a few rows of a tree ensemble
     ns.compiled_svm_decisions = CompiledSvmDecisions()  # numba's, for a few rows of an SVM
+    ns.compiled_linear_scores = CompiledLinearScores()  # numba's, for a few rows of a linear model
+    ns.compiled_scaler = CompiledScaler()  # numba's one pass, for a float32 Scaler
     ns.__name__ = "numpy"
     return ns
 
