@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,17 @@ def cache_dir() -> Path:
     override = os.environ.get("EP_HOST_CACHE_DIR")
     if override:
         return Path(override)
+    return _platform_cache_dir(*map(os.environ.get, PLATFORM_CACHE_VARIABLES))
+
+
+PLATFORM_CACHE_VARIABLES = ("XDG_CACHE_HOME", "HOME", "LOCALAPPDATA", "USERPROFILE")
+"""The variables platformdirs derives the user's cache folder from (Linux, macOS, Windows)."""
+
+
+@lru_cache(maxsize=16)
+def _platform_cache_dir(*variables: str | None) -> Path:
+    """platformdirs' cache folder for ep-host, worked out once per value of ``variables`` (every
+    session reads it; platformdirs takes some 10 us)."""
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("ep-host"))

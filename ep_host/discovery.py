@@ -148,9 +148,19 @@ class _SharedHosts:
                 return False
         return True
 
+    @staticmethod
+    def _settings() -> tuple[tuple[Any, Any], ...]:
+        """The ``EP_HOST_*`` variables, read from ``os.environ``'s own dict, names and values as
+        it keeps them: ``os.environ.items()`` decodes every variable of the process (most of
+        the time of finding a shared host again)."""
+        data = getattr(os.environ, "_data", None)
+        if not isinstance(data, dict):
+            return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("EP_HOST_")))
+        prefix = os.environ.encodekey("EP_HOST_")  # type: ignore[attr-defined]
+        return tuple(sorted([(k, v) for k, v in data.items() if k.startswith(prefix)]))
+
     def get(self, names: Sequence[str] | None) -> Host:
-        settings = tuple(sorted((k, v) for k, v in os.environ.items()
-                                if k.startswith("EP_HOST_")))
+        settings = self._settings()
         key = (None if names is None else tuple(names), settings, provider_entry_points())
         with self.lock:
             found = self.hosts.get(key)

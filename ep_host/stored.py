@@ -85,13 +85,13 @@ class CacheDirStores:
 
     def __init__(self, *parts: object):
         self.name = "-".join(re.sub(r"[^A-Za-z0-9.]+", "_", str(p)) for p in parts) + ".jsonl"
-        self.stores: dict[str, AnswerStore] = {}
+        self.stores: dict[Path, AnswerStore] = {}
 
     def current(self) -> AnswerStore:
         from ep_host.calibration import cache_dir
 
-        path = str(cache_dir() / self.name)
-        found = self.stores.get(path)
+        folder = cache_dir()
+        found = self.stores.get(folder)
         if found is None:
-            found = self.stores[path] = AnswerStore(path)
+            found = self.stores[folder] = AnswerStore(folder / self.name)
         return found
