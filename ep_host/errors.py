@@ -7,8 +7,7 @@ chains the original exception. Decisions (a provider declining a node) are value
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from typing import Any
 
 
 class HostError(Exception):
@@ -111,26 +110,35 @@ def address_space_left() -> int | None:
     return soft - size * 1024
 
 
-@contextmanager
-def memory_stage(stage: str, model: str, nodes: int | None = None,
-                 need: int | None = None) -> Iterator[None]:
+class memory_stage:
     """Re-raise a ``MemoryError`` raised inside as a :class:`ResourceLimitError` naming the
     stage (``"shape inference"``), the model and its size in nodes. Under an address-space
     limit, a stage that would need more than is left (``need`` bytes, else its
-    ``STAGE_BYTES_PER_NODE`` times ``nodes``) is refused before it starts."""
-    size = "" if nodes is None else f" ({nodes} nodes)"
-    if need is None and nodes is not None:
-        need = STAGE_BYTES_PER_NODE.get(stage, 0) * nodes
-    left = address_space_left() if need else None
-    if left is not None and need is not None and need > left:
-        raise ResourceLimitError(
-            f"{model}: would run out of memory during {stage} of the model{size}: it needs "
-            f"about {need >> 20} MiB, the address-space limit leaves {max(left, 0) >> 20} MiB; "
-            "give the process more memory or use a smaller model")
-    try:
-        yield
-    except MemoryError as exc:
-        raise out_of_memory(exc, stage, model, nodes) from exc
+    ``STAGE_BYTES_PER_NODE`` times ``nodes``) is refused before it starts. A class rather than a
+    generator: a session enters some twenty stages, and a generator's context manager costs
+    several times as much."""
+
+    __slots__ = ("stage", "model", "nodes")
+
+    def __init__(self, stage: str, model: str, nodes: int | None = None,
+                 need: int | None = None):
+        self.stage, self.model, self.nodes = stage, model, nodes
+        if need is None and nodes is not None:
+            need = STAGE_BYTES_PER_NODE.get(stage, 0) * nodes
+        left = address_space_left() if need else None
+        if left is not None and need is not None and need > left:
+            size = "" if nodes is None else f" ({nodes} nodes)"
+            raise ResourceLimitError(
+                f"{model}: would run out of memory during {stage} of the model{size}: it needs "
+                f"about {need >> 20} MiB, the address-space limit leaves {max(left, 0) >> 20} "
+                "MiB; give the process more memory or use a smaller model")
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: Any, tb: Any) -> None:
+        if kind is not None and issubclass(kind, MemoryError):
+            raise out_of_memory(exc, self.stage, self.model, self.nodes) from exc
 
 
 def out_of_memory(exc: MemoryError, stage: str, model: str,
