@@ -1,14 +1,15 @@
-"""GlobalAveragePool on short float32 planes: numba's loop against ``numpy.mean`` to the bit
-(numpy's pairwise order at lengths around its unroll of 8 and up to its block of 128; values
-that cancel, huge and tiny values, signed zeros, NaN and infinities), whether it is asked, and
-against onnxruntime through a session."""
+"""GlobalAveragePool on float32 planes: numba's loop against ``numpy.mean`` to the bit on short
+planes (numpy's pairwise order at lengths around its unroll of 8 and up to its block of 128;
+values that cancel, huge and tiny values, signed zeros, NaN and infinities), against float64
+means on long ones (equal planes, equal means), whether it is asked, and against onnxruntime
+through a session."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from cpukit import assert_matches_onnxruntime, make_model
-from ep_host_cpu.global_mean import MAX_PLANE, CompiledPlaneMeans
+from ep_host_cpu.global_mean import LANES, MAX_PLANE, CompiledPlaneMeans
 from ep_host_cpu.xp import numpy_xp
 from onnx import TensorProto, helper
 
@@ -53,8 +54,9 @@ def test_special_values_equal_numpys(rng, compiled):
     np.testing.assert_array_equal(bits(got), bits(want))
 
 
-@pytest.mark.parametrize("shape", [(1, 576, 7, 7), (2, 96, 8, 8), (1, 5, 2, 3, 4), (1, 3, 9)])
-def test_the_library_kernel_asks_for_short_planes_only(rng, compiled, monkeypatch, shape):
+@pytest.mark.parametrize("shape", [(1, 576, 7, 7), (2, 96, 8, 8), (1, 5, 2, 3, 4), (1, 3, 9),
+                                   (1, 4, 14, 14)])
+def test_the_library_kernel_asks_for_contiguous_float32(rng, compiled, monkeypatch, shape):
     calls = []
     original = CompiledPlaneMeans.__call__
     monkeypatch.setattr(CompiledPlaneMeans, "__call__",
@@ -62,14 +64,43 @@ def test_the_library_kernel_asks_for_short_planes_only(rng, compiled, monkeypatc
     x = rng.standard_normal(shape).astype(np.float32)
     got = global_average_pool(numpy_xp, x)
     want = np.mean(x, axis=tuple(range(2, x.ndim)), keepdims=True)
-    np.testing.assert_array_equal(bits(got), bits(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     assert calls == [shape]
     calls.clear()
-    long_planes = rng.standard_normal((1, 4, MAX_PLANE + 1)).astype(np.float32)
-    global_average_pool(numpy_xp, long_planes)
     global_average_pool(numpy_xp, x.astype(np.float64))
     global_average_pool(numpy_xp, x[:, ::-1])  # not C-contiguous
     assert calls == []
+
+
+@pytest.mark.parametrize("length", [MAX_PLANE + 1, 169, 196, 2 * LANES + 1, 3 * LANES + 63, 784,
+                                    3136, 12544])
+@pytest.mark.parametrize("scale", [1e-30, 1.0, 1e10, 1e33])  # sums short of float32's overflow
+def test_long_planes_are_float64_means_rounded_and_equal_planes_equal(rng, compiled, length,
+                                                                     scale):
+    x = (rng.standard_normal((2, 19, length)) * scale
+         + rng.standard_normal((2, 19, 1)) * scale).astype(np.float32)
+    x[1, 5:] = x[1, 4]  # equal planes
+    got = compiled(x)
+    want = x.astype(np.float64).mean(axis=2, keepdims=True)
+    spread = np.abs(x.astype(np.float64)).mean(axis=2, keepdims=True)  # what rounding scales with
+    assert got.shape == want.shape and got.dtype == np.float32
+    assert np.all(np.abs(got - want) <= 1e-6 * spread + 1e-45)
+    assert np.unique(bits(got[1, 4:])).size == 1
+
+
+def test_long_planes_special_values(rng, compiled):
+    x = rng.standard_normal((1, 6, 300)).astype(np.float32)
+    x[0, 0] = -0.0  # all negative zeros: +0.0, as numpy's sum (its identity is +0.0)
+    x[0, 1, 257] = np.nan  # past the last whole run of partial sums
+    x[0, 2, 3] = np.inf
+    x[0, 3, 1], x[0, 3, 2] = np.inf, -np.inf
+    x[0, 4] = 3e38  # the sum overflows float32
+    x[0, 5] = np.where(np.arange(300) % 2, 1e8, -1e8)  # cancelling exactly
+    with np.errstate(over="ignore", invalid="ignore"):
+        got = compiled(x).reshape(6)
+    assert bits(got[0]) == bits(np.float32(0.0))
+    assert np.isnan(got[1]) and got[2] == np.inf and np.isnan(got[3])
+    assert got[4] == np.inf and got[5] == 0.0
 
 
 def test_a_session_matches_onnxruntime(rng):
