@@ -61,13 +61,16 @@ def _wants_second_output(node):
 def _pool_input(xp, x, kernel_shape, strides, dilations, pads, auto_pad, ceil_mode, fill):
     """The input padded with ``fill`` so that every output window lies inside it; the output
     size and the begin and end pads that the attributes define."""
-    spatial = x.shape[2:]
-    out, begin, end = window_geometry(spatial, kernel_shape, strides, dilations, pads, auto_pad,
-                                      ceil_mode, clamp_same=False)
+    out, begin, end = window_geometry(x.shape[2:], kernel_shape, strides, dilations, pads,
+                                      auto_pad, ceil_mode, clamp_same=False)
+    return _padded(xp, x, kernel_shape, strides, dilations, out, begin, end, fill), out, begin, end
+
+
+def _padded(xp, x, kernel_shape, strides, dilations, out, begin, end, fill):
     reach = [max(e, (o - 1) * s + (k - 1) * d + 1 - n - b)
-             for o, s, k, d, n, b, e in zip(out, strides, kernel_shape, dilations, spatial, begin,
-                                            end, strict=True)]
-    return pad_spatial(xp, x, begin, reach, fill), out, begin, end
+             for o, s, k, d, n, b, e in zip(out, strides, kernel_shape, dilations, x.shape[2:],
+                                            begin, end, strict=True)]
+    return pad_spatial(xp, x, begin, reach, fill)
 
 
 def _lowest(xp, dtype):
@@ -86,7 +89,7 @@ def max_pool(xp, x, *, auto_pad, kernel_shape, ceil_mode=0, dilations=None, pads
              storage_order=0, strides=None, with_indices=False):
     strides, dilations = strides_and_dilations(len(kernel_shape), strides, dilations)
     if not with_indices:
-        compiled = _compiled_3x3s2(xp, x, kernel_shape, strides, dilations)
+        compiled = _compiled_3x3(xp, "max_pool", x, kernel_shape, strides, dilations)
         if compiled is not None:
             out, begin, _ = window_geometry(x.shape[2:], kernel_shape, strides, dilations, pads,
                                             auto_pad, ceil_mode, clamp_same=False)
@@ -107,16 +110,15 @@ def max_pool(xp, x, *, auto_pad, kernel_shape, ceil_mode=0, dilations=None, pads
                             storage_order)
 
 
-def _compiled_3x3s2(xp, x, kernel_shape, strides, dilations):
-    """A provider's ``xp.compiled_max_pool_3x3s2`` (the CPU EP's, numba) where it takes ``x``:
-    float32 (N, C, H, W), not empty, a 3 x 3 window at stride 2 without dilation; else
-    ``None``."""
-    compiled = getattr(xp, "compiled_max_pool_3x3s2", None)
-    if (compiled is None or x.dtype != xp.float32 or x.ndim != 4 or x.size == 0
-            or tuple(kernel_shape) != (3, 3) or tuple(strides) != (2, 2)
-            or tuple(dilations) != (1, 1)):
+def _compiled_3x3(xp, pool, x, kernel_shape, strides, dilations):
+    """A provider's ``xp.compiled_<pool>_3x3s1`` or ``_3x3s2`` (the CPU EP's, numba) where it
+    takes ``x``: float32 (N, C, H, W), not empty, a 3 x 3 window at that stride without
+    dilation; else ``None``."""
+    if (x.dtype != xp.float32 or x.ndim != 4 or x.size == 0 or tuple(kernel_shape) != (3, 3)
+            or tuple(dilations) != (1, 1) or tuple(strides) not in ((1, 1), (2, 2))):
         return None
-    return compiled if compiled.ready() else None
+    compiled = getattr(xp, f"compiled_{pool}_3x3s{strides[0]}", None)
+    return compiled if compiled is not None and compiled.ready() else None
 
 
 def _separable(xp, combine, padded, kernel_shape, out, strides, dilations, scale=None):
@@ -223,8 +225,8 @@ def _average_pool(xp, x, auto_pad, kernel_shape, ceil_mode, count_include_pad, d
     n_spatial = len(kernel_shape)
     strides, dilations = strides_and_dilations(n_spatial, strides, dilations)
     spatial = x.shape[2:]
-    padded, out, begin, end = _pool_input(xp, x, kernel_shape, strides, dilations, pads, auto_pad,
-                                          ceil_mode, 0)
+    out, begin, end = window_geometry(spatial, kernel_shape, strides, dilations, pads, auto_pad,
+                                      ceil_mode, clamp_same=False)
     key = (id(xp), x.dtype.str, spatial, tuple(kernel_shape), out, strides, dilations, begin,
            end, bool(count_include_pad))
     scale = _INVERSE_COUNTS.get(key)
@@ -233,6 +235,10 @@ def _average_pool(xp, x, auto_pad, kernel_shape, ceil_mode, count_include_pad, d
                                 begin, end, count_include_pad)
         if len(_INVERSE_COUNTS) < 256:
             _INVERSE_COUNTS[key] = scale
+    compiled = _compiled_3x3(xp, "average_pool", x, kernel_shape, strides, dilations)
+    if compiled is not None:
+        return compiled(x, scale, out, begin).astype(dtype, copy=False)
+    padded = _padded(xp, x, kernel_shape, strides, dilations, out, begin, end, 0)
     total = _separable(xp, xp.add, padded, kernel_shape, out, strides, dilations, scale=scale)
     return total.astype(dtype, copy=False)
 
