@@ -94,6 +94,8 @@ class Forest:
         self.member_sets = member_sets  # interior index -> list of member values
         self.roots = np.asarray(roots, np.intp).reshape(-1)
         self.roots_row = self.roots[None, :]
+        # what the scores are divided by: the number of trees for AVERAGE, else 1 (exact)
+        self.divisor = float(max(len(self.roots), 1)) if aggregate == 0 else 1.0
         tree, leaf, self.depth = reached_leaves(self.roots, self.true_child, self.false_child,
                                                 n_interior, size)
         self.fast = (not member_sets and bool(np.isin(self.modes, (LEQ, LT, GTE, GT)).all())
@@ -265,21 +267,23 @@ class Forest:
         voted = xp.asarray(self.voted).take(leaf)
         return scores, xp.bincount(slot[voted], minlength=rows * k).reshape(rows, k) > 0
 
-    def scores(self, xp, x):
+    def scores(self, xp, x, base=None):
         """Scores [rows, n_targets] in float64, and whether each got a vote (``None``: every
-        row got one for every target); a target no tree votes for scores 0."""
+        row got one for every target); a target no tree votes for scores 0. ``base``: float64
+        [n_targets] added to every row last, or ``None``."""
         rows = x.shape[0]
         if x.shape[1] <= self.max_feature:
             raise ValueError(f"a node reads feature {self.max_feature}, the input has "
                              f"{x.shape[1]}")
         x = xp.ascontiguousarray(x)
-        step = max(1, PAIRS_PER_STEP // max(len(self.roots), 1))
         walk = self._compiled_walk(xp, x)
         if walk is not None:
             table = self._table(x.dtype)
-            scores, hit = walk(x, table.splits, table.nodes(self.feature), self.roots, self.weights,
-                               self.has, self.depth, self.n_interior, not self.always_voted)
-        elif rows <= step:
+            return walk(x, table.splits, table.nodes(self.feature), self.roots, self.weights,
+                        self.has, self.depth, self.n_interior, not self.always_voted,
+                        self.divisor, base)
+        step = max(1, PAIRS_PER_STEP // max(len(self.roots), 1))
+        if rows <= step:
             scores, hit = self._chunk_scores(xp, x)
         else:
             parts = [self._chunk_scores(xp, x[start:start + step])
@@ -287,10 +291,12 @@ class Forest:
             scores = xp.concatenate([p[0] for p in parts])
             hit = None if self.always_voted else xp.concatenate([p[1] for p in parts])
         if self.aggregate == 0:
-            scores /= max(len(self.roots), 1)
-        if hit is None:
-            return scores, None
-        return xp.where(hit, scores, 0.0), hit
+            scores /= self.divisor
+        if hit is not None:
+            scores = xp.where(hit, scores, 0.0)
+        if base is not None:
+            scores += xp.asarray(base)
+        return scores, hit
 
     def _compiled_walk(self, xp, x):
         """A provider's ``xp.compiled_tree_walk`` (the CPU EP's, numba) where it takes ``x``:
@@ -679,11 +685,17 @@ def _regressor_forest(node):
     base = _either(attrs, "base_values")
     forest = _old_forest(attrs, "target", attrs["n_targets"], _aggregate(attrs))
     _forget_old_forest()
-    return {"forest": forest, "base": np.asarray(base, np.float64) if base else None}
+    return {"forest": forest, "base": np.asarray(base, np.float64) if base else None,
+            "kind": TRANSFORM_NAMES[attrs.get("post_transform") or "NONE"]}
+
+
+FLOAT32, FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)  # native: an array's very dtype
 
 
 def _compare_type(xp, x):
     """Old-encoding thresholds compare in float32, float64 for float64 input."""
+    if x.dtype is FLOAT32 or x.dtype is FLOAT64:
+        return x
     return x.astype(xp.float64 if x.dtype == xp.float64 else xp.float32, copy=False)
 
 
@@ -697,13 +709,13 @@ def tree_ensemble_regressor(xp, x, *, aggregate_function, post_transform, base_v
                             nodes_truenodeids=None, nodes_values=None,
                             nodes_values_as_tensor=None, target_ids=None, target_nodeids=None,
                             target_treeids=None, target_weights=None,
-                            target_weights_as_tensor=None, forest=None, base=None):
+                            target_weights_as_tensor=None, forest=None, base=None, kind=0):
     """Thresholds compare in float32 (float64 for float64 input); int inputs become float32;
     votes sum in float64; the output is float32."""
-    scores, _ = forest.scores(xp, _compare_type(xp, _rows(x)))
-    if base is not None:
-        scores = scores + xp.asarray(base)
-    return transform_scores(xp, scores, TRANSFORM_NAMES[post_transform]).astype(xp.float32)
+    scores, _ = forest.scores(xp, _compare_type(xp, x if x.ndim == 2 else _rows(x)), base)
+    if kind == 0:
+        return scores.astype(xp.float32)
+    return transform_scores(xp, scores, kind).astype(xp.float32)
 
 
 @kernel("TreeEnsembleRegressor", 1, domain=ML, dtypes=NUMBERS, check=_check_tree_regressor,
@@ -714,9 +726,10 @@ def tree_ensemble_regressor_1(xp, x, *, aggregate_function, post_transform, base
                               nodes_modes=None, nodes_nodeids=None, nodes_treeids=None,
                               nodes_truenodeids=None, nodes_values=None, target_ids=None,
                               target_nodeids=None, target_treeids=None, target_weights=None,
-                              forest=None, base=None):
+                              forest=None, base=None, kind=0):
     return tree_ensemble_regressor(xp, x, aggregate_function=aggregate_function,
-                                   post_transform=post_transform, forest=forest, base=base)
+                                   post_transform=post_transform, forest=forest, base=base,
+                                   kind=kind)
 
 
 def _class_labels(attrs):
@@ -770,9 +783,11 @@ def _check_tree_classifier(node, provider):
 class ClassifierRule:
     """What turns a classifier's scores into labels, worked out once per kernel: the labels
     as an array, the base values, whether the weights mix signs (onnxruntime's rule for one
-    score column)."""
+    score column), whether there is one score column (two classes, votes for class 0 only:
+    ``voted_targets`` the classes with votes), the base values added to every column (else
+    ``None``) and the post transform's number."""
 
-    def __init__(self, attrs):
+    def __init__(self, attrs, voted_targets):
         labels = _class_labels(attrs)
         self.labels = (np.asarray(labels, dtype=object) if isinstance(labels[0], str)
                        else np.asarray(labels, dtype=np.int64))
@@ -780,15 +795,16 @@ class ClassifierRule:
         self.base = np.asarray(_either(attrs, "base_values") or [], np.float64)
         weights = np.asarray(_either(attrs, "class_weights") or [], np.float64)
         self.mixed_signs = bool((weights < 0).any())
+        self.one_column = self.n_classes == 2 and voted_targets == {0}
+        self.column_base = self.base if self.base.size and not self.one_column else None
         self.transform = TRANSFORM_NAMES[attrs.get("post_transform") or "NONE"]
 
 
 def _classifier_forest(node):
     attrs = node.attributes
-    rule = ClassifierRule(attrs)
-    forest = _old_forest(attrs, "class", rule.n_classes, 1)
+    forest = _old_forest(attrs, "class", len(_class_labels(attrs)), 1)
     _forget_old_forest()
-    return {"forest": forest, "rule": rule}
+    return {"forest": forest, "rule": ClassifierRule(attrs, forest.voted_targets)}
 
 
 def _one_column_scores(xp, score, mixed_signs, transform):
@@ -806,14 +822,14 @@ def _one_column_scores(xp, score, mixed_signs, transform):
 
 
 def _tree_classifier(xp, x, forest, rule):
-    scores, has = forest.scores(xp, _compare_type(xp, _rows(x)))
+    scores, has = forest.scores(xp, _compare_type(xp, x if x.ndim == 2 else _rows(x)),
+                                rule.column_base)
     labels = xp.asarray(rule.labels) if rule.labels.dtype != object else rule.labels
-    if rule.n_classes == 2 and forest.voted_targets == {0}:
+    if rule.one_column:
         score = scores[:, 0] + (rule.base[0] if rule.base.size else 0.0)
         positive, out = _one_column_scores(xp, score, rule.mixed_signs, rule.transform)
         return labels[positive.astype(xp.intp)], out.astype(xp.float32)
-    if rule.base.size:
-        scores = scores + xp.asarray(rule.base)
+    if rule.column_base is not None:
         has = None  # every class has a base value
     if has is None:
         winner = scores.argmax(axis=1)
@@ -821,7 +837,7 @@ def _tree_classifier(xp, x, forest, rule):
         if rows_without := int((~has.any(axis=1)).sum()):
             raise ValueError(f"{rows_without} rows reach no vote for any class, so no label")
         winner = xp.where(has, scores, -xp.inf).argmax(axis=1)
-    out = transform_scores(xp, scores, rule.transform)
+    out = scores if rule.transform == 0 else transform_scores(xp, scores, rule.transform)
     return labels[winner], out.astype(xp.float32)
 
 

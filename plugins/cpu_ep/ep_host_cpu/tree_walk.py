@@ -3,10 +3,13 @@
 level-by-level passes otherwise, and with ``EP_HOST_NUMBA=0``.
 
 Each (row, tree) pair walks from its root to its leaf one node at a time and adds the leaf's
-votes to the row's float64 scores in tree order, as numpy's passes add them. numpy's passes
-cost about 15 calls of a microsecond or more whatever the rows, so one row of a small forest
-spends most of its time in them; a walk per pair loses to them on many pairs (it reads the
-nodes in no order numpy's vector loops can use), so it is asked only up to ``MAX_PAIRS``.
+votes to the row's float64 scores in tree order, as numpy's passes add them; then the row's
+scores are averaged, zeroed where no leaf voted and given their base values there too (each a
+numpy call of about a microsecond on one row). numpy's passes cost about 15 calls of a
+microsecond or more whatever the rows, so one row of a small forest spends most of its time in
+them; a walk per pair loses to them on many pairs (it reads the nodes in no order numpy's
+vector loops can use), so it is asked only up to ``MAX_PAIRS``. (Four trees walked side by
+side, or a compare without a branch, ran slower here: one row's branches are predicted.)
 """
 
 from __future__ import annotations
@@ -20,15 +23,21 @@ from ep_host_cpu.jit import compiled, numba_wanted
 # columns of the node table: the feature a node reads, its child when ``value <= split`` fails,
 # when it holds, and the child a NaN value takes (0: the first, 1: the second)
 FEATURE, FALSE_CHILD, TRUE_CHILD, NAN_CHILD = range(4)
+NO_HIT = np.zeros((0, 0), dtype=bool)  # votes not tracked: never written
+NO_BASE = np.zeros(0)
 
 
-def tree_walk(x, splits, nodes, roots, weights, has, depth, n_interior, scores, hit):
+def tree_walk(x, splits, nodes, roots, weights, has, depth, n_interior, divisor, base, scores,
+              hit):
     """For each row r of ``x`` and tree t: walk from ``roots[t]`` while the node is interior
     (below ``n_interior``; at most ``depth`` steps), then add ``weights[leaf]`` to
-    ``scores[r]`` and or ``has[leaf]`` into ``hit[r]`` (``hit`` empty: not tracked)."""
+    ``scores[r]`` and or ``has[leaf]`` into ``hit[r]`` (``hit`` empty: not tracked). Then each
+    of the row's scores is divided by ``divisor``, set to 0 where tracked and not hit, and
+    ``base`` added (when not empty)."""
     rows = x.shape[0]
     targets = scores.shape[1]
     track = hit.shape[0] > 0
+    with_base = base.shape[0] > 0
     for r in range(rows):
         for t in range(roots.shape[0]):
             node = roots[t]
@@ -49,6 +58,11 @@ def tree_walk(x, splits, nodes, roots, weights, has, depth, n_interior, scores, 
                 for k in range(targets):
                     if has[leaf, k]:
                         hit[r, k] = True
+        for k in range(targets):
+            s = scores[r, k] / divisor
+            if track and not hit[r, k]:
+                s = 0.0
+            scores[r, k] = s + base[k] if with_base else s
 
 
 def signature(numba: Any, dtype: str) -> list[Any]:
@@ -61,6 +75,7 @@ def signature(numba: Any, dtype: str) -> list[Any]:
     floats2 = types.Array(types.float64, 2, "C", readonly=True)
     flags2 = types.Array(types.boolean, 2, "C", readonly=True)
     return [types.void(read2, read1, ints2, ints1, floats2, flags2, types.int64, types.int64,
+                       types.float64, types.Array(types.float64, 1, "C", readonly=True),
                        types.Array(types.float64, 2, "C"), types.Array(types.boolean, 2, "C"))]
 
 
@@ -94,17 +109,18 @@ class CompiledTreeWalk:
         return bool(found)
 
     def __call__(self, x, splits, nodes, roots, weights, has, depth: int, n_interior: int,
-                 track: bool):
+                 track: bool, divisor: float = 1.0, base=None):
         """``(scores, hit)`` of ``x`` [rows, features]: float64 [rows, targets] sums of the
-        leaves' ``weights``, and whether some leaf voted for each (``None`` unless ``track``).
-        Call only after :meth:`ready` said yes for ``x``'s dtype, with ``splits`` of that
-        dtype, int64 ``nodes`` [nodes, 4] and ``roots``, float64 ``weights`` and bool ``has``
-        [leaves, targets], all C-contiguous."""
+        leaves' ``weights`` divided by ``divisor``, 0 where no leaf voted (when ``track``),
+        plus ``base`` (float64 [targets]) when given; and whether some leaf voted for each
+        (``None`` unless ``track``). Call only after :meth:`ready` said yes for ``x``'s dtype,
+        with ``splits`` of that dtype, int64 ``nodes`` [nodes, 4] and ``roots``, float64
+        ``weights`` and bool ``has`` [leaves, targets], all C-contiguous."""
         if x.ndim != 2 or not x.flags.c_contiguous:
             raise ValueError(f"the tree walk takes a C-contiguous matrix, got {x.shape}")
         rows, targets = x.shape[0], weights.shape[1]
         scores = np.zeros((rows, targets))
-        hit = np.zeros((rows, targets) if track else (0, targets), dtype=bool)
+        hit = np.zeros((rows, targets), dtype=bool) if track else NO_HIT
         self._compiled[x.dtype](x, splits, nodes, roots, weights, has, depth, n_interior,
-                                scores, hit)
+                                divisor, NO_BASE if base is None else base, scores, hit)
         return scores, (hit if track else None)

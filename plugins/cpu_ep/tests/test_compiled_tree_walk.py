@@ -1,6 +1,7 @@
 """A tree ensemble's few-row walk compiled by numba against numpy's passes (the same scores and
-vote flags, bit for bit, NaN inputs and every fast branch mode included), and both against
-onnxruntime; which forests and batches it is asked for."""
+vote flags, bit for bit, averaged, zeroed where no leaf voted and with base values added, NaN
+inputs and every fast branch mode included), and both against onnxruntime; which forests and
+batches it is asked for."""
 
 from __future__ import annotations
 
@@ -38,12 +39,13 @@ def test_the_walk_scores_as_numpy_bit_for_bit(rng, monkeypatch, dtype):
         for rows in (1, 3, 40):
             x = inputs(rng, rows=rows, nan=True, dtype=dtype)
             x[0, :] = forest.splits[:4].astype(dtype)  # thresholds hit exactly
+            base = rng.normal(size=forest.n_targets) if rows != 3 else None
             monkeypatch.setattr(CompiledTreeWalk, "MAX_PAIRS", 10 ** 9)
             assert forest._compiled_walk(numpy_xp, x) is walk, label
-            compiled = forest.scores(numpy_xp, x)
+            compiled = forest.scores(numpy_xp, x, base)
             monkeypatch.setattr(CompiledTreeWalk, "MAX_PAIRS", 0)
             assert forest._compiled_walk(numpy_xp, x) is None
-            passes = forest.scores(numpy_xp, x)
+            passes = forest.scores(numpy_xp, x, base)
             np.testing.assert_array_equal(compiled[0], passes[0], err_msg=f"{label}, {rows}")
             assert (compiled[1] is None) == (passes[1] is None), label
             if passes[1] is not None:
