@@ -47,6 +47,8 @@ def kernel_matrix(xp, x, vectors, kernel_type, kernel_params, vector_norms=None)
 
 def _features(x, n_features, op):
     """The input's rows as float32 (onnxruntime reads every input type so), C-contiguous."""
+    if x.ndim == 2 and x.shape[1] == n_features and x.dtype is FLOAT32 and x.flags.c_contiguous:
+        return x
     rows = _rows(x)
     if rows.shape[1] != n_features:
         raise ValueError(f"{op}: the model has {n_features} features per row, the input "
@@ -168,17 +170,19 @@ class SupportVectors:
             return None
         return decide if decide.ready() else None
 
-    def decisions(self, decide, rows, weights_t, bias, pair_classes=None, classes=0):
+    def decisions(self, decide, rows, weights_t, bias, pair_classes=None, labels=None):
         """``decide``'s (totals, scores, winner) of float32 ``rows``: the kernel values
-        rounded to float32, weighted by ``weights_t`` [decisions, vectors], plus ``bias``."""
+        rounded to float32, weighted by ``weights_t`` [decisions, vectors], plus ``bias``;
+        ``winner`` the label (of int64 ``labels``, one per class) with the most votes."""
         gamma, coef0, degree = self.kernel_params or (0.0, 0.0, 0.0)
-        if pair_classes is None:
-            pair_classes = NO_PAIRS
         return decide(rows, self.vectors_t, weights_t, bias, self.kernel_number, gamma, coef0,
-                      degree, pair_classes, classes)
+                      degree, NO_PAIRS if pair_classes is None else pair_classes,
+                      NO_LABELS if labels is None else labels)
 
 
 NO_PAIRS = np.zeros((1, 2), dtype=np.int64)  # the regressor's one decision votes for no class
+NO_LABELS = np.zeros(0, dtype=np.int64)
+FLOAT32 = np.dtype(np.float32)  # native float32: an array's dtype is this very object
 
 
 class ClassifierTables:
@@ -191,6 +195,9 @@ class ClassifierTables:
         self.labels, self.k = labels, len(labels)
         self.int_labels = (None if isinstance(labels[0], str)
                            else np.asarray(labels, dtype=np.int64))
+        # each class's label as a compiled vote gives it: itself when an int, else its index
+        self.label_codes = (np.arange(self.k, dtype=np.int64) if self.int_labels is None
+                            else self.int_labels)
         per_class = list(attrs.get("vectors_per_class") or ())
         rho = attrs["rho"]
         if sum(per_class) == 0:  # liblinear: one linear score per class
@@ -286,8 +293,10 @@ def svm_classifier(xp, x, *, kernel_type, post_transform, classlabels_ints=None,
     rows = _features(x, support.n_features, "SVMClassifier")
     decide = support.compiled(xp, rows)
     if decide is not None:
-        _, scores, winner = support.decisions(decide, rows, tables.pair_weights_t, tables.rho,
-                                              tables.pair_classes, k)
+        _, scores, label = support.decisions(decide, rows, tables.pair_weights_t, tables.rho,
+                                             tables.pair_classes, tables.label_codes)
+        if tables.int_labels is None:  # the winners' indices
+            label = object_array(xp, [tables.labels[i] for i in label.tolist()], label.shape)
     else:
         kernels = support.kernels(xp, rows.astype(np.float64)).astype(np.float32)
         scores = kernels.astype(np.float64) @ tables.pair_weights
@@ -295,7 +304,7 @@ def svm_classifier(xp, x, *, kernel_type, post_transform, classlabels_ints=None,
         scores = scores.astype(np.float32)
         votes = (scores > 0).astype(np.float64) @ tables.vote_change
         votes += tables.second_votes  # whole numbers: exact in any order
-        winner = votes.argmax(axis=1)
+        label = tables.label_array(xp, votes.argmax(axis=1))
     if prob_a:
         out = _probabilities(scores, prob_a, prob_b, tables.pairs, k).astype(np.float64)
         out = transform_scores(xp, out, TRANSFORM_NAMES[post_transform])
@@ -310,7 +319,7 @@ def svm_classifier(xp, x, *, kernel_type, post_transform, classlabels_ints=None,
         out = scores  # float32 already, and ours
     else:
         out = transform_scores(xp, scores.astype(np.float64), TRANSFORM_NAMES[post_transform])
-    return tables.label_array(xp, winner), out.astype(xp.float32, copy=False)
+    return label, (out if out.dtype is FLOAT32 else out.astype(xp.float32))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,20 +23,24 @@ from ep_host_cpu.jit import compiled, numba_wanted
 # kernel_type as numbered here (the order of ``ep_host.kernels.svm.KERNELS``)
 LINEAR, POLY, RBF, SIGMOID = range(4)
 FLOAT32 = np.dtype(np.float32)  # native float32: an array's dtype is this very object
+FLOAT64, INT64 = np.dtype(np.float64), np.dtype(np.int64)  # numpy reads a type on every call
+NO_WINNER = np.zeros(0, INT64)  # no votes: never written
 
 
 def svm_decisions(x, vectors_t, weights_t, bias, kernel, gamma, coef0, degree, pair_classes,
-                  classes, totals, scores, winner):
+                  labels, totals, scores, winner):
     """For each row r of ``x``: ``totals[r, d]`` = the sum over vectors v of
     float32(kernel(x[r], v)) * ``weights_t[d, v]``, plus ``bias[d]`` (float64), and
     ``scores[r, d]`` that rounded to float32; the vectors are the columns of ``vectors_t``
-    [features, vectors]. With ``classes`` (> 0), ``winner[r]``: the class with the most votes,
-    the first on ties; decision d is the pair of classes ``pair_classes[d]``, a score above 0
-    votes for the first of them, any other for the second. ``kernel``: LINEAR, POLY, RBF or
-    SIGMOID, with ``gamma``, ``coef0`` and ``degree``."""
+    [features, vectors]. With ``labels`` (one int64 per class; empty: no votes), ``winner[r]``:
+    the label of the class with the most votes, the first on ties; decision d is the pair of
+    classes ``pair_classes[d]``, a score above 0 votes for the first of them, any other for the
+    second. ``kernel``: LINEAR, POLY, RBF or SIGMOID, with ``gamma``, ``coef0`` and
+    ``degree``."""
     rows = x.shape[0]
     features, n_vectors = vectors_t.shape
     decisions = weights_t.shape[0]
+    classes = labels.shape[0]
     values = np.empty(n_vectors)
     for r in range(rows):
         kernel_values(x[r], vectors_t, kernel, gamma, coef0, degree, values)
@@ -52,7 +56,7 @@ def svm_decisions(x, vectors_t, weights_t, bias, kernel, gamma, coef0, degree, p
                         votes += 1
                 if votes > best_votes:
                     best, best_votes = c, votes
-            winner[r] = best
+            winner[r] = labels[best]
 
 
 def kernel_values(row, vectors_t, kernel, gamma, coef0, degree, values):
@@ -105,7 +109,8 @@ def signature(numba: Any) -> list[Any]:
     return [types.void(types.Array(types.float32, 2, "C", readonly=True), read2, read2,
                        types.Array(types.float64, 1, "C", readonly=True), types.int64,
                        types.float64, types.float64, types.float64,
-                       types.Array(types.int64, 2, "C", readonly=True), types.int64,
+                       types.Array(types.int64, 2, "C", readonly=True),
+                       types.Array(types.int64, 1, "C", readonly=True),
                        types.Array(types.float64, 2, "C"), types.Array(types.float32, 2, "C"),
                        types.Array(types.int64, 1, "C"))]
 
@@ -136,19 +141,20 @@ class CompiledSvmDecisions:
         return bool(self._compiled)
 
     def __call__(self, x, vectors_t, weights_t, bias, kernel: int, gamma: float, coef0: float,
-                 degree: float, pair_classes, classes: int):
+                 degree: float, pair_classes, labels):
         """``(totals, scores, winner)`` of float32 ``x`` [rows, features] (C-contiguous):
-        float64 and float32 [rows, decisions] and, with ``classes``, int64 [rows] (else
-        empty). Call only after :meth:`ready` said yes, with float64 ``vectors_t`` [features,
-        vectors] and ``weights_t`` [decisions, vectors], ``bias`` [decisions] and int64
-        ``pair_classes`` [decisions, 2], all C-contiguous."""
+        float64 and float32 [rows, decisions] and, with ``labels`` (int64, one per class), the
+        winning class's label, int64 [rows] (else empty). Call only after :meth:`ready` said
+        yes, with float64 ``vectors_t`` [features, vectors] and ``weights_t`` [decisions,
+        vectors], ``bias`` [decisions] and int64 ``pair_classes`` [decisions, 2], all
+        C-contiguous."""
         if x.ndim != 2 or x.dtype is not FLOAT32 or not x.flags.c_contiguous:
             raise ValueError(f"the SVM decisions take a C-contiguous float32 matrix, got "
                              f"{x.dtype} {x.shape}")
         rows, decisions = x.shape[0], weights_t.shape[0]
-        totals = np.empty((rows, decisions))
-        scores = np.empty((rows, decisions), dtype=np.float32)
-        winner = np.empty(rows if classes else 0, dtype=np.int64)
+        totals = np.empty((rows, decisions), FLOAT64)
+        scores = np.empty((rows, decisions), FLOAT32)
+        winner = np.empty(rows, INT64) if labels.shape[0] else NO_WINNER
         self._compiled(x, vectors_t, weights_t, bias, kernel, gamma, coef0, degree, pair_classes,
-                       classes, totals, scores, winner)
+                       labels, totals, scores, winner)
         return totals, scores, winner

@@ -100,10 +100,12 @@ def test_ties_go_to_the_first_class(rng):
     x = np.zeros((2, 1), np.float32)
     # decisions (0, 1), (0, 2), (1, 2) of the biases alone: 0, 2 and 1 win one each
     _, scores, winner = tables.support.decisions(
-        decide, x, np.zeros((3, 3)), np.array([1.0, -1.0, 1.0]), tables.pair_classes, 3)
-    assert scores.tolist() == [[1, -1, 1]] * 2 and winner.tolist() == [0, 0]
+        decide, x, np.zeros((3, 3)), np.array([1.0, -1.0, 1.0]), tables.pair_classes,
+        tables.label_codes)
+    assert scores.tolist() == [[1, -1, 1]] * 2 and winner.tolist() == [5, 5]
     _, _, winner = tables.support.decisions(
-        decide, x, np.zeros((3, 3)), np.array([-1.0, -1.0, 1.0]), tables.pair_classes, 3)
+        decide, x, np.zeros((3, 3)), np.array([-1.0, -1.0, 1.0]), tables.pair_classes,
+        np.arange(3))
     assert winner.tolist() == [1, 1]  # 1 wins two pairs, 2 one
 
 
