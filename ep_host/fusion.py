@@ -56,12 +56,25 @@ def _close(value: float | None, target: float) -> bool:
 def conv_activation_fusion(rw: Rewriter) -> int:
     """A Conv read only by a Relu, a Clip with both bounds given as constants (MobileNet's
     ReLU6), a HardSigmoid or a HardSwish (MobileNetV3's) becomes a FusedConv with that
-    activation (a HardSigmoid's alpha and beta its ``activation_params``, as onnxruntime's)."""
+    activation (a HardSigmoid's alpha and beta its ``activation_params``, as onnxruntime's);
+    a Conv read only by an Add of a value of its own shape and type, read only by a Relu (a
+    ResNet block's end), becomes a FusedConv with that value as its residual input Z."""
     fused = 0
     for conv in rw.live():
         if not is_op(conv, "Conv") or rw.dtype(conv.output[0]) not in (np.float32, np.float64):
             continue
         act = rw.only_consumer(conv.output[0])
+        residual = _residual_relu(rw, conv, act)
+        if residual is not None:
+            add, relu, z = residual
+            name = rw.fresh(f"{conv.name}::FusedConv")
+            inputs = list(conv.input) + [""] * (3 - len(conv.input)) + [z]
+            node = helper.make_node("FusedConv", inputs, [relu.output[0]], name=name,
+                                    domain=MS_DOMAIN, activation="Relu")
+            node.attribute.extend(conv.attribute)
+            _fuse(rw, [conv, add, relu], node)
+            fused += 1
+            continue
         if is_op(act, "Relu"):
             params = None
         elif is_op(act, "Clip"):
@@ -84,6 +97,23 @@ def conv_activation_fusion(rw: Rewriter) -> int:
         _fuse(rw, [conv, act], node)
         fused += 1
     return fused
+
+
+def _residual_relu(rw: Rewriter, conv: NodeProto,
+                   add: NodeProto | None) -> tuple[NodeProto, NodeProto, str] | None:
+    """``(add, relu, z)`` where ``add`` adds ``z``, a value of the Conv output's static shape and
+    type, to the Conv's output and only a Relu reads the sum; else ``None``."""
+    if not is_op(add, "Add"):
+        return None
+    y = conv.output[0]
+    z = other_input(add, y)
+    relu = rw.only_consumer(add.output[0])
+    if z is None or not z or not is_op(relu, "Relu"):
+        return None
+    shape = rw.shape(y)
+    if shape is None or rw.shape(z) != shape or not all(isinstance(d, int) for d in shape):
+        return None
+    return (add, relu, z) if rw.dtype(z) == rw.dtype(y) else None
 
 
 def _clip_bounds(rw: Rewriter, clip: NodeProto) -> list[float] | None:

@@ -19,7 +19,9 @@ provider claims it, the capability walk places those nodes instead, as it does a
   bias.
 - ``conv_activation_fusion``: a Conv whose output only a Relu, a Clip with both bounds
   constant, a HardSigmoid or a HardSwish reads becomes one ``com.microsoft::FusedConv`` that
-  applies it to its own output.
+  applies it to its own output; a Conv whose output only an Add with a value of its shape
+  reads, then only a Relu the sum (a ResNet block's end), one that adds that value (its
+  residual input Z) before the Relu.
 - ``gelu_fusion``: the exact GELU written out as Div/Mul, Erf, Add, Mul, Mul becomes one
   ``com.microsoft::Gelu``; GPT-2's tanh GELU (Pow or Mul for the cube, Mul, Add, Mul, Tanh,
   Add, Mul, Mul) one ``com.microsoft::FastGelu``.

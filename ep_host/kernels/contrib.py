@@ -754,9 +754,12 @@ def _check_fused_conv(node, provider):
     wanted = {"LeakyRelu": (0, 1), "Clip": (2,), "HardSigmoid": (0, 2)}.get(activation, (0,))
     require(len(params) in wanted, "FusedConv: activation {} takes {} activation_params, got {}",
             activation, " or ".join(map(str, wanted)), len(params), code="attribute")
-    z = node.inputs[3] if len(node.inputs) > 3 else None
-    require(z is None, "FusedConv: {} does not add a fourth (Z) input, got {!r}", provider,
-            None if z is None else z.name, code="attribute")
+    z, y = (node.inputs[3] if len(node.inputs) > 3 else None), node.outputs[0]
+    require(z is None or z.shape is None or y is None or y.shape is None
+            or tuple(z.shape) == tuple(y.shape), "FusedConv: the residual (Z) {} has shape {}, "
+            "the output {}: {} adds it without broadcasting", None if z is None else z.name,
+            None if z is None else z.shape, None if y is None else y.shape, provider,
+            code="shape")
 
 
 def _prepare_fused_conv(xp, constants, *, group=1, **_):  # group: the schema-less default
@@ -768,11 +771,15 @@ def _prepare_fused_conv(xp, constants, *, group=1, **_):  # group: the schema-le
 def fused_conv(xp, x, w, b=None, z=None, *, activation, activation_params=None,
                auto_pad="NOTSET", group=1, dilations=None, kernel_shape=None, pads=None,
                strides=None, packed=None, packed_bias=None, workspace=None):
+    """``z``: a residual of the output's shape, added after the bias and before the
+    activation (onnxruntime's ``Y = activation(conv(X, W) + B + Z)``)."""
     params = list(activation_params or ())
+    if z is not None and z.dtype != x.dtype:
+        raise ValueError(f"the residual (Z) is {z.dtype}, the input {x.dtype}")
     y, activated = convolve(xp, x, w, b, auto_pad=auto_pad, group=group, dilations=dilations,
                             pads=pads, strides=strides, packed=packed, packed_bias=packed_bias,
                             activation=_in_pass(activation, params, x.dtype),
-                            workspace=workspace)  # fresh: the activation runs in place
+                            workspace=workspace, residual=z)
     if activated:
         return y
     if activation == "HardSigmoid":
@@ -806,7 +813,7 @@ def _in_pass(activation, params, dtype):
         return "clip", 0.0, math.inf
     if activation == "Clip":
         return ("clip", *params)
-    if dtype.name != "float32":
+    if dtype.char != "f":  # float32 (a dtype's name is worked out in Python each time)
         return None
     if activation == "HardSigmoid":
         return ("hard_sigmoid", *(params or HARD_SIGMOID_DEFAULTS))

@@ -610,12 +610,14 @@ def conv(xp, x, w, b=None, *, auto_pad, group, dilations=None, kernel_shape=None
 
 
 def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, packed, packed_bias,
-             activation=None, workspace=None):
-    """:func:`conv`'s work, and whether ``activation``, a fused activation as ``(kind, p, q)``
-    (``"clip"`` with bounds p, q; ``"hard_sigmoid"`` or ``"hard_swish"`` with alpha p and beta
-    q), was applied too: ``(y, activated)``. The ``direct`` variant applies it in the same
-    pass, the others where the provider's ``xp.conv_epilogue`` adds their bias; otherwise the
-    caller applies its activation to ``y``, a fresh array."""
+             activation=None, workspace=None, residual=None):
+    """:func:`conv`'s work, plus ``residual`` (an array of the output's shape, FusedConv's Z)
+    where given, and whether ``activation``, a fused activation as ``(kind, p, q)`` (``"clip"``
+    with bounds p, q; ``"hard_sigmoid"`` or ``"hard_swish"`` with alpha p and beta q), was
+    applied too: ``(y, activated)``. The ``direct`` variant applies it in the same pass (when
+    there is no residual), the GEMM variants where the provider's ``xp.conv_epilogue`` adds
+    their bias and residual; otherwise the caller applies its activation to ``y``, a fresh
+    array. The residual is added after the bias, as an Add after the Conv would."""
     dtype = x.dtype
     work = _conv_work_type(xp, dtype)
     x = x.astype(work, copy=False)
@@ -629,17 +631,30 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
             weights.plans[x.shape] = plan
     variant, out = plan.variant, plan.out
     record_kernel_variant(variant, plan.reason, *plan.args)
-    if variant == "winograd":
+    if residual is not None:
+        if residual.shape != x.shape[:1] + (w.shape[0],) + out:
+            raise ValueError(f"the residual has shape {tuple(residual.shape)}, the output "
+                             f"{x.shape[:1] + (w.shape[0],) + out}")
+        residual = residual.astype(work, copy=False)
+    if variant == "winograd":  # its output transform adds the bias
         y = _conv_winograd(xp, x, weights.winograd(xp), b, out, plan.begin, workspace)
+        if plan.epilogue is not None and residual is not None and y.flags.c_contiguous:
+            plan.epilogue(y, None, activation, residual)
+            return y.astype(dtype, copy=False), activation is not None
+        if residual is not None:
+            y += residual
         return y.astype(dtype, copy=False), False
     n, c = x.shape[:2]
     m = w.shape[0]
     if variant == "direct":
         y = xp.empty((n, m) + out, dtype=work)
         bias = b if b is not None else weights.zero_bias(xp)
+        in_loop = activation if residual is None else None
         xp.grouped_conv2d(xp.ascontiguousarray(x), weights.direct(), bias, y, plan.direct,
-                          group, activation)
-        return y.astype(dtype, copy=False), activation is not None
+                          group, in_loop)
+        if residual is not None:
+            y += residual
+        return y.astype(dtype, copy=False), in_loop is not None
     if variant == "1x1":
         picked = x if plan.picked is None else x[plan.picked]
         into = None if picked.flags.c_contiguous else scratch(workspace, picked.shape,
@@ -659,9 +674,9 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
                          plan.dilations, plan.begin, plan.end, workspace, plan.columns)
     y = y.reshape((n, m) + out)
     epilogue = plan.epilogue
-    if epilogue is not None and (b is not None or activation is not None) \
-            and y.flags.c_contiguous:
-        epilogue(y, b, activation)
+    if epilogue is not None and (b is not None or activation is not None
+                                 or residual is not None) and y.flags.c_contiguous:
+        epilogue(y, b, activation, residual)
         return y.astype(dtype, copy=False), activation is not None
     if b is not None:
         bias = b.reshape(plan.bias_shape)
@@ -669,6 +684,11 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
             y += bias
         else:  # a cropped grid: adding the bias makes it contiguous in the same pass
             y = y + bias
+    if residual is not None:
+        if y.flags.c_contiguous:
+            y += residual
+        else:
+            y = y + residual
     elif not y.flags.c_contiguous and work == dtype:
         y = xp.ascontiguousarray(y)
     return y.astype(dtype, copy=False), False
@@ -721,8 +741,8 @@ class ConvPlan:
             (0,) * n_spatial, self.out, self.strides, self.dilations)
         self.bias_shape = (m,) + (1,) * n_spatial
         epilogue = getattr(xp, "conv_epilogue", None)  # the provider's one pass (the CPU EP's)
-        self.epilogue = epilogue if epilogue is not None and self.variant not in (
-            "winograd", "direct") and epilogue.ready(work) else None
+        self.epilogue = epilogue if epilogue is not None and self.variant != "direct" \
+            and epilogue.ready(work) else None  # Winograd's only with a residual
         columns = getattr(xp, "im2col_columns", None)
         self.columns = columns if columns is not None and self.variant == "im2col" and (
             n_spatial == 2 and self.strides[1] == 2

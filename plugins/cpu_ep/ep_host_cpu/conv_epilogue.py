@@ -1,8 +1,8 @@
-"""A convolution's bias and fused activation (Relu, Clip, HardSigmoid, HardSwish) in one pass
-over its output, compiled by numba and bound on the CPU EP's namespace as ``xp.conv_epilogue``
-for the library's GEMM variants of Conv (1x1, im2col, shifted); numpy's passes otherwise, and
-with ``EP_HOST_NUMBA=0``. The depthwise and grouped loops (:mod:`ep_host_cpu.grouped_conv`)
-apply the same activations with :func:`activate`.
+"""A convolution's bias, residual (FusedConv's fourth input) and fused activation (Relu, Clip,
+HardSigmoid, HardSwish) in one pass over its output, compiled by numba and bound on the CPU EP's
+namespace as ``xp.conv_epilogue`` for the library's GEMM variants of Conv (1x1, im2col, shifted,
+tapwise); numpy's passes otherwise, and with ``EP_HOST_NUMBA=0``. The depthwise and grouped
+loops (:mod:`ep_host_cpu.grouped_conv`) apply the same activations with :func:`activate`.
 
 numpy adds the bias in one pass and clamps in another; measured one thread on a 16 -> 96
 channel 1x1 Conv at 112 x 112 with ReLU6: the two passes 0.29 ms, the compiled one 0.10 ms.
@@ -69,45 +69,62 @@ def activate(y, shift, p, q, zero, one, mode):
             y[j] = s * v
 
 
-def bias_activate(y, bias, has_bias, p, q, mode):
-    """y[b, o, i] = y[b, o, i] + bias[o] (with ``has_bias``), then the activation ``mode`` with
-    parameters ``p``, ``q`` (see :func:`activate`); y (n, m, size) float32."""
+def bias_activate(y, bias, has_bias, z, has_z, p, q, mode):
+    """y[b, o, i] = y[b, o, i] + bias[o] (with ``has_bias``), plus z[b, o, i] (with ``has_z``:
+    a residual, as FusedConv's fourth input), then the activation ``mode`` with parameters
+    ``p``, ``q`` (see :func:`activate`); y and z (n, m, size) float32. With a residual a row
+    takes two passes while it is in the cache: the sums, then the activation (of each sum plus
+    -0.0, which leaves it as it is), the float32 steps of an Add after the Conv."""
     n, m = y.shape[:2]
     zero = np.float32(0)
     one = np.float32(1)
     keep = np.float32(-0.0)
     for b in range(n):
         for o in range(m):
-            activate(y[b, o], bias[o] if has_bias else keep, p, q, zero, one, mode)
+            shift = bias[o] if has_bias else keep
+            if has_z:
+                row = y[b, o]
+                extra = z[b, o]
+                for j in range(row.size):
+                    row[j] = (row[j] + shift) + extra[j]
+                shift = keep
+            activate(y[b, o], shift, p, q, zero, one, mode)
 
 
 def signature(numba: Any) -> list[Any]:
     types = numba.types
     return [types.void(types.Array(types.float32, 3, "C"),
                        types.Array(types.float32, 1, "C", readonly=True), types.boolean,
+                       types.Array(types.float32, 3, "C", readonly=True), types.boolean,
                        types.float32, types.float32, types.int64)]
 
 
 NO_BIAS = np.zeros(1, dtype=np.float32)  # read by the loop only with ``has_bias``
+NO_RESIDUAL = np.zeros((1, 1, 1), dtype=np.float32)  # read only with ``has_z``
 
 
 class ConvEpilogue(LoopOnceCompiledInUse):
     """``xp.conv_epilogue``: :meth:`ready` says whether the compiled loop is used for a dtype
     (numba installed and wanted, float32; compiled, or read from numba's disk cache, the first
-    time it says yes); calling it adds ``bias`` (or nothing) to ``y`` (n, m, ...) in place and
-    applies ``activation`` (``(kind, p, q)``, see :data:`MODES`) when given."""
+    time it says yes); calling it adds ``bias`` (or nothing) and ``residual`` (or nothing: an
+    array of ``y``'s shape) to ``y`` (n, m, ...) in place and applies ``activation`` (``(kind,
+    p, q)``, see :data:`MODES`) when given."""
 
     function = staticmethod(bias_activate)
     signature = staticmethod(signature)
     helpers = (activate,)
 
-    def __call__(self, y, bias, activation=None):
+    def __call__(self, y, bias, activation=None, residual=None):
         n, m = y.shape[:2]
         has_bias = bias is not None
         if not has_bias:
             bias = NO_BIAS
         elif bias.dtype != np.float32 or bias.ndim != 1 or not bias.flags.c_contiguous:
             bias = np.ascontiguousarray(bias, dtype=np.float32).reshape(-1)
+        has_z = residual is not None
+        z = NO_RESIDUAL if not has_z else np.ascontiguousarray(
+            residual, dtype=np.float32).reshape(n, m, -1)
         mode, p, q = activation_mode(activation)
-        self._compiled(y.reshape(n, m, -1), bias, has_bias, np.float32(p), np.float32(q), mode)
+        self._compiled(y.reshape(n, m, -1), bias, has_bias, z, has_z, np.float32(p),
+                       np.float32(q), mode)
         return y

@@ -1,5 +1,5 @@
-"""A Conv's bias and fused activation (Relu, Clip, HardSigmoid, HardSwish) after its GEMM
-variants (1x1, im2col, shifted): numba's one pass and numpy's passes (``EP_HOST_NUMBA=0``),
+"""A Conv's bias, residual and fused activation (Relu, Clip, HardSigmoid, HardSwish) after its
+GEMM variants (1x1, im2col, shifted): numba's one pass and numpy's passes (``EP_HOST_NUMBA=0``),
 against the definition in float64, the activations' own kernels and onnxruntime."""
 
 from __future__ import annotations
@@ -40,6 +40,34 @@ def test_the_compiled_pass_equals_numpys_passes_bit_for_bit(rng):
         got = epilogue(y.copy(), bias, None if clamp is None else ("clip", *clamp))
         np.testing.assert_array_equal(got, want)
         assert np.array_equal(np.signbit(got), np.signbit(want), equal_nan=True)
+
+
+@pytest.mark.parametrize("activation", [None, ("clip", 0.0, np.inf), ("clip", -1.0, 2.0),
+                                        ("hard_sigmoid", 0.2, 0.5), ("hard_swish", 1 / 6, 0.5)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_residual_is_added_after_the_bias_as_numpys_add(rng, activation, bias):
+    """With a residual z: the activation of (y + bias) + z, each step rounded to float32 as
+    numpy's passes and the activations' own kernels round it (NaN and infinities)."""
+    assert numba_module() is not None
+    epilogue = ConvEpilogue()
+    assert epilogue.ready(np.float32)
+    y = (rng.standard_normal((2, 5, 301)) * 8).astype(np.float32)
+    y[0, 1, :5] = [np.nan, np.inf, -np.inf, -0.0, 3.0]
+    z = (rng.standard_normal((2, 5, 301)) * 8).astype(np.float32)
+    z[0, 2, :3] = [-0.0, np.inf, -np.inf]
+    y[0, 2, :3] = [-0.0, -np.inf, 1.0]
+    b = rng.standard_normal(5).astype(np.float32) if bias else None
+    assert numpy_xp.compiled_hard_sigmoid.ready()
+    with np.errstate(invalid="ignore"):
+        want = (y + b.reshape(1, -1, 1)) + z if bias else y + z
+    if activation is not None and activation[0] == "clip":
+        want = np.minimum(np.maximum(want, np.float32(activation[1])), np.float32(activation[2]))
+    elif activation is not None:
+        want = numpy_xp.compiled_hard_sigmoid(want, activation[1], activation[2],
+                                              times_x=activation[0] == "hard_swish")
+    with np.errstate(invalid="ignore"):
+        got = epilogue(y.copy(), b, activation, z)
+    np.testing.assert_array_equal(got, want)  # NaN where NaN; -0.0 and 0.0 compare equal
 
 
 @pytest.mark.parametrize(("kind", "alpha", "beta"), [("hard_sigmoid", 0.2, 0.5),
@@ -174,9 +202,9 @@ def test_the_compiled_pass_runs_only_on_the_numba_path(path, rng, monkeypatch):
     calls = []
     original = ConvEpilogue.__call__
 
-    def counted(self, y, bias, activation=None):  # the real call, counted
+    def counted(self, y, bias, activation=None, residual=None):  # the real call, counted
         calls.append(activation)
-        return original(self, y, bias, activation)
+        return original(self, y, bias, activation, residual)
 
     monkeypatch.setattr(ConvEpilogue, "__call__", counted)
     model, w, b = conv_model(6, 10, 1, 1, "Clip", (0.0, 6.0), True, rng)
