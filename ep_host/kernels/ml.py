@@ -609,14 +609,26 @@ def _check_normalizer(node, provider):
             code="attribute")
 
 
-@kernel("Normalizer", 1, domain=ML, dtypes=NUMBERS, check=_check_normalizer)
-def normalizer(xp, x, *, norm):
+def _normalizer_number(node):
+    norm = node.attributes.get("norm", "MAX")
+    return {"number": NORMS.index(norm) if norm in NORMS else -1}
+
+
+@kernel("Normalizer", 1, domain=ML, dtypes=NUMBERS, check=_check_normalizer,
+        bind=_normalizer_number)
+def normalizer(xp, x, *, norm, number=-1):
     """Each row divided by its largest value (MAX, signed), the sum of its magnitudes (L1) or
     its Euclidean length (L2); a row whose divisor is 0 stays as it is. A NaN makes its whole
-    row NaN (onnxruntime's MAX skips a NaN unless it comes first)."""
+    row NaN (onnxruntime's MAX skips a NaN unless it comes first). ``number``: the norm's
+    index in NORMS."""
     if x.ndim not in (1, 2):
         raise ValueError(f"takes [N, C] or [C] input, got shape {x.shape}")
     rows = (x.reshape(1, -1) if x.ndim == 1 else x).astype(xp.float32, copy=False)
+    normalize = getattr(xp, "compiled_normalizer", None)  # a provider's one pass (numba)
+    if (normalize is not None and 0 < rows.shape[1] <= PAIRWISE_BLOCK
+            and rows.size <= normalize.MAX_SIZE and normalize.ready()):
+        out = normalize(xp.ascontiguousarray(rows), number)
+        return out if x.ndim == 2 else out.reshape(x.shape)
     if rows.__class__ is np.ndarray and rows.shape[0] == 1 and rows.shape[1] < SHORT_ROW:
         row = rows[0].tolist()
         if math.isfinite(sum(row)):  # NaN and infinities take numpy's path

@@ -20,7 +20,7 @@ from ep_host_cpu.grouped_conv import GroupedConv2d
 from ep_host_cpu.hard_sigmoid import CompiledHardSigmoid
 from ep_host_cpu.im2col import ImageColumns
 from ep_host_cpu.layer_norm import CompiledLayerNorm
-from ep_host_cpu.linear_rows import CompiledLinearScores, CompiledScaler
+from ep_host_cpu.linear_rows import CompiledLinearScores, CompiledNormalizer, CompiledScaler
 from ep_host_cpu.max_pool import CompiledMaxPool3x3s1, CompiledMaxPool3x3s2
 from ep_host_cpu.resample import CompiledTaps
 from ep_host_cpu.sigmoid import CompiledSigmoid
@@ -59,6 +59,7 @@ def numpy_namespace() -> SimpleNamespace:
     ns.compiled_svm_decisions = CompiledSvmDecisions()  # numba's, for a few rows of an SVM
     ns.compiled_linear_scores = CompiledLinearScores()  # numba's, for a few rows of a linear model
     ns.compiled_scaler = CompiledScaler()  # numba's one pass, for a float32 Scaler
+    ns.compiled_normalizer = CompiledNormalizer()  # numba's one pass, for a float32 Normalizer
     ns.__name__ = "numpy"
     return ns
 

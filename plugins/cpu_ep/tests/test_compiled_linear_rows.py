@@ -1,15 +1,16 @@
-"""LinearClassifier, LinearRegressor and Scaler on a few rows compiled by numba against numpy's
-passes: the same labels (ties, NaN, both label kinds, one score column), scores within a float32
-rounding under every post transform, 1 row and many, one row as that row among others bit for
-bit, the Scaler bit for bit (negative zero included), both ways against onnxruntime; which
-inputs each is asked for, and numpy's passes under EP_HOST_NUMBA=0."""
+"""LinearClassifier, LinearRegressor, Scaler and Normalizer on a few rows compiled by numba
+against numpy's passes: the same labels (ties, NaN, both label kinds, one score column), scores
+within a float32 rounding under every post transform, 1 row and many, one row as that row among
+others bit for bit, the Scaler and the Normalizer bit for bit (NaN, infinities, negative zero,
+short and long rows), both ways against onnxruntime; which inputs each is asked for, and numpy's
+passes under EP_HOST_NUMBA=0."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from cpukit import run_ep_host
-from ep_host_cpu.linear_rows import CompiledLinearScores, CompiledScaler
+from ep_host_cpu.linear_rows import CompiledLinearScores, CompiledNormalizer, CompiledScaler
 from ep_host_cpu.xp import numpy_xp
 from onnx import TensorProto, helper
 from test_ml_linear_svm import TYPES, F, assert_same, linear_classifier, model, rows
@@ -23,6 +24,7 @@ TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
 def switch(monkeypatch, on):
     monkeypatch.setattr(CompiledLinearScores, "MAX_WORK", 10 ** 9 if on else 0)
     monkeypatch.setattr(CompiledScaler, "MAX_SIZE", 10 ** 9 if on else 0)
+    monkeypatch.setattr(CompiledNormalizer, "MAX_SIZE", 10 ** 9 if on else 0)
 
 
 def both_ways(monkeypatch, m, x):
@@ -66,6 +68,11 @@ def regressor(rng, targets, transform="NONE", intercepts=True, x_type=TensorProt
 
 def scaler(offset, scale, x_type=TensorProto.FLOAT):
     node = helper.make_node("Scaler", ["x"], ["y"], domain=ML, offset=offset, scale=scale)
+    return model([node], [("y", TensorProto.FLOAT, [None, F])], x_type)
+
+
+def normalizer(x_type=TensorProto.FLOAT, norm="L2"):
+    node = helper.make_node("Normalizer", ["x"], ["y"], domain=ML, norm=norm)
     return model([node], [("y", TensorProto.FLOAT, [None, F])], x_type)
 
 
@@ -155,12 +162,31 @@ def test_scaler_bit_for_bit(rng, monkeypatch, offset, scale):
         assert (np.signbit(compiled[0]) == np.signbit(passes[0])).all()
 
 
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+@pytest.mark.parametrize("columns", [1, 3, 8, 9, 17, 128, 129])
+def test_normalizer_bit_for_bit(rng, monkeypatch, norm, columns):
+    node = helper.make_node("Normalizer", ["x"], ["y"], domain=ML, norm=norm)
+    m = model([node], [("y", TensorProto.FLOAT, [None, columns])], features=columns)
+    for n in (1, 2, 40):
+        x = (rng.normal(size=(n, columns)) * 10.0 ** rng.integers(-20, 20, size=(n, 1)))
+        x = x.astype(np.float32)
+        if n == 40:
+            x[1, 0] = np.nan
+            x[2, -1] = np.inf
+            x[3] = -0.0
+            x[4] = -np.abs(x[4]) - 1  # MAX divides by a negative maximum
+            x[5, ::2] = -0.0
+        compiled, passes = both_ways(monkeypatch, m, x)
+        np.testing.assert_array_equal(compiled[0], passes[0], err_msg=f"{norm} {n} x {columns}")
+        assert (np.signbit(compiled[0]) == np.signbit(passes[0])).all()
+
+
 def test_other_input_types_as_float32(rng, monkeypatch):
     """Inputs of other types are read as float32 first: what float32 input gives."""
     for dtype in (np.float64, np.int64):
         x = rows(rng, 4, dtype)
         for make in (lambda t: scaler([0.5], [2.0], t), lambda t: regressor(rng, 2, x_type=t),
-                     lambda t: linear_classifier(rng, 3, x_type=t)):
+                     lambda t: linear_classifier(rng, 3, x_type=t), normalizer):
             state = rng.bit_generator.state
             m = make(TYPES[dtype])
             rng.bit_generator.state = state
@@ -205,3 +231,4 @@ def test_numba_switched_off(monkeypatch):
     monkeypatch.setenv("EP_HOST_NUMBA", "0")
     assert not CompiledLinearScores().ready()
     assert not CompiledScaler().ready()
+    assert not CompiledNormalizer().ready()
