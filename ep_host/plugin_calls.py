@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 MARKER_BYTES = 256  # byte 0: length of the record that follows (0: no plugin call running)
 
@@ -133,21 +134,27 @@ def marked(head: bytes, node: str = "") -> Iterator[None]:
         current.leave()
 
 
-@contextmanager
-def provider_fault(label: str, provider: str, doing: str,
-                   passes: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+class provider_fault:
     """Whatever the block raises, SystemExit included but the user's Ctrl-C and ``passes``
     not, as a ``KernelError``: "``label``: provider ``provider`` failed to ``doing``: what it
-    raised" (``doing`` names the node: "prepare the kernel for node 'conv1'")."""
-    from ep_host.errors import KernelError, describe_exception
+    raised" (``doing`` names the node: "prepare the kernel for node 'conv1'"). A class rather
+    than a generator: a plan enters two per node, and a generator's context manager costs
+    several times as much."""
 
-    since = sigint.received
-    try:
-        yield
-    except passes:
-        raise
-    except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
-        if is_user_interrupt(exc, since):
-            raise
-        raise KernelError(f"{label}: provider {provider!r} failed to {doing}: "
+    __slots__ = ("label", "provider", "doing", "passes", "since")
+
+    def __init__(self, label: str, provider: str, doing: str,
+                 passes: tuple[type[BaseException], ...] = ()):
+        self.label, self.provider, self.doing, self.passes = label, provider, doing, passes
+        self.since = sigint.received
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: Any, tb: Any) -> None:
+        if kind is None or issubclass(kind, self.passes) or is_user_interrupt(exc, self.since):
+            return  # a kernel's SystemExit is its provider's fault too: only ^C passes
+        from ep_host.errors import KernelError, describe_exception
+
+        raise KernelError(f"{self.label}: provider {self.provider!r} failed to {self.doing}: "
                           f"{describe_exception(exc)}") from exc
