@@ -225,10 +225,12 @@ def winograd_buffers(n, c, m, out):
             (16, n * th * tw, m), (4, n, th, tw, m), (4, n, th, tw, m), (n, th, 2, tw, 2, m))
 
 
-def _conv_winograd(xp, x, u, bias, out, begin, workspace=None):
+def _conv_winograd(xp, x, u, bias, out, begin, workspace=None, transforms=None):
     """Winograd F(2x2, 3x3) on ``x`` (n, C, H, W) with transformed weights ``u`` (16, C, M);
     ``bias`` (M,) or None. Returns (n, M) + ``out``, contiguous. ``workspace``: the host's
-    scratch memory for the buffers of :func:`winograd_buffers`, else they are allocated."""
+    scratch memory for the buffers of :func:`winograd_buffers`, else they are allocated.
+    ``transforms``: the provider's compiled input and output transforms (the CPU EP's
+    ``xp.winograd_transforms``, the same values as the passes here), where ready."""
     n, c, h, w = x.shape
     m = u.shape[2]
     (oh, ow), (pt, pl) = out, begin
@@ -248,6 +250,8 @@ def _conv_winograd(xp, x, u, bias, out, begin, workspace=None):
         src = 2 * first + p - pl
         count = len(range(src, w, 2))
         pad[:, pt:pt + h, p, first:first + count] = rows[:, :, src::2]
+    if transforms is not None:
+        return _winograd_compiled(xp, pad, u, bias, out, bufs, transforms)
     # B^T d B: rows (d0 - d2, d1 + d2, d2 - d1, d1 - d3), then the same over columns.
     r = [pad[:, a:a + 2 * th:2] for a in range(4)]
     rt = (xp.subtract(r[0], r[2], out=bufs[1]), xp.add(r[1], r[2], out=bufs[2]),
@@ -278,6 +282,30 @@ def _conv_winograd(xp, x, u, bias, out, begin, workspace=None):
         y1 -= s[3]
     grid = tiles.reshape(n, 2 * th, 2 * tw, m)[:, :oh, :ow]
     return xp.ascontiguousarray(grid.transpose(0, 3, 1, 2))
+
+
+def _winograd_compiled(xp, pad, u, bias, out, bufs, transforms):
+    """:func:`_conv_winograd` past the padded input, with the provider's compiled transforms:
+    the tiles, their products, the output tiles by output row and column parity, then each
+    parity's outputs copied into place (cropped to ``out``)."""
+    n, c, m = pad.shape[0], pad.shape[-1], u.shape[2]
+    th, tw = (pad.shape[1] - 2) // 2, pad.shape[3] - 1
+    shape = (16, n * th * tw, c)
+    v = bufs[5].reshape(shape) if bufs[5] is not None else xp.empty(shape, dtype=pad.dtype)
+    transforms.input(pad, v)
+    prod = xp.matmul(v, u, out=bufs[6])  # (16, tiles, M)
+    if bias is not None:  # product (1, 1) reaches each of the four outputs with weight 1
+        prod[5] += bias
+    shape = (n, th, 2, 2, tw, m)
+    tiles = bufs[9].reshape(shape) if bufs[9] is not None else xp.empty(shape, dtype=pad.dtype)
+    transforms.output(prod, tiles)
+    y = xp.empty((n, m) + tuple(out), dtype=pad.dtype)
+    for p in (0, 1):
+        for r in (0, 1):
+            part = y[:, :, p::2, r::2]
+            part[...] = tiles[:, :, p, r].transpose(0, 3, 1, 2)[:, :, :part.shape[2],
+                                                               :part.shape[3]]
+    return y
 
 
 SCRATCH_ALIGN = 64  # bytes: each buffer carved from a workspace starts on a cache line
@@ -637,7 +665,8 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
                              f"{x.shape[:1] + (w.shape[0],) + out}")
         residual = residual.astype(work, copy=False)
     if variant == "winograd":  # its output transform adds the bias
-        y = _conv_winograd(xp, x, weights.winograd(xp), b, out, plan.begin, workspace)
+        y = _conv_winograd(xp, x, weights.winograd(xp), b, out, plan.begin, workspace,
+                           plan.transforms)
         if plan.epilogue is not None and residual is not None and y.flags.c_contiguous:
             plan.epilogue(y, None, activation, residual)
             return y.astype(dtype, copy=False), activation is not None
@@ -705,11 +734,12 @@ class ConvPlan:
     its compiled copy of im2col's columns (``columns``: ``xp.im2col_columns`` for 2-D, a column
     stride of 2 and rows of :data:`COMPILED_COLUMNS_MIN_WIDTH` outputs, where ready);
     ``reached``: for ``tapwise``, the taps that read the input (``reached_taps``), those that
-    reach every output first."""
+    reach every output first; ``transforms``: for ``winograd``, the provider's compiled input
+    and output transforms (``xp.winograd_transforms``), where ready."""
 
     __slots__ = ("kernel", "strides", "dilations", "out", "begin", "end", "variant", "reason",
                  "args", "flat", "direct", "picked", "bias_shape", "epilogue", "columns",
-                 "reached")
+                 "reached", "transforms")
 
     def __init__(self, xp, x_shape, w_shape, group, auto_pad, dilations, pads, strides, work):
         n_spatial = len(x_shape) - 2
@@ -743,6 +773,9 @@ class ConvPlan:
         epilogue = getattr(xp, "conv_epilogue", None)  # the provider's one pass (the CPU EP's)
         self.epilogue = epilogue if epilogue is not None and self.variant != "direct" \
             and epilogue.ready(work) else None  # Winograd's only with a residual
+        transforms = getattr(xp, "winograd_transforms", None)
+        self.transforms = transforms if transforms is not None and self.variant == "winograd" \
+            and transforms.ready(work) else None
         columns = getattr(xp, "im2col_columns", None)
         self.columns = columns if columns is not None and self.variant == "im2col" and (
             n_spatial == 2 and self.strides[1] == 2

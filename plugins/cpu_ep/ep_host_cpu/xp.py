@@ -27,6 +27,7 @@ from ep_host_cpu.sigmoid import CompiledSigmoid
 from ep_host_cpu.softmax import CompiledSoftmax
 from ep_host_cpu.svm_decisions import CompiledSvmDecisions
 from ep_host_cpu.tree_walk import CompiledTreeWalk
+from ep_host_cpu.winograd import WinogradTransforms
 
 
 class NumpyNamespace(SimpleNamespace):
@@ -46,6 +47,7 @@ def numpy_namespace() -> SimpleNamespace:
     ns.grouped_conv2d = GroupedConv2d()  # numba's loops, compiled when a Conv first asks
     ns.conv_epilogue = ConvEpilogue()  # numba's bias and clamp pass after a Conv's GEMMs
     ns.im2col_columns = ImageColumns()  # numba's copy of a stride-2 Conv's im2col columns
+    ns.winograd_transforms = WinogradTransforms()  # numba's, for Conv's Winograd variant
     ns.compiled_layer_norm = CompiledLayerNorm()  # numba's, for float32 LayerNormalization
     ns.compiled_softmax = CompiledSoftmax()  # numba's, for float32 Softmax over the last axis
     ns.compiled_sigmoid = CompiledSigmoid()  # numba's, compiled when a large Sigmoid first runs
