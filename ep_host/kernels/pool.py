@@ -293,7 +293,8 @@ def global_average_pool(xp, x):
     (tests/test_light_models.py). float32 and float64 are reduced in place, without a copy of
     the input (EfficientNet-B0's 17 squeeze-excite means took 2.0 ms with one, 5.6x
     onnxruntime's). A provider's ``xp.compiled_plane_means`` (the CPU EP's, numba: the same
-    values to the bit) takes the short float32 planes it asks for."""
+    values to the bit on planes of up to 128 values, longer ones summed in another order but
+    the same order for every plane) takes the float32 inputs it asks for."""
     compiled = getattr(xp, "compiled_plane_means", None)
     if compiled is not None and compiled.takes(x):
         return compiled(x)
