@@ -225,10 +225,10 @@ def _attribute_value(attr: AttributeProto, model: Model | None, parent: GraphVie
         return attr.i
     if t == AttributeProto.STRING:
         return attr.s.decode("utf-8", "replace")
-    if t == AttributeProto.FLOATS:
-        return tuple(attr.floats)
+    if t == AttributeProto.FLOATS:  # [:] copies in C; tuple() alone iterates in Python
+        return tuple(attr.floats[:])
     if t == AttributeProto.INTS:
-        return tuple(attr.ints)
+        return tuple(attr.ints[:])
     if t == AttributeProto.STRINGS:
         return _decoded(attr.strings)
     if t == AttributeProto.TENSOR:
