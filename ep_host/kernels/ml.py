@@ -480,7 +480,8 @@ def linear_regressor(xp, x, *, post_transform, targets, coefficients=(), interce
     if params.coef.shape[1] != rows.shape[1]:
         raise ValueError(f"{params.coef.shape[1]} coefficients per target for {rows.shape[1]} "
                          f"features")
-    rows = rows.astype(xp.float32, copy=False)
+    if rows.dtype is not FLOAT32:
+        rows = rows.astype(xp.float32)
     fast = params.compiled(xp, rows)
     if fast is not None:
         return fast(xp.ascontiguousarray(rows), params.coef_t64, params.bias64, params.kind,
@@ -559,7 +560,9 @@ def linear_classifier(xp, x, *, multi_class, post_transform, classlabels_ints=No
     multi_class does not change the scores."""
     if x.ndim not in (1, 2):
         raise ValueError(f"takes [N, features] or [features] input, got shape {x.shape}")
-    rows = (x.reshape(1, -1) if x.ndim == 1 else x).astype(xp.float32, copy=False)
+    rows = x.reshape(1, -1) if x.ndim == 1 else x
+    if rows.dtype is not FLOAT32:
+        rows = rows.astype(xp.float32)
     if tables.coef.shape[1] != rows.shape[1]:
         raise ValueError(f"{tables.coef.shape[1]} coefficients per class for {rows.shape[1]} "
                          f"features")
