@@ -55,10 +55,13 @@ class _Pools:
             if self.libraries is None or (not active and len(sys.modules) != self.modules):
                 self._find()
             if not active:
-                self.saved = [read() for read, _ in self.calls]
-                self.current = self.saved.copy()
+                saved = self.saved = [read() for read, _ in self.calls]
+                self.current = saved.copy()
                 active[limit] = 1
-                self._set(limit)
+                for n in saved:  # pools already at the limit (the common case): nothing to set
+                    if n != limit:
+                        self._set(limit)
+                        break
                 return
             active[limit] = active.get(limit, 0) + 1
             # concurrent runs asking for different limits get the largest of them
@@ -67,11 +70,15 @@ class _Pools:
     def exit(self, limit: int) -> None:
         with self.lock:
             active = self.active
-            if active[limit] == 1:
+            count = active[limit]
+            if count == 1:
                 del active[limit]
             else:
-                active[limit] -= 1
-            self._set(max(active) if active else None)
+                active[limit] = count - 1
+            if active:
+                self._set(max(active))
+            elif self.current != self.saved:  # the last run: the pools as they were
+                self._set(None)
 
     def _set(self, want: int | None) -> None:
         """Each library at ``want`` threads (``None``: at what it had before), calling it
