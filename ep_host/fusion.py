@@ -1,6 +1,6 @@
 """Fusion passes of the graph optimizations: a group of nodes becomes one op (FusedConv, Gelu,
-QuickGelu, LayerNormalization, Gemm) that remembers the nodes it replaced, so they can be
-placed instead when no provider claims it.
+QuickGelu, LayerNormalization, SkipLayerNormalization, BiasGelu, Gemm) that remembers the nodes
+it replaced, so they can be placed instead when no provider claims it.
 """
 
 from __future__ import annotations
@@ -13,16 +13,28 @@ import numpy as np
 from onnx import NodeProto, helper
 
 from ep_host.graph import DEFAULT_DOMAIN
-from ep_host.rewriter import MS_DOMAIN, Rewriter, copy_node, is_op, node_attribute, other_input
+from ep_host.rewriter import (
+    MS_DOMAIN,
+    Rewriter,
+    copy_node,
+    is_op,
+    node_attribute,
+    node_domain,
+    other_input,
+)
 
 
-def _fuse(rw: Rewriter, nodes: Sequence[NodeProto], fused: NodeProto) -> None:
-    """``fused`` does the work of ``nodes`` (the last writes its output): it takes the last's
-    place, the others go, and the originals are kept to place instead if nobody claims it."""
+def _fuse(rw: Rewriter, nodes: Sequence[NodeProto], fused: NodeProto,
+          at: NodeProto | None = None) -> None:
+    """``fused`` does the work of ``nodes`` (in graph order): it takes the place of ``at``
+    (default the last, which writes its output), the others go, and the originals are kept to
+    place instead if nobody claims it."""
+    at = nodes[-1] if at is None else at
     rw.unfused[fused.name] = [copy_node(n) for n in nodes]
-    rw.replace(nodes[-1], fused)
-    for n in nodes[:-1]:
-        rw.remove(n, into=fused.name)
+    rw.replace(at, fused)
+    for n in nodes:
+        if n is not at:
+            rw.remove(n, into=fused.name)
 
 
 Match = TypeVar("Match")
@@ -356,6 +368,105 @@ def _match_layer_norm(rw: Rewriter, mean: NodeProto) -> tuple[Any, ...] | None:
             bias, out = candidate, plus.output[0]
             nodes.append(plus)
     return x, scale, bias, epsilon, nodes, out
+
+
+# -- Add, Add, LayerNormalization -> SkipLayerNormalization ---------------------------------------
+
+
+def skip_layer_norm_fusion(rw: Rewriter) -> int:
+    """A float32 LayerNormalization over the last axis (constant scale and bias of that dim,
+    only its output read) of an Add of two values of its input's static shape (a residual)
+    -> ``com.microsoft::SkipLayerNormalization``; where one of them is an Add of a constant
+    bias of that dim read only there (a MatMul's bias), that Add too, as the op's bias. Where
+    something else reads the residual sum (a pre-norm block's next residual), the op writes it
+    as its fourth output."""
+    fused = 0
+    for adds, x, skip, bias, norm in _matches(rw, "LayerNormalization", _match_skip_norm):
+        residual = adds[-1]
+        out_sum = residual.output[0]
+        keep_sum = out_sum in rw.outputs or any(
+            u is not norm for u in rw.consumers.get(out_sum, []))
+        inputs = [x, skip, norm.input[1], norm.input[2] if len(norm.input) > 2 else ""]
+        if bias:
+            inputs.append(bias)
+        while inputs[-1] == "":
+            inputs.pop()
+        outputs = [norm.output[0]] + (["", "", out_sum] if keep_sum else [])
+        name = rw.fresh(f"{norm.name}::SkipLayerNormalization")
+        node = helper.make_node("SkipLayerNormalization", inputs, outputs, name=name,
+                                domain=MS_DOMAIN,
+                                epsilon=float(node_attribute(norm, "epsilon", 1e-5)))
+        # in the residual Add's place: a reader of the sum may come before the norm
+        _fuse(rw, [*adds, norm], node, at=residual)
+        fused += 1
+    return fused
+
+
+def _hidden_constant(rw: Rewriter, name: str, hidden: int) -> bool:
+    value = rw.const(name) if name else None
+    return value is not None and value.dtype == np.float32 and value.shape == (hidden,)
+
+
+def _match_skip_norm(rw: Rewriter, norm: NodeProto) -> tuple[Any, ...] | None:
+    x = norm.input[0]
+    shape = rw.shape(x)
+    if (rw.dtype(x) != np.float32 or shape is None or len(shape) not in (2, 3)
+            or not all(isinstance(d, int) and d > 0 for d in shape)):
+        return None
+    if (node_attribute(norm, "axis", -1) not in (-1, len(shape) - 1)
+            or node_attribute(norm, "stash_type", 1) != 1
+            or any(o and (o in rw.outputs or rw.consumers.get(o)) for o in norm.output[1:])):
+        return None
+    hidden = shape[-1]
+    if not _hidden_constant(rw, norm.input[1], hidden) or (
+            len(norm.input) > 2 and norm.input[2]
+            and not _hidden_constant(rw, norm.input[2], hidden)):
+        return None
+    residual = rw.producer.get(x)
+    if not is_op(residual, "Add") or len(residual.input) != 2:
+        return None
+    a, b = residual.input
+    if any(rw.shape(v) != shape or rw.dtype(v) != np.float32 for v in (a, b)):
+        return None
+    for term, skip in ((a, b), (b, a)):
+        add = _only_read_by(rw, term, residual)
+        if is_op(add, "Add") and term != skip:
+            bias = next((v for v in add.input if _hidden_constant(rw, v, hidden)), None)
+            t = other_input(add, bias) if bias else None
+            if t and rw.shape(t) == shape and rw.dtype(t) == np.float32 and t != bias:
+                return [add, residual], t, skip, bias, norm
+    return [residual], a, b, "", norm
+
+
+# -- Add + Gelu -> BiasGelu ------------------------------------------------------------------------
+
+
+def bias_gelu_fusion(rw: Rewriter) -> int:
+    """An Add of a constant float32 bias of its other input's last dim (static), read only by
+    an erf Gelu (``com.microsoft::Gelu``, as gelu_fusion writes it, or ai.onnx Gelu with
+    approximate none) -> ``com.microsoft::BiasGelu``."""
+    fused = 0
+    for node in rw.live():
+        if not ((node_domain(node) == MS_DOMAIN and node.op_type == "Gelu")
+                or (is_op(node, "Gelu") and node_attribute(node, "approximate", "none")
+                    in ("none", b"none"))):
+            continue
+        add = _only_read_by(rw, node.input[0], node)
+        if not is_op(add, "Add") or len(add.input) != 2:
+            continue
+        x_name, bias_name = add.input
+        if not rw.is_const(bias_name):
+            x_name, bias_name = bias_name, x_name
+        shape = rw.shape(x_name)
+        if (shape is None or not shape or not all(isinstance(d, int) and d > 0 for d in shape)
+                or rw.dtype(x_name) != np.float32 or rw.is_const(x_name)
+                or not _hidden_constant(rw, bias_name, shape[-1])):
+            continue
+        name = rw.fresh(f"{node.name}::BiasGelu")
+        _fuse(rw, [add, node], helper.make_node("BiasGelu", [x_name, bias_name],
+                                                [node.output[0]], name=name, domain=MS_DOMAIN))
+        fused += 1
+    return fused
 
 
 # -- MatMul + Add ----------------------------------------------------------------------------------

@@ -30,6 +30,13 @@ provider claims it, the capability walk places those nodes instead, as it does a
 - ``layer_norm_fusion``: LayerNormalization written out (ReduceMean, Sub, Pow or Mul,
   ReduceMean, Add, Sqrt, Div, Mul by a constant scale, optionally Add of a constant bias) over
   the last axis becomes one LayerNormalization (models of ai.onnx opset 17 on).
+- ``skip_layer_norm_fusion``: a float32 LayerNormalization over the last axis of an Add of two
+  values of its input's static shape (a residual), one of them possibly an Add of a constant
+  bias (a MatMul's), becomes one ``com.microsoft::SkipLayerNormalization`` (bias as its fifth
+  input; the residual sum as its fourth output where something else reads it), as onnxruntime
+  fuses them.
+- ``bias_gelu_fusion``: an Add of a constant float32 bias of the last dim read only by an erf
+  Gelu becomes one ``com.microsoft::BiasGelu``.
 - ``matmul_add_fusion``: MatMul of a 2-D input by a constant 2-D matrix, then Add of a constant
   bias, becomes one Gemm.
 """
@@ -52,11 +59,13 @@ from ep_host.folding import (
     conv_bn_folding,
 )
 from ep_host.fusion import (
+    bias_gelu_fusion,
     conv_activation_fusion,
     gelu_fusion,
     layer_norm_fusion,
     matmul_add_fusion,
     silu_fusion,
+    skip_layer_norm_fusion,
 )
 from ep_host.graph import DEFAULT_DOMAIN, GraphView, node_reads, normalize_domain
 from ep_host.loading import Model
@@ -71,13 +80,17 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "gelu_fusion": gelu_fusion,
     "silu_fusion": silu_fusion,
     "layer_norm_fusion": layer_norm_fusion,
+    "skip_layer_norm_fusion": skip_layer_norm_fusion,
+    "bias_gelu_fusion": bias_gelu_fusion,
     "matmul_add_fusion": matmul_add_fusion,
 }
 DEFAULT_PASSES = tuple(PASSES)
 # The ai.onnx ops a pass starts from: it finds nothing in a graph that lacks one op of each
-# group. No pass adds an op another pass starts from (they remove ai.onnx nodes, copy a Conv or
-# BatchNormalization, or add com.microsoft ops, Gemm and LayerNormalization), so the graph as
-# loaded decides for all of them. constant_folding is decided by ``_may_fold``.
+# group. Where a pass starts from an op an earlier pass adds (skip_layer_norm_fusion from the
+# LayerNormalization layer_norm_fusion writes, bias_gelu_fusion from gelu_fusion's Gelu), its
+# group names the ops that pass starts from too; the other passes remove ai.onnx nodes, copy a
+# Conv or BatchNormalization, or add com.microsoft ops and Gemm. So the graph as loaded decides
+# for all of them. constant_folding is decided by ``_may_fold``.
 PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
     "constant_lifting": (frozenset({"Constant"}),),
     "conv_bn_folding": (frozenset({"BatchNormalization"}), frozenset({"Conv"})),
@@ -88,6 +101,9 @@ PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
     "gelu_fusion": (frozenset({"Erf", "Tanh"}), frozenset({"Add"}), frozenset({"Mul"})),
     "silu_fusion": (frozenset({"Sigmoid"}), frozenset({"Mul"})),
     "layer_norm_fusion": (frozenset({"ReduceMean"}), frozenset({"Sub"}), frozenset({"Div"})),
+    "skip_layer_norm_fusion": (frozenset({"LayerNormalization", "ReduceMean"}),
+                               frozenset({"Add"})),
+    "bias_gelu_fusion": (frozenset({"Gelu", "Erf"}), frozenset({"Add"})),
     "matmul_add_fusion": (frozenset({"MatMul"}), frozenset({"Add"})),
 }
 REINFER_AFTER = frozenset({"constant_lifting", "constant_folding"})

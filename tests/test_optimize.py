@@ -287,7 +287,8 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
         optimize(model, passes=["fold_everything"])
     assert set(PASSES) == {"constant_lifting", "constant_folding", "conv_bn_folding",
                            "channel_affine_folding", "conv_activation_fusion", "gelu_fusion",
-                           "silu_fusion", "layer_norm_fusion", "matmul_add_fusion"}
+                           "silu_fusion", "layer_norm_fusion", "skip_layer_norm_fusion",
+                           "bias_gelu_fusion", "matmul_add_fusion"}
 
 
 def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):

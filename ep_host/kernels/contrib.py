@@ -108,6 +108,11 @@ def gelu(xp, x):
 
 @kernel("BiasGelu", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_activation)
 def bias_gelu(xp, a, b):
+    """A provider's ``xp.bias_gelu_float32`` (the CPU EP's, numba) takes float32 in one pass."""
+    compiled = getattr(xp, "bias_gelu_float32", None)
+    y = None if compiled is None else compiled(a, b)
+    if y is not None:
+        return y
     return gelu_of(xp, _with_bias(xp, a, b), "none").astype(a.dtype)
 
 
@@ -149,17 +154,40 @@ def _hidden_vector(xp, v, hidden, what):
 
 
 def _skip_sum(xp, x, skip, bias):
+    """``(x + bias) + skip``: the order of the Adds ``skip_layer_norm_fusion`` fuses (a
+    MatMul's bias, then the residual), so the fused values equal the unfused graph's."""
     allowed = {tuple(x.shape), tuple(x.shape[-2:])} | (
         {(1, *x.shape[1:])} if x.ndim == 3 else set())
     if tuple(skip.shape) not in allowed:
         raise ValueError(f"skip shape {tuple(skip.shape)} must be one of {sorted(allowed)}")
-    s = _wide(xp, x) + _wide(xp, skip)
-    return s if bias is None else s + _hidden_vector(xp, bias, x.shape[-1], "bias")
+    s = _wide(xp, x)
+    if bias is not None:
+        s = s + _hidden_vector(xp, bias, x.shape[-1], "bias")
+    return s + _wide(xp, skip)
+
+
+def _compiled_skip_norm(xp, x, skip, gamma, beta, bias, epsilon, n_outputs):
+    """A provider's ``xp.compiled_skip_layer_norm`` (the CPU EP's, numba) for float32 with a
+    skip of x's shape and vectors of its last dim; ``None`` where it does not apply."""
+    compiled = getattr(xp, "compiled_skip_layer_norm", None)
+    if (compiled is None or x.dtype != xp.float32 or x.size < compiled.MIN_SIZE
+            or skip.dtype != xp.float32 or tuple(skip.shape) != tuple(x.shape)):
+        return None
+    hidden = (x.shape[-1],)
+    if not all(v is None or (v.dtype == xp.float32 and tuple(v.shape) == hidden)
+               for v in (gamma, beta, bias)) or not compiled.ready():
+        return None
+    y, mean, inv_std, s = compiled(x, skip, gamma, beta, bias, epsilon, n_outputs > 3)
+    kept = x.shape[:-1] + (1,)
+    return (y, mean.reshape(kept), inv_std.reshape(kept), s)[:n_outputs]
 
 
 @kernel("SkipLayerNormalization", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_skip_norm,
         bind=_outputs)
 def skip_layer_norm(xp, x, skip, gamma, beta=None, bias=None, *, epsilon=1e-12, n_outputs=1):
+    done = _compiled_skip_norm(xp, x, skip, gamma, beta, bias, epsilon, n_outputs)
+    if done is not None:
+        return done
     s = _skip_sum(xp, x, skip, bias)
     mean = xp.mean(s, axis=-1, keepdims=True)
     centred = s - mean

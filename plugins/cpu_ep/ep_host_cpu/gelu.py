@@ -58,6 +58,28 @@ def gelu_chunks(x, y):
         gelu_of_parts(xs, scaled[:m], bits[:m].view(np.float64), y[start:start + m])
 
 
+def bias_gelu_rows(x, bias, y):
+    """y = gelu(x + bias) of the float32 rows ``x`` (rows, cols), ``bias`` (cols,): each sum
+    rounded to float32 first, as an Add then Gelu compute it."""
+    chunk = min(CHUNK, x.shape[1])
+    biased = np.empty(chunk, dtype=np.float32)
+    scaled = np.empty(chunk, dtype=np.float64)
+    bits = np.empty(chunk, dtype=np.int64)
+    cols = x.shape[1]
+    for r in range(x.shape[0]):
+        for start in range(0, cols, chunk):
+            m = min(chunk, cols - start)
+            add_rows(x[r, start:start + m], bias[start:start + m], biased[:m])
+            tail_parts(biased[:m], scaled[:m], bits[:m])
+            gelu_of_parts(biased[:m], scaled[:m], bits[:m].view(np.float64),
+                          y[r, start:start + m])
+
+
+def add_rows(a, b, out):
+    for i in range(a.size):
+        out[i] = a[i] + b[i]
+
+
 def tail_parts(x, scaled, bits):
     """Phi(-|x|) as ``scaled * 2^k``: ``scaled`` is u times the exponential's polynomial,
     ``bits`` the float64 2^k."""
@@ -98,6 +120,37 @@ def gelu_of_parts(x, scaled, scale, y):
 def signature(numba: Any) -> list[Any]:
     return [numba.types.void(numba.types.Array(numba.types.float32, 1, "C", readonly=True),
                              numba.types.Array(numba.types.float32, 1, "C"))]
+
+
+def bias_signature(numba: Any) -> list[Any]:
+    f32 = numba.types.float32
+    return [numba.types.void(numba.types.Array(f32, 2, "C", readonly=True),
+                             numba.types.Array(f32, 1, "C", readonly=True),
+                             numba.types.Array(f32, 2, "C"))]
+
+
+class BiasGeluFloat32(CompiledLoop):
+    """``xp.bias_gelu_float32``: com.microsoft's BiasGelu of float32, ``gelu(x + bias)`` with a
+    bias of x's last dim, into a new array: :func:`bias_gelu_rows` (the same values as the Add
+    then :class:`GeluFloat32`'s pass); ``None`` where it does not apply (small, or not ready).
+    (1, 128, 3072), one thread, min of 30 on a loaded machine: 0.76 ms against 0.84 for the
+    Add then the compiled Gelu (0.68 alone)."""
+
+    MIN_SIZE = 16384
+
+    function = staticmethod(bias_gelu_rows)
+    signature = staticmethod(bias_signature)
+    helpers = (add_rows, tail_parts, gelu_of_parts)
+
+    def __call__(self, x: np.ndarray, bias: np.ndarray) -> np.ndarray | None:
+        cols = x.shape[-1] if x.ndim else 0
+        if (x.size < self.MIN_SIZE or not cols or x.dtype != np.float32
+                or bias.dtype != np.float32 or bias.shape != (cols,) or not self.ready()):
+            return None
+        y = np.empty(x.shape, dtype=np.float32)
+        self._compiled(np.ascontiguousarray(x).reshape(-1, cols), np.ascontiguousarray(bias),
+                       y.reshape(-1, cols))
+        return y
 
 
 class GeluFloat32(CompiledLoop):

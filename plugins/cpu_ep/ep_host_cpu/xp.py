@@ -14,12 +14,12 @@ import numpy as np
 from ep_host_cpu.average_pool import CompiledAveragePool3x3s1
 from ep_host_cpu.conv_epilogue import ConvEpilogue
 from ep_host_cpu.erf import erf
-from ep_host_cpu.gelu import GeluFloat32
+from ep_host_cpu.gelu import BiasGeluFloat32, GeluFloat32
 from ep_host_cpu.global_mean import CompiledPlaneMeans
 from ep_host_cpu.grouped_conv import GroupedConv2d
 from ep_host_cpu.hard_sigmoid import CompiledHardSigmoid
 from ep_host_cpu.im2col import ImageColumns
-from ep_host_cpu.layer_norm import CompiledLayerNorm
+from ep_host_cpu.layer_norm import CompiledLayerNorm, CompiledSkipLayerNorm
 from ep_host_cpu.linear_rows import CompiledLinearScores, CompiledNormalizer, CompiledScaler
 from ep_host_cpu.max_pool import CompiledMaxPool3x3s1, CompiledMaxPool3x3s2
 from ep_host_cpu.resample import CompiledTaps
@@ -44,11 +44,13 @@ def numpy_namespace() -> SimpleNamespace:
     ns = NumpyNamespace(**{k: v for k, v in vars(np).items() if not k.startswith("_")})
     ns.erf = erf  # float32 by a fast fit (ep_host_cpu.erf), other types by scipy
     ns.gelu_float32 = GeluFloat32()  # the erf Gelu of float32: numba's pass on large arrays
+    ns.bias_gelu_float32 = BiasGeluFloat32()  # the same after a bias, for BiasGelu
     ns.grouped_conv2d = GroupedConv2d()  # numba's loops, compiled when a Conv first asks
     ns.conv_epilogue = ConvEpilogue()  # numba's bias and clamp pass after a Conv's GEMMs
     ns.im2col_columns = ImageColumns()  # numba's copy of a stride-2 Conv's im2col columns
     ns.winograd_transforms = WinogradTransforms()  # numba's, for Conv's Winograd variant
     ns.compiled_layer_norm = CompiledLayerNorm()  # numba's, for float32 LayerNormalization
+    ns.compiled_skip_layer_norm = CompiledSkipLayerNorm()  # numba's, SkipLayerNormalization
     ns.compiled_softmax = CompiledSoftmax()  # numba's, for float32 Softmax over the last axis
     ns.compiled_sigmoid = CompiledSigmoid()  # numba's, compiled when a large Sigmoid first runs
     ns.compiled_hard_sigmoid = CompiledHardSigmoid()  # numba's, for HardSigmoid and HardSwish
