@@ -41,6 +41,7 @@ from ep_host.held_weights import (
     remember_shared,
     split_shared,
 )
+from ep_host.ml_types import ML_DOMAIN, add_ml_types
 from ep_host.prepacked import content_identity
 from ep_host.tensors import (
     check_initializer,
@@ -310,9 +311,26 @@ class Model:
         except Exception as exc:  # onnx raises several kinds; any of them means "no inference"
             self.warnings.append(f"shape inference failed, using declared types only: {exc}")
             inferred = light
+        else:
+            inferred = self._with_ml_types(inferred)
         if len(inferred.graph.node) != len(self.proto.graph.node):
             with_graphs = None
         return self._declared_types(inferred, with_graphs)
+
+    def _with_ml_types(self, inferred: ModelProto) -> ModelProto:
+        """``inferred`` with the ai.onnx.ml outputs its inference left untyped typed
+        (:mod:`ep_host.ml_types`), inferred again where a node of another domain reads one."""
+        graph = inferred.graph
+        if not any(n.domain == ML_DOMAIN for n in graph.node):
+            return inferred
+        typed = set(add_ml_types(graph))
+        if not any(n.domain != ML_DOMAIN and typed.intersection(n.input) for n in graph.node):
+            return inferred
+        try:
+            return onnx.shape_inference.infer_shapes(inferred, check_type=False,
+                                                     strict_mode=False, data_prop=True)
+        except Exception:  # noqa: BLE001 (the types found so far stand)
+            return inferred
 
     def _weightless_copy(self) -> ModelProto:
         """The model shape inference runs on: its nodes, types, opsets, functions and small

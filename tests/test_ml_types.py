@@ -1,0 +1,95 @@
+"""Output types of ai.onnx.ml nodes that onnx's inference leaves untyped, worked out from their
+input and attributes (``ep_host.ml_types``): each rule's type and shape are those the CPU EP's
+kernel and onnxruntime give, a rank-1 input is left alone, and a standard op reading a typed
+output is typed too."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime
+import pytest
+from hostkit import make_model
+from onnx import TensorProto, helper
+
+from ep_host import InferenceSession
+
+F = TensorProto.FLOAT
+ML = ("ai.onnx.ml", 3)
+
+
+def ml_node(op, outputs, **attrs):
+    return helper.make_node(op, ["x"], outputs, domain="ai.onnx.ml", **attrs)
+
+
+TREE = {"nodes_treeids": [0, 0, 0], "nodes_nodeids": [0, 1, 2], "nodes_featureids": [1, 0, 0],
+        "nodes_values": [0.5, 0.0, 0.0], "nodes_modes": ["BRANCH_LEQ", "LEAF", "LEAF"],
+        "nodes_truenodeids": [1, 0, 0], "nodes_falsenodeids": [2, 0, 0]}
+
+# (node, the outputs' (element type, shape after N))
+CASES = {
+    "Scaler": (ml_node("Scaler", ["y"], offset=[0.5], scale=[2.0]), [(F, (4,))]),
+    "Normalizer": (ml_node("Normalizer", ["y"], norm="L2"), [(F, (4,))]),
+    "Binarizer": (ml_node("Binarizer", ["y"], threshold=0.1), [(F, (4,))]),
+    "LinearRegressor": (ml_node("LinearRegressor", ["y"], coefficients=[0.1] * 8, targets=2,
+                                intercepts=[1.0, 2.0]), [(F, (2,))]),
+    "LinearClassifier 3": (ml_node("LinearClassifier", ["label", "scores"],
+                                   coefficients=[0.1, -0.2, 0.3, 0.4] * 3,
+                                   intercepts=[0.0, 1.0, -1.0], classlabels_ints=[7, 8, 9],
+                                   post_transform="SOFTMAX"),
+                           [(TensorProto.INT64, ()), (F, (3,))]),
+    "LinearClassifier 1 column": (ml_node("LinearClassifier", ["label", "scores"],
+                                          coefficients=[0.1, -0.2, 0.3, 0.4], intercepts=[0.5],
+                                          classlabels_strings=["no", "yes"],
+                                          post_transform="LOGISTIC"),
+                                  [(TensorProto.STRING, ()), (F, (2,))]),
+    "TreeEnsembleRegressor": (ml_node("TreeEnsembleRegressor", ["y"], n_targets=1,
+                                      target_treeids=[0, 0], target_nodeids=[1, 2],
+                                      target_ids=[0, 0], target_weights=[1.0, -1.0], **TREE),
+                              [(F, (1,))]),
+    "TreeEnsembleClassifier": (ml_node("TreeEnsembleClassifier", ["label", "probs"],
+                                       classlabels_int64s=[0, 1, 2],
+                                       class_treeids=[0, 0, 0, 0], class_nodeids=[1, 1, 2, 2],
+                                       class_ids=[0, 1, 1, 2],
+                                       class_weights=[0.6, 0.4, 0.3, 0.7], **TREE),
+                               [(TensorProto.INT64, ()), (F, (3,))]),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_rule_types_its_outputs_as_the_kernel_and_onnxruntime_give_them(case):
+    node, want = CASES[case]
+    model = make_model([node], [("x", F, ["N", 4])],
+                       [(name, elem, None) for name, (elem, _) in zip(node.output, want,
+                                                                     strict=True)],
+                       domains=[ML])
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"])
+    (view,) = session.model.graph.nodes
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    theirs = onnxruntime.InferenceSession(model.SerializeToString(), options,
+                                          providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    ours = session.run(None, {"x": x})
+    for out, (elem, after), mine, other in zip(view.outputs, want, ours, theirs, strict=True):
+        assert out.dtype.code == elem
+        assert out.shape == ("N", *after)
+        assert np.asarray(mine).shape == np.asarray(other).shape == (5, *after)
+
+
+def test_a_rank_one_input_is_left_untyped():
+    node = ml_node("Scaler", ["y"], offset=[0.5], scale=[2.0])
+    model = make_model([node], [("x", F, [4])], [("y", F, None)], domains=[ML])
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"])
+    assert session.model.graph.nodes[0].outputs[0].shape is None
+    assert session.run(None, {"x": np.ones(4, np.float32)})[0].shape == (4,)
+
+
+def test_a_standard_op_reading_a_typed_output_is_typed_too():
+    nodes = [ml_node("Scaler", ["s"], offset=[0.5], scale=[2.0]),
+             helper.make_node("Relu", ["s"], ["y"])]
+    model = make_model(nodes, [("x", F, [2, 4])], [("y", F, None)], domains=[ML])
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"])
+    relu = session.model.graph.nodes[1]
+    assert relu.outputs[0].shape == (2, 4) and relu.outputs[0].dtype.code == F
+    x = np.arange(8, dtype=np.float32).reshape(2, 4) - 4
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.maximum((x - 0.5) * 2, 0))
