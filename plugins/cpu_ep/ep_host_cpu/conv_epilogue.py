@@ -99,6 +99,7 @@ def signature(numba: Any) -> list[Any]:
                        types.float32, types.float32, types.int64)]
 
 
+FLOAT32 = np.dtype(np.float32)  # native float32: an array's dtype is this very object
 NO_BIAS = np.zeros(1, dtype=np.float32)  # read by the loop only with ``has_bias``
 NO_RESIDUAL = np.zeros((1, 1, 1), dtype=np.float32)  # read only with ``has_z``
 
@@ -114,17 +115,32 @@ class ConvEpilogue(LoopOnceCompiledInUse):
     signature = staticmethod(signature)
     helpers = (activate,)
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._modes: dict[Any, tuple[Any, Any, int]] = {}  # activation -> (p, q, mode)
+
     def __call__(self, y, bias, activation=None, residual=None):
         n, m = y.shape[:2]
         has_bias = bias is not None
         if not has_bias:
             bias = NO_BIAS
-        elif bias.dtype != np.float32 or bias.ndim != 1 or not bias.flags.c_contiguous:
+        elif bias.dtype is not FLOAT32 or bias.ndim != 1 or not bias.flags.c_contiguous:
             bias = np.ascontiguousarray(bias, dtype=np.float32).reshape(-1)
         has_z = residual is not None
         z = NO_RESIDUAL if not has_z else np.ascontiguousarray(
             residual, dtype=np.float32).reshape(n, m, -1)
-        mode, p, q = activation_mode(activation)
-        self._compiled(y.reshape(n, m, -1), bias, has_bias, z, has_z, np.float32(p),
-                       np.float32(q), mode)
+        found = self._modes.get(activation)
+        if found is None:
+            mode, p, q = activation_mode(activation)
+            found = self._modes[activation] = (np.float32(p), np.float32(q), mode)
+        if y.dtype is FLOAT32 and y.flags.c_contiguous:  # every array as compiled: no checks
+            self._unchecked(y.reshape(n, m, -1), bias, has_bias, z, has_z, *found)
+        else:  # the checked call says what is wrong
+            self._compiled(y.reshape(n, m, -1), bias, has_bias, z, has_z, *found)
         return y
+
+    @property
+    def _unchecked(self) -> Any:
+        """The compiled loop without the per-call checks of its arrays' types (a module built
+        ahead of time checks only item sizes; numba's own dispatcher checks anyway)."""
+        return getattr(self._compiled, "unchecked", self._compiled)
