@@ -398,6 +398,10 @@ def _conv_variant(c, m, group, kernel, out, strides, dilations, begin, end, dire
 TAPWISE_MAX_REACH = 0.75
 TAPWISE_MIN_DEPTH = 8  # input channels per group: the GEMMs' depth
 TAPWISE_CALL_MACS = 1 << 17  # multiply-adds skipped per GEMM at least (a call's overhead)
+# Spatial axes at most: the variant keeps a second copy of the weights in tap order, which a
+# 3-D convolution's many taps make big (R3D-18's 512-channel 3x3x3 convs on one frame: 28 MB
+# each, its peak RSS 373 -> 401 MB) for little time saved there.
+TAPWISE_MAX_AXES = 2
 
 
 def _conv_tapwise(xp, x, taps, plan):
@@ -751,8 +755,8 @@ class ConvPlan:
         loops = getattr(xp, "grouped_conv2d", None)
         compiled = loops is not None and _may_run_direct(w_shape, group) and loops.ready(work)
         reached = reached_taps(x_shape[2:], kernel, self.out, self.strides, self.dilations,
-                               self.begin) if not compiled and (any(self.begin) or any(self.end)) \
-            else None  # without padding every tap reads the input
+                               self.begin) if not compiled and n_spatial <= TAPWISE_MAX_AXES and (
+            any(self.begin) or any(self.end)) else None  # without padding every tap reads
         self.variant, self.reason, self.args = _conv_variant(
             c, m, group, kernel, self.out, self.strides, self.dilations, self.begin, self.end,
             compiled, reached)
