@@ -72,9 +72,10 @@ def activate(y, shift, p, q, zero, one, mode):
 def bias_activate(y, bias, has_bias, z, has_z, p, q, mode):
     """y[b, o, i] = y[b, o, i] + bias[o] (with ``has_bias``), plus z[b, o, i] (with ``has_z``:
     a residual, as FusedConv's fourth input), then the activation ``mode`` with parameters
-    ``p``, ``q`` (see :func:`activate`); y and z (n, m, size) float32. With a residual a row
-    takes two passes while it is in the cache: the sums, then the activation (of each sum plus
-    -0.0, which leaves it as it is), the float32 steps of an Add after the Conv."""
+    ``p``, ``q`` (see :func:`activate`); y and z (n, m, size) float32, the float32 steps of an
+    Add after the Conv. With a residual and a clamp (the Relu the fusion takes) one pass;
+    other activations take a second pass while the row is in the cache (of each sum plus -0.0,
+    which leaves it as it is)."""
     n, m = y.shape[:2]
     zero = np.float32(0)
     one = np.float32(1)
@@ -85,6 +86,12 @@ def bias_activate(y, bias, has_bias, z, has_z, p, q, mode):
             if has_z:
                 row = y[b, o]
                 extra = z[b, o]
+                if mode == 1:
+                    for j in range(row.size):
+                        v = (row[j] + shift) + extra[j]
+                        v = p if v < p else v  # selects, not branches: vectorized
+                        row[j] = q if v > q else v
+                    continue
                 for j in range(row.size):
                     row[j] = (row[j] + shift) + extra[j]
                 shift = keep
