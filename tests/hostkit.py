@@ -7,7 +7,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from ep_host import Cost, FunctionKernel, KernelMatch, ProviderInfo, hookimpl
 
@@ -23,6 +23,17 @@ def make_model(nodes, inputs, outputs, *, opset=17, initializers=(), domains=(),
     model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 10
     return model
+
+
+def conv_relu_model() -> bytes:
+    """Conv then Relu, float32 [1, 1, 2, 2] -> [1, 2, 2, 2]: the optimizer fuses them, so a
+    session runs another model than the one it loaded."""
+    w = np.ones((2, 1, 1, 1), np.float32)
+    return make_model([helper.make_node("Conv", ["x", "w"], ["c"]),
+                       helper.make_node("Relu", ["c"], ["y"])],
+                      [("x", TensorProto.FLOAT, [1, 1, 2, 2])],
+                      [("y", TensorProto.FLOAT, [1, 2, 2, 2])],
+                      initializers=[numpy_helper.from_array(w, "w")]).SerializeToString()
 
 
 def add_relu_model():

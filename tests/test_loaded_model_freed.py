@@ -7,10 +7,8 @@ from __future__ import annotations
 import gc
 import weakref
 
-import numpy as np
 import pytest
-from hostkit import make_model
-from onnx import TensorProto, helper, numpy_helper
+from hostkit import conv_relu_model
 
 from ep_host import InferenceSession, loading, session
 
@@ -28,16 +26,6 @@ def loads(monkeypatch):
 
     monkeypatch.setattr(session, "load_model", load_model)
     return seen
-
-
-def conv_relu_model():
-    """Conv then Relu: the optimizer fuses them, so the session runs another model."""
-    w = np.ones((2, 1, 1, 1), np.float32)
-    return make_model([helper.make_node("Conv", ["x", "w"], ["c"]),
-                       helper.make_node("Relu", ["c"], ["y"])],
-                      [("x", TensorProto.FLOAT, [1, 1, 2, 2])],
-                      [("y", TensorProto.FLOAT, [1, 2, 2, 2])],
-                      initializers=[numpy_helper.from_array(w, "w")]).SerializeToString()
 
 
 def test_a_replaced_model_is_freed_at_once(loads):

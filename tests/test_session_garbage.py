@@ -11,21 +11,11 @@ import types
 
 import numpy as np
 import pytest
-from hostkit import make_model
-from onnx import TensorProto, helper, numpy_helper
+from hostkit import conv_relu_model, make_model
+from onnx import TensorProto, helper
 
 from ep_host import InferenceSession
 from ep_host.graph import unlink_views
-
-
-def conv_relu_model() -> bytes:
-    """Conv then Relu: the optimizer fuses them, so the model as loaded is replaced."""
-    w = np.ones((2, 1, 1, 1), np.float32)
-    return make_model([helper.make_node("Conv", ["x", "w"], ["c"]),
-                       helper.make_node("Relu", ["c"], ["y"])],
-                      [("x", TensorProto.FLOAT, [1, 1, 2, 2])],
-                      [("y", TensorProto.FLOAT, [1, 2, 2, 2])],
-                      initializers=[numpy_helper.from_array(w, "w")]).SerializeToString()
 
 
 def if_model() -> bytes:

@@ -348,14 +348,16 @@ def _conv_variant(c, m, group, kernel, out, strides, dilations, begin, end, dire
                   reached=None):
     """The variant for this geometry, with the reason template and its arguments; ``direct``:
     the provider's namespace has compiled loops for this weight (see :func:`_may_run_direct`);
-    ``reached``: the taps that read the input (``reached_taps``), where known."""
+    ``reached``: the taps that read the input (``reached_taps``) where the geometry may take
+    ``tapwise``, else ``None``."""
     if direct:
         return "direct", "group {} ({} input and {} output channels per group): direct loops " \
             "over {} taps, compiled", (group, c // group, m // group, math.prod(kernel))
-    if reached is not None and c // group >= TAPWISE_MIN_DEPTH:
+    if reached is not None:
         window = math.prod(kernel) * math.prod(out)
-        reach = sum(r[3] for r in reached) / window
-        skipped = (window - sum(r[3] for r in reached)) * (c // group) * m
+        read = sum(r[3] for r in reached)
+        reach = read / window
+        skipped = (window - read) * (c // group) * m
         if reach <= TAPWISE_MAX_REACH and skipped >= len(reached) * TAPWISE_CALL_MACS:
             return "tapwise", "{:.0%} of the window's multiplies read the input, the rest its " \
                 "padding (dilations {}): one GEMM per tap over the outputs it reaches", (
@@ -754,9 +756,11 @@ class ConvPlan:
         c, m = x_shape[1], w_shape[0]
         loops = getattr(xp, "grouped_conv2d", None)
         compiled = loops is not None and _may_run_direct(w_shape, group) and loops.ready(work)
+        # without padding every tap reads the input
+        may_skip = (not compiled and n_spatial <= TAPWISE_MAX_AXES
+                    and c // group >= TAPWISE_MIN_DEPTH and (any(self.begin) or any(self.end)))
         reached = reached_taps(x_shape[2:], kernel, self.out, self.strides, self.dilations,
-                               self.begin) if not compiled and n_spatial <= TAPWISE_MAX_AXES and (
-            any(self.begin) or any(self.end)) else None  # without padding every tap reads
+                               self.begin) if may_skip else None
         self.variant, self.reason, self.args = _conv_variant(
             c, m, group, kernel, self.out, self.strides, self.dilations, self.begin, self.end,
             compiled, reached)

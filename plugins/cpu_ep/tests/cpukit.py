@@ -116,3 +116,15 @@ def flops(model):
 
     node = ep_host.load_model(model.SerializeToString()).graph.nodes[0]
     return REGISTRY.lookup(node).flops(node)
+
+
+def assert_labels_equal_scores_close(compiled, passes, label):
+    """A compiled ML kernel's outputs against numpy's passes: labels equal; scores equal but
+    for the float64 sums' order, which can move a float32 rounding (and libm's exponential
+    against numpy's, 1 ulp of float64)."""
+    for a, b in zip(compiled, passes, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape, label
+        if a.dtype.kind in "OiU":
+            assert a.tolist() == b.tolist(), label
+        else:
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=label)

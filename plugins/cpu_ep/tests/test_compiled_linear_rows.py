@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpukit import run_ep_host
+from cpukit import assert_labels_equal_scores_close, run_ep_host
 from ep_host_cpu.linear_rows import CompiledLinearScores, CompiledNormalizer, CompiledScaler
 from ep_host_cpu.xp import numpy_xp
 from onnx import TensorProto, helper
@@ -33,17 +33,6 @@ def both_ways(monkeypatch, m, x):
     compiled = run_ep_host(m, {"x": x})
     switch(monkeypatch, False)
     return compiled, run_ep_host(m, {"x": x})
-
-
-def assert_close(compiled, passes, label):
-    """Labels equal; scores equal but for the float64 sums' order, which can move a float32
-    rounding, and numpy's own exponential (1 ulp of float64 off libm's)."""
-    for a, b in zip(compiled, passes, strict=True):
-        assert a.dtype == b.dtype and a.shape == b.shape, label
-        if a.dtype.kind in "OiU":
-            assert a.tolist() == b.tolist(), label
-        else:
-            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=label)
 
 
 def classifier_of(coefficients, intercepts, transform="NONE", strings=False):
@@ -93,7 +82,7 @@ def test_linear_classifier_as_numpy(rng, monkeypatch, transform, strings):
     m = linear_classifier(rng, 4, strings=strings, transform=transform)
     for n in (1, 3, 40):
         compiled, passes = both_ways(monkeypatch, m, edge_rows(rng, n))
-        assert_close(compiled, passes, f"{transform}, {n} rows")
+        assert_labels_equal_scores_close(compiled, passes, f"{transform}, {n} rows")
 
 
 @pytest.mark.parametrize("transform", ["NONE", "LOGISTIC"])
@@ -103,7 +92,7 @@ def test_one_score_column_as_numpy(rng, monkeypatch, transform, strings):
     for n in (1, 40):
         x = edge_rows(rng, n)
         compiled, passes = both_ways(monkeypatch, m, x)
-        assert_close(compiled, passes, f"{transform}, {n} rows")
+        assert_labels_equal_scores_close(compiled, passes, f"{transform}, {n} rows")
 
 
 def test_ties_nan_and_negative_zero(monkeypatch):
@@ -117,7 +106,7 @@ def test_ties_nan_and_negative_zero(monkeypatch):
         for coefficients in (same, nan_second):
             m = classifier_of(coefficients, [0.0, 0.0, 0.0], transform)
             compiled, passes = both_ways(monkeypatch, m, rows_)
-            assert_close(compiled, passes, transform)
+            assert_labels_equal_scores_close(compiled, passes, transform)
             np.testing.assert_array_equal(compiled[1], passes[1])
     label, _ = both_ways(monkeypatch, classifier_of(same, [0.0] * 3), rows_)[0]
     assert label.tolist() == [10, 10, 10, 10]
@@ -136,7 +125,8 @@ def test_linear_regressor_as_numpy(rng, monkeypatch, transform, targets, interce
     m = regressor(rng, targets, transform, intercepts)
     for n in (1, 3, 40):
         compiled, passes = both_ways(monkeypatch, m, edge_rows(rng, n))
-        assert_close(compiled, passes, f"{transform}, {targets} targets, {n} rows")
+        assert_labels_equal_scores_close(compiled, passes,
+                                         f"{transform}, {targets} targets, {n} rows")
 
 
 def test_one_row_is_the_batch_row_bit_for_bit(rng, monkeypatch):
@@ -193,7 +183,7 @@ def test_other_input_types_as_float32(rng, monkeypatch):
             as_float32 = make(TensorProto.FLOAT)
             expected = run_ep_host(as_float32, {"x": x.astype(np.float32)})
             for compiled_first in both_ways(monkeypatch, m, x):
-                assert_close(compiled_first, expected, str(dtype))
+                assert_labels_equal_scores_close(compiled_first, expected, str(dtype))
 
 
 @pytest.mark.parametrize("numpy_passes", [False, True])

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cpukit import run_ep_host
+from cpukit import assert_labels_equal_scores_close, run_ep_host
 from ep_host_cpu.svm_decisions import CompiledSvmDecisions
 from ep_host_cpu.xp import numpy_xp
 from onnx import TensorProto, helper
@@ -51,17 +51,6 @@ def both_ways(monkeypatch, model, x):
     return compiled, run_ep_host(model, {"x": x})
 
 
-def assert_close(compiled, passes, label):
-    """Labels equal; scores equal but for the float64 sums' order, which can move a float32
-    rounding (onnxruntime's own sums differ more)."""
-    for a, b in zip(compiled, passes, strict=True):
-        assert a.dtype == b.dtype and a.shape == b.shape, label
-        if a.dtype.kind in "OiU":
-            assert a.tolist() == b.tolist(), label
-        else:
-            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7, err_msg=label)
-
-
 @pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("k,probabilities", [(2, False), (3, False), (4, False), (3, True)])
 def test_classifier_decisions_as_numpy(rng, monkeypatch, kernel, k, probabilities):
@@ -69,7 +58,7 @@ def test_classifier_decisions_as_numpy(rng, monkeypatch, kernel, k, probabilitie
     model = svc(rng, k, kernel, probabilities, strings=k == 4)
     for n in (1, 3, 40):
         compiled, passes = both_ways(monkeypatch, model, rows(rng, n))
-        assert_close(compiled, passes, f"{kernel}, {k} classes, {n} rows")
+        assert_labels_equal_scores_close(compiled, passes, f"{kernel}, {k} classes, {n} rows")
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
@@ -78,7 +67,8 @@ def test_regressor_decisions_as_numpy(rng, monkeypatch, kernel, one_class):
     model = svr(rng, kernel, one_class=one_class)
     for n in (1, 40):
         compiled, passes = both_ways(monkeypatch, model, rows(rng, n))
-        assert_close(compiled, passes, f"{kernel}, one_class={one_class}, {n} rows")
+        assert_labels_equal_scores_close(compiled, passes,
+                                         f"{kernel}, one_class={one_class}, {n} rows")
 
 
 def test_one_row_is_the_batch_row_bit_for_bit(rng):
