@@ -247,6 +247,7 @@ class Model:
         scans = _validate_structure(proto.graph, self.label, self.opset_imports, self.functions,
                                     rows)
         with_graphs = [i for i, row in enumerate(rows) if row[6]]
+        self.has_bodies = bool(with_graphs)  # a main-graph node holds a graph (If, Loop, ...)
         self.value_types = (self._infer_types(with_graphs) if infer_shapes
                             else self._declared_types(proto, with_graphs))
         for scan, name, since_version in scans:

@@ -234,7 +234,8 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
         proto.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     # inference again only where folding made new constants it may see through (a shape now
     # known); fusions and weight folds keep every type the value_info above states
-    infer = model.shapes_inferred and bool(applied.keys() & REINFER_AFTER)
+    infer = (model.shapes_inferred and bool(applied.keys() & REINFER_AFTER)
+             and not _inferred_in_full(model, produced))
     out = Model(proto, path=model.path, base_dir=model.base_dir, infer_shapes=infer,
                 held=model.held)
     out.adopt_constants(model, rw.computed(read))
@@ -246,6 +247,21 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     out.merged = {**model.merged, **rw.merged}
     out.sources = _sources(model, rw, out)
     return out
+
+
+def _inferred_in_full(model: Model, produced: set[str]) -> bool:
+    """Whether loading's inference gave every value in ``produced`` a type and a shape of
+    numbers, in a model without graph bodies: inference again, after folding, could learn
+    nothing more (on ShuffleNet it took 4 of the 13 ms the rebuild took)."""
+    if model.has_bodies:
+        return False
+    values = model.graph.values
+    for name in produced:
+        view = values.get(name)
+        if (view is None or view.kind != "tensor" or view.dtype is None or view.shape is None
+                or not all(type(d) is int for d in view.shape)):
+            return False
+    return True
 
 
 def _sources(model: Model, rw: Rewriter, out: Model) -> dict[str, list[str]]:
