@@ -5,10 +5,6 @@ inputs, a tolerance per dtype), run latency (median of interleaved runs after un
 runs, one thread both sides), session creation and peak RSS of creating a session and one run
 (each runtime alone in its own process). Prints a markdown table and geometric means.
 
-Each child imports ep-host first, as ``ep-host`` commands do: before numpy loads OpenBLAS, whose
-kernels it may choose (:mod:`ep_host.blas_core`); a script that imports numpy first keeps
-OpenBLAS's own choice.
-
 Session creation is the median of interleaved creations, after one session of each runtime was
 created and run: at least ``--creation`` of each, more while under CREATION_S seconds in all,
 the order alternating; before each, untimed, a full ``gc.collect()`` (neither runtime pays for
@@ -348,10 +344,6 @@ def main() -> None:
     parser.add_argument("--runtime", choices=RUNTIMES, help=argparse.SUPPRESS)
     parser.add_argument("--json", help="write every row and the geometric means here")
     args = parser.parse_args()
-    if args.command == "_speed" or (args.command == "_memory" and args.runtime == "ep-host"):
-        # first, as `ep-host run` imports it: before numpy loads OpenBLAS, whose kernels it
-        # may choose (ep_host.blas_core); onnxruntime's own kernels do not read that choice
-        importlib.import_module("ep_host")
     if args.command == "_speed":
         print(json.dumps(measure_speed(args.name, args.out, args.repeat, args.creation,
                                        args.warmup)))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-import ep_host.blas_core  # noqa: F401  (first: it picks OpenBLAS's kernels before numpy loads)
 from ep_host.cost import Cost, element_count, structural_input_bytes
 from ep_host.dtypes import DType, dtype
 from ep_host.errors import (
