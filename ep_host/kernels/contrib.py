@@ -118,6 +118,12 @@ def bias_gelu(xp, a, b):
 
 @kernel("FastGelu", 1, domain=MS, dtypes=HALF_FLOATS, check=_check_activation)
 def fast_gelu(xp, x, bias=None):
+    """A provider's ``xp.fast_gelu_float32`` (the CPU EP's, numba) takes large float32 inputs:
+    one pass, ``w sigmoid(2z)`` for ``0.5 w (1 + tanh(z))``, without the cancellation of ``1 +
+    tanh(z)`` for w below about -3."""
+    compiled = getattr(xp, "fast_gelu_float32", None)
+    if compiled is not None and compiled.takes(x, bias):
+        return compiled(x, bias)
     w = _with_bias(xp, x, bias)
     inner = w * (TANH_GELU_A + TANH_GELU_B * w * w)
     return (0.5 * w * (1.0 + xp.tanh(inner))).astype(x.dtype)

@@ -14,6 +14,7 @@ import numpy as np
 from ep_host_cpu.average_pool import CompiledAveragePool3x3s1
 from ep_host_cpu.conv_epilogue import ConvEpilogue
 from ep_host_cpu.erf import erf
+from ep_host_cpu.fast_gelu import CompiledFastGelu
 from ep_host_cpu.gelu import BiasGeluFloat32, GeluFloat32
 from ep_host_cpu.global_mean import CompiledPlaneMeans
 from ep_host_cpu.grouped_conv import GroupedConv2d
@@ -45,6 +46,7 @@ def numpy_namespace() -> SimpleNamespace:
     ns.erf = erf  # float32 by a fast fit (ep_host_cpu.erf), other types by scipy
     ns.gelu_float32 = GeluFloat32()  # the erf Gelu of float32: numba's pass on large arrays
     ns.bias_gelu_float32 = BiasGeluFloat32()  # the same after a bias, for BiasGelu
+    ns.fast_gelu_float32 = CompiledFastGelu()  # numba's one pass for FastGelu (tanh form)
     ns.grouped_conv2d = GroupedConv2d()  # numba's loops, compiled when a Conv first asks
     ns.conv_epilogue = ConvEpilogue()  # numba's bias and clamp pass after a Conv's GEMMs
     ns.im2col_columns = ImageColumns()  # numba's copy of a stride-2 Conv's im2col columns
