@@ -295,18 +295,23 @@ def read_split(f) -> tuple[bytes, HeldWeights] | None:
     return small, HeldWeights(buffer, spans)
 
 
-# Anonymous private memory, its pages made up front (Linux): numpy's own allocation asks for
-# huge pages on big arrays (``madvise``), and on the 2-vCPU VMs this was measured on, fresh
-# huge pages are what the hypervisor hands back most slowly: BERT-base's 435 MB read took
-# 0.07-1.2 s into a numpy array, 0.15-0.22 s into this mapping (interleaved, one process)
+# From this size the weights go to anonymous private memory whose pages are made in one call
+# (Linux), smaller ones to numpy's memory (huge pages where the system gives them). Measured on
+# the 2-vCPU VM of bench/models.py, each creation after one of the same model while a session of
+# it lives: fresh huge pages are sometimes what the hypervisor hands back most slowly (BERT-base,
+# 435 MB: 0.07-1.2 s into a numpy array, 0.15-0.22 s into the mapping; AlexNet, 244 MB: 351-577
+# against 98-356 ms creation; RetinaNet, 136 MB: 216-505 against 238-267), while a smaller buffer
+# is faster in numpy's (R3D-18, 127 MB: 35 against 60-69 ms; GoogLeNet, 25 MB: 30 against 34)
+POPULATE_MIN_BYTES = 128 * 2**20
 _WEIGHT_MAP_FLAGS = (getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
                      | getattr(mmap, "MAP_POPULATE", 0))
 
 
 def _weight_buffer(size: int) -> np.ndarray:
-    """A writable uint8 buffer of ``size`` bytes for the weights: an anonymous mapping with its
-    pages made in one call where the platform has ``MAP_POPULATE``, else numpy's memory."""
-    if hasattr(mmap, "MAP_POPULATE") and size > 0:
+    """A writable uint8 buffer of ``size`` bytes for the weights: from
+    :data:`POPULATE_MIN_BYTES` on an anonymous mapping with its pages made in one call, where the
+    platform has ``MAP_POPULATE``; numpy's memory otherwise."""
+    if hasattr(mmap, "MAP_POPULATE") and size >= POPULATE_MIN_BYTES:
         try:
             return np.frombuffer(mmap.mmap(-1, size, flags=_WEIGHT_MAP_FLAGS), np.uint8)
         except (OSError, ValueError):  # no such mapping here: numpy's memory does the same

@@ -147,3 +147,19 @@ def test_two_sessions_sharing_prepacked_use_one_copy_of_the_weights(tmp_path):
     assert second._model.held is first._model.held
     for a, b in zip(first.run(None, {"x": x}), second.run(None, {"x": x}), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_weights_in_a_populated_mapping_are_read_exactly(tmp_path, monkeypatch):
+    from ep_host import held_weights
+
+    monkeypatch.setattr(held_weights, "POPULATE_MIN_BYTES", 0)  # the big models' buffer
+    path = tmp_path / "big.onnx"
+    _, arrays = big_model(path)
+    model = load_model(str(path))
+    assert model.held is not None
+    if hasattr(held_weights.mmap, "MAP_POPULATE"):
+        assert isinstance(model.held.buffer.base.obj, held_weights.mmap.mmap)
+    for name, want in arrays.items():
+        got = model.graph.values[name].value
+        np.testing.assert_array_equal(got, want)
+        assert not got.flags.writeable
