@@ -18,17 +18,15 @@ unit of |2z|, the rounding of z to float32 the numpy passes and onnxruntime shar
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
+from ep_host.kernels.contrib import TANH_GELU_A, TANH_GELU_B
 from ep_host_cpu.jit import CompiledLoop
-from ep_host_cpu.sigmoid import HALF_TAIL, TAIL, exp_of_nonpositive
+from ep_host_cpu.sigmoid import CHUNK, HALF_TAIL, TAIL, copy, exp_of_nonpositive
 
-CHUNK = 2048  # elements per pass: the scratch buffers stay in the L1 cache
-A = np.float32(math.sqrt(2.0 / math.pi))  # the library's TANH_GELU_A and _B, in float32
-B = np.float32(0.044715 * math.sqrt(2.0 / math.pi))
+A, B = np.float32(TANH_GELU_A), np.float32(TANH_GELU_B)  # the library's, in float32
 
 
 def fast_gelu_float32(x, bias, y):
@@ -77,11 +75,6 @@ def gelu_of_parts(w, twice, poly, scale):
         if t < TAIL:  # a NaN keeps its value
             value = np.float32(0)
         poly[i] = value * w[i]
-
-
-def copy(src, dst):
-    for i in range(src.size):
-        dst[i] = src[i]
 
 
 def signature(numba: Any) -> list[Any]:
