@@ -237,7 +237,7 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     infer = (model.shapes_inferred and bool(applied.keys() & REINFER_AFTER)
              and not _inferred_in_full(model, produced))
     out = Model(proto, path=model.path, base_dir=model.base_dir, infer_shapes=infer,
-                held=model.held)
+                held=model.held, rewritten=True)
     out.adopt_constants(model, rw.computed(read))
     # the rewritten graph's unknown dims replace the written one's
     kept = [w for w in model.warnings if w != model.unknown_dims_warning]

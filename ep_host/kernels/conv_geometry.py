@@ -143,6 +143,18 @@ def tap_reach(size, k, out, s, d, b):
     return lo, hi, lo * s + start
 
 
+def reached_count(spatial, kernel, out, strides, dilations, begin):
+    """How many taps read some of the input, and how many (tap, output) pairs read it: what
+    :func:`reached_taps` would list and the sum of its box sizes, found axis by axis (the taps
+    are the product of the axes' taps) without listing them."""
+    taps, read = 1, 1
+    for size, k, o, s, d, b in zip(spatial, kernel, out, strides, dilations, begin, strict=True):
+        spans = [hi - lo for lo, hi, _ in (tap_reach(size, t, o, s, d, b) for t in range(k))]
+        taps *= sum(1 for n in spans if n)
+        read *= sum(spans)
+    return taps, read
+
+
 def reached_taps(spatial, kernel, out, strides, dilations, begin):
     """Each kernel tap that reads some of the input, in the weight's tap order: ``(tap index,
     the output box it reaches as slices, the input it reads there as strided slices, the box's

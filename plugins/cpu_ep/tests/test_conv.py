@@ -394,3 +394,29 @@ def test_reached_taps_are_the_taps_and_outputs_that_read_the_input(rng):
                 assert list(range(box[a].start, box[a].stop)) == reads[a]
                 assert list(range(spatial[a]))[source[a]] == [
                     o * strides[a] + tap[a] * dilations[a] - begin[a] for o in reads[a]]
+
+
+def test_reached_count_counts_what_reached_taps_lists():
+    # the variant choice counts the reached taps axis by axis; tapwise lists them
+    from ep_host.kernels.conv_geometry import reached_count, reached_taps, window_geometry
+
+    rng = np.random.default_rng(3)
+    checked = 0
+    for _ in range(600):
+        nd = int(rng.integers(1, 4))
+        spatial = rng.integers(1, 12, nd).tolist()
+        kernel = rng.integers(1, 6, nd).tolist()
+        strides = rng.integers(1, 4, nd).tolist()
+        dilations = rng.integers(1, 5, nd).tolist()
+        pads = rng.integers(0, 7, 2 * nd).tolist()
+        try:
+            out, begin, _ = window_geometry(spatial, kernel, strides, dilations, pads, "NOTSET")
+        except ValueError:
+            continue
+        if min(out) <= 0:
+            continue
+        listed = reached_taps(spatial, kernel, out, strides, dilations, begin)
+        assert reached_count(spatial, kernel, out, strides, dilations, begin) == (
+            len(listed), sum(r[3] for r in listed))
+        checked += 1
+    assert checked > 300

@@ -371,3 +371,60 @@ def test_one_row_scores_equal_that_row_in_a_batch_bit_for_bit(rng, kind):
         alone = run_ep_host(model, {"x": x[i:i + 1]})
         for a, b in zip(alone, together, strict=True):
             np.testing.assert_array_equal(np.asarray(a)[0], np.asarray(b)[i])
+
+
+# -- node tables in any order ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sparse_ids", [False, True])
+def test_a_shuffled_table_scores_like_the_ordered_one(rng, sparse_ids):
+    # exporters write each tree's nodes together with ids 0, 1, ... (looked up by arithmetic);
+    # here the rows are shuffled and the trees get ids 9, 2, 5 (the ranked lookup); with
+    # ``sparse_ids`` node ids go up in tens, which the spec does not allow (onnxruntime refuses
+    # them) and ep-host reads all the same
+    model = regressor(rng, trees=3, depth=4)
+    x = inputs(rng, nan=True)
+    (ordered,) = assert_same(model, x)
+    attrs = {a.name: a for a in model.graph.node[0].attribute}
+    n = len(attrs["nodes_nodeids"].ints)
+    order = rng.permutation(n)
+    new_tree = {0: 9, 1: 2, 2: 5}
+    for name in ("nodes_treeids", "target_treeids"):
+        attrs[name].ints[:] = [new_tree[t] for t in attrs[name].ints]
+    if sparse_ids:
+        for name in ("nodes_nodeids", "nodes_truenodeids", "nodes_falsenodeids",
+                     "target_nodeids"):
+            attrs[name].ints[:] = [10 * i + 3 for i in attrs[name].ints]
+    for name, attr in attrs.items():
+        if name.startswith("nodes_"):
+            for field in ("ints", "floats", "strings"):
+                values = list(getattr(attr, field))
+                if len(values) == n:
+                    getattr(attr, field)[:] = [values[i] for i in order]
+            if attr.HasField("t"):  # nodes_values_as_tensor
+                attr.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(attr.t)[order],
+                                                        attr.t.name))
+    (shuffled,) = run_ep_host(model, {"x": x})
+    np.testing.assert_allclose(shuffled, ordered, rtol=1e-6)
+
+
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_a_child_outside_the_table_declines(rng, shuffled):
+    model = regressor(rng, trees=2, depth=2)
+    attrs = {a.name: a for a in model.graph.node[0].attribute}
+    if shuffled:  # tree ids descending: the ranked lookup
+        attrs["nodes_treeids"].ints[:] = [1 - t for t in attrs["nodes_treeids"].ints]
+        attrs["target_treeids"].ints[:] = [1 - t for t in attrs["target_treeids"].ints]
+    attrs["nodes_truenodeids"].ints[0] = 7  # tree 0 (or 1) has nodes 0..6: 7 is past its end
+    answer = cpu_answer(model)
+    assert not answer.is_supported and answer.code == "attribute"
+    assert "points to a missing node 7" in answer.reason
+
+
+def test_a_repeated_node_id_declines(rng):
+    model = regressor(rng, trees=2, depth=2)
+    attrs = {a.name: a for a in model.graph.node[0].attribute}
+    attrs["nodes_nodeids"].ints[3] = 2  # tree 0 lists node 2 twice
+    answer = cpu_answer(model)
+    assert not answer.is_supported and answer.code == "attribute"
+    assert "repeats node id 2" in answer.reason
