@@ -42,9 +42,16 @@ def reached_leaves(roots, true_child, false_child, n_interior, size):
     tree t's root. Raises ValueError when a tree never reaches its leaves (a cycle)."""
     roots = np.asarray(roots, np.intp)
     tree, node, depth = np.arange(len(roots), dtype=np.intp), roots, 0
+    # no node is a child twice (no shared subtree, exporters write none): no pair repeats on a
+    # level, so the pairs are sorted once at the end rather than made unique on every level
+    children = np.concatenate([true_child[:n_interior], false_child[:n_interior]])
+    shared = bool((np.bincount(children, minlength=size) > 1).any())
     while True:
         inner = node < n_interior
         if not inner.any():
+            if not shared:
+                pairs = np.sort(tree * size + node)
+                tree, node = pairs // size, pairs % size
             return tree, node, depth
         depth += 1
         if depth > n_interior:
@@ -52,7 +59,8 @@ def reached_leaves(roots, true_child, false_child, n_interior, size):
         at, below = tree[inner], node[inner]
         pairs = np.concatenate([tree[~inner] * size + node[~inner], at * size + true_child[below],
                                 at * size + false_child[below]])
-        pairs = np.unique(pairs)  # two paths to one node (a shared subtree) walk it once
+        if shared:
+            pairs = np.unique(pairs)  # two paths to one node (a shared subtree) walk it once
         tree, node = pairs // size, pairs % size
 
 

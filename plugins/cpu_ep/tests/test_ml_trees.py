@@ -428,3 +428,18 @@ def test_a_repeated_node_id_declines(rng):
     answer = cpu_answer(model)
     assert not answer.is_supported and answer.code == "attribute"
     assert "repeats node id 2" in answer.reason
+
+
+def test_a_leaf_two_branches_share_is_reached_from_both():
+    # node 0: x0 <= 0 ? node 1 : leaf 2; node 1: x1 <= 0 ? leaf 2 : leaf 3 (leaf 2 has two parents)
+    node = helper.make_node(
+        "TreeEnsembleRegressor", ["x"], ["y"], domain=ML, nodes_treeids=[0, 0, 0, 0],
+        nodes_nodeids=[0, 1, 2, 3], nodes_featureids=[0, 1, 0, 0],
+        nodes_values=[0.0, 0.0, 0.0, 0.0],
+        nodes_modes=["BRANCH_LEQ", "BRANCH_LEQ", "LEAF", "LEAF"], nodes_truenodeids=[1, 2, 0, 0],
+        nodes_falsenodeids=[2, 3, 0, 0], target_treeids=[0, 0], target_nodeids=[2, 3],
+        target_ids=[0, 0], target_weights=[1.0, 5.0], n_targets=1)
+    model = ml_model(node, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 1])], 3)
+    x = np.array([[-1, -1, 0, 0], [-1, 1, 0, 0], [1, -1, 0, 0], [1, 1, 0, 0]], np.float32)
+    (y,) = run_ep_host(model, {"x": x})
+    np.testing.assert_array_equal(y, np.array([[1], [5], [1], [1]], np.float32))
