@@ -1,5 +1,5 @@
-"""The editable graph that graph-optimization passes rewrite: the main graph's nodes as protobuf
-copies with producer and consumer lookups, and the small node helpers the passes share.
+"""The editable graph that graph-optimization passes rewrite: the main graph's protobuf nodes
+with producer and consumer lookups, and the small node helpers the passes share.
 """
 
 from __future__ import annotations
@@ -17,13 +17,15 @@ MS_DOMAIN = "com.microsoft"
 
 
 class Rewriter:
-    """The main graph as editable protobuf nodes, with the lookups passes need."""
+    """The main graph's nodes, with the lookups passes need. The nodes are the loaded model's
+    own protobuf messages, which no pass edits: a pass replaces a node by an edited copy
+    (:func:`copy_node`, :meth:`replace`), so nothing is copied up front (copying SSD-lite's
+    3,500 nodes took 16 ms)."""
 
     def __init__(self, model: Model):
         self.model = model
         self.values = model.graph.values
-        self.nodes: list[NodeProto | None] = [
-            copy_node(node_proto(view)) for view in model.graph.nodes]
+        self.nodes: list[NodeProto | None] = [node_proto(view) for view in model.graph.nodes]
         self.views = {id(n): v for n, v in zip(self.nodes, model.graph.nodes, strict=True)}
         self.position = {id(n): i for i, n in enumerate(self.nodes)}
         self.initializers: dict[str, TensorProto] = {}  # new ones taken as written, by name
