@@ -214,11 +214,8 @@ class Model:
         base_dir: str | None = None,
         infer_shapes: bool = True,
         held: HeldWeights | None = None,
-        rewritten: bool = False,
+        rewritten: bool = False,  # ep_host.optimize's rewrite, validated as loaded
     ):
-        """``rewritten``: ``proto`` is a loaded model's graph as ep_host's passes rewrote it
-        (:mod:`ep_host.optimize`), whose structure loading validated: not validated again when
-        it holds no graph bodies (ShuffleNet's second pass took 0.6 ms)."""
         self.proto = proto
         # the main graph's big weights when they were kept out of ``proto`` (their initializers
         # hold empty raw data there): pass it on to a model made from a copy of ``proto``
@@ -249,7 +246,7 @@ class Model:
         self.graph_views: WeakSet[GraphView] = WeakSet()  # every view of a graph of this model
         rows = scan_nodes(proto.graph)
         with_graphs = [i for i, row in enumerate(rows) if row[6]]
-        scans = [] if rewritten and not with_graphs else _validate_structure(
+        scans = [] if rewritten and not with_graphs else _validate_structure(  # bodies: again
             proto.graph, self.label, self.opset_imports, self.functions, rows)
         self.has_bodies = bool(with_graphs)  # a main-graph node holds a graph (If, Loop, ...)
         self.value_types = (self._infer_types(with_graphs) if infer_shapes
@@ -341,9 +338,8 @@ class Model:
         """The model shape inference runs on: its nodes, types, opsets, functions and small
         initializers. The model itself when that is all it holds that inference reads (no big or
         external initializer, no sparse one), since inference never modifies its argument. A
-        held initializer (:mod:`ep_host.held_weights`) is light as it stands, its raw data empty:
-        inference takes its type from its dims and reads the data of integer shape inputs
-        only, never of a big float tensor (on MobileNetV2 the copy took 0.7 ms of 3)."""
+        held initializer (:mod:`ep_host.held_weights`) counts as light, its raw data empty:
+        inference reads its dims, and data of integer shape inputs only."""
         src = self.proto
         sg = src.graph
         initializers = list(sg.initializer)

@@ -150,7 +150,7 @@ class _Runtime:
 
     def kernel_context(self, placement: Placement, provider: str) -> ProviderContext:
         """The context ``provider``'s kernels are created with: the walk's, with this runtime
-        for bodies and the session's threads; made once per provider and walk (a ``replace``
+        for bodies and the session's threads; made once per provider and plan (a ``replace``
         per node took 6 us of the plan's 60)."""
         source = placement.table.contexts[provider]
         held = self._contexts.get(provider)
@@ -215,8 +215,11 @@ class _Runtime:
     def plan(self, graph: GraphView, placement: Placement, outer: Iterable[str] = (),
              body: bool = False) -> tuple[Plan, PlanRun]:
         with memory_stage("building the plan", self.model.label, len(graph.nodes)):
-            plan = build_plan(self, graph, placement, label=self.model.label, outer=outer,
-                              body=body)
+            try:
+                plan = build_plan(self, graph, placement, label=self.model.label, outer=outer,
+                                  body=body)
+            finally:  # they refer to this runtime: kept, they would make a reference cycle
+                self._contexts.clear()
         # a body's nodes are traced only at full verbosity
         tracer = self.tracer if self.tracer is not None and (
             not body or self.tracer.verbosity >= Tracer.FULL) else None
