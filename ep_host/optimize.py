@@ -215,14 +215,7 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     graph.input.extend(inputs)
     produced = {o for n in live for o in n.output if o}
     value_info = [vi for vi in graph.value_info if vi.name in produced]
-    # the types loading inferred, for every value that survives: onnx cannot infer through the
-    # com.microsoft ops fusions make, and would lose every shape after them
     declared = {vi.name for vi in value_info} | {o.name for o in graph.output}
-    typed = []
-    for name in sorted(produced - declared):
-        view = model.graph.values.get(name)
-        if view is not None and view.kind == "tensor" and view.dtype is not None:
-            typed.append((name, view.dtype.code, view.shape))
     for out in graph.output:  # an output the model leaves untyped: typed as inference found it
         view = model.graph.values.get(out.name)
         if (not out.type.WhichOneof("value") and view is not None and view.kind == "tensor"
@@ -230,11 +223,18 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
             out.type.CopyFrom(helper.make_tensor_type_proto(view.dtype.code, view.shape))
     del graph.value_info[:]
     graph.value_info.extend(value_info)
-    types: dict[tuple[int, Any], TypeProto] = {}  # shapes repeat: each type proto made once
-    for name, code, shape in typed:  # helper.make_tensor_value_info took 6 us a value
-        tp = types.get((code, shape))
+    # the types loading inferred, for every value that survives: onnx cannot infer through the
+    # com.microsoft ops fusions make, and would lose every shape after them; one type proto per
+    # dtype and shape (helper.make_tensor_value_info per value took 6 us each)
+    types: dict[tuple[int, Any], TypeProto] = {}
+    for name in sorted(produced - declared):
+        view = model.graph.values.get(name)
+        if view is None or view.kind != "tensor" or view.dtype is None:
+            continue
+        key = (view.dtype.code, view.shape)
+        tp = types.get(key)
         if tp is None:
-            tp = types[code, shape] = helper.make_tensor_type_proto(code, shape)
+            tp = types[key] = helper.make_tensor_type_proto(*key)
         vi = graph.value_info.add()
         vi.name = name
         vi.type.CopyFrom(tp)

@@ -557,8 +557,6 @@ class NodeIds:
         tree_ids, node_ids = _ids(tree_ids), _ids(node_ids)
         if self.dense is not None:
             trees, starts, counts = self.dense
-            if not len(tree_ids):
-                return np.full(0, -1, np.intp)
             tree = np.minimum(np.searchsorted(trees, tree_ids), len(trees) - 1)
             found = (trees[tree] == tree_ids) & (node_ids >= 0) & (node_ids < counts[tree])
             return np.where(found, starts[tree] + node_ids, -1).astype(np.intp, copy=False)
@@ -578,7 +576,7 @@ def _dense_ids(tree_ids, node_ids):
     """``(tree ids, first rows, node counts)`` when the table holds each tree's nodes together,
     trees in ascending id, and each tree's node ids are 0, 1, ... in table order; else None."""
     n = len(tree_ids)
-    if not n or len(node_ids) != n or bool((tree_ids[1:] < tree_ids[:-1]).any()):
+    if not n or bool((tree_ids[1:] < tree_ids[:-1]).any()):
         return None
     starts = np.flatnonzero(np.r_[True, tree_ids[1:] != tree_ids[:-1]])
     counts = np.diff(np.r_[starts, n])
