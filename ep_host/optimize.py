@@ -136,13 +136,18 @@ def optimize(model: Model, passes: Iterable[str] | None = None,
     with paused_gc():  # many long-lived protobuf copies and views: see paused_gc
         rw = Rewriter(model)
         applied = {}
-        for name in names:
+        reinfer_after = max((i for i, n in enumerate(names) if n in REINFER_AFTER), default=-1)
+        inferred = True  # no type needs inferring again, or ``rw.reinfer`` did it
+        for i, name in enumerate(names):
             count = PASSES[name](rw)
             if count:
                 applied[name] = count
+            if i == reinfer_after and model.shapes_inferred and applied:
+                # before the fusions, whose com.microsoft nodes onnx cannot infer through
+                inferred = not model.has_bodies and rw.reinfer()
         if not applied:
             return model
-        return _rebuild(model, rw, applied, in_place)
+        return _rebuild(model, rw, applied, in_place, inferred)
 
 
 def passes_that_may_apply(graph: GraphView, names: list[str]) -> list[str]:
@@ -183,7 +188,8 @@ def _copy_fields(src: Any, dst: Any, skip: frozenset[str]) -> None:
             setattr(dst, field.name, value)
 
 
-def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool) -> Model:
+def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool,
+             inferred: bool) -> Model:
     source = model.proto.graph
     if in_place:
         proto = model.proto
@@ -217,10 +223,10 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     value_info = [vi for vi in graph.value_info if vi.name in produced]
     declared = {vi.name for vi in value_info} | {o.name for o in graph.output}
     for out in graph.output:  # an output the model leaves untyped: typed as inference found it
-        view = model.graph.values.get(out.name)
-        if (not out.type.WhichOneof("value") and view is not None and view.kind == "tensor"
-                and view.dtype is not None):
-            out.type.CopyFrom(helper.make_tensor_type_proto(view.dtype.code, view.shape))
+        found = rw.type_of(out.name)  # (or a shape ``rw.reinfer`` learned, where it has none)
+        if (found is not None and found[0] == "tensor" and found[1] is not None
+                and (not out.type.WhichOneof("value") or out.name in rw.learned)):
+            out.type.CopyFrom(helper.make_tensor_type_proto(found[1].code, found[2]))
     del graph.value_info[:]
     graph.value_info.extend(value_info)
     # the types loading inferred, for every value that survives: onnx cannot infer through the
@@ -228,10 +234,10 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     # dtype and shape (helper.make_tensor_value_info per value took 6 us each)
     types: dict[tuple[int, Any], TypeProto] = {}
     for name in sorted(produced - declared):
-        view = model.graph.values.get(name)
-        if view is None or view.kind != "tensor" or view.dtype is None:
+        found = rw.type_of(name)
+        if found is None or found[0] != "tensor" or found[1] is None:
             continue
-        key = (view.dtype.code, view.shape)
+        key = (found[1].code, found[2])
         tp = types.get(key)
         if tp is None:
             tp = types[key] = helper.make_tensor_type_proto(*key)
@@ -241,10 +247,9 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     if any(node_domain(n) == MS_DOMAIN for n in live) and not any(
             normalize_domain(o.domain) == MS_DOMAIN for o in proto.opset_import):
         proto.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
-    # inference again only where folding made new constants it may see through (a shape now
-    # known); fusions and weight folds keep every type the value_info above states
-    infer = (model.shapes_inferred and bool(applied.keys() & REINFER_AFTER)
-             and not _inferred_in_full(model, produced))
+    # the whole model inferred again only where ``rw.reinfer`` could not infer what folding
+    # made known (a shape now known); fusions and weight folds keep every type stated above
+    infer = model.shapes_inferred and bool(applied.keys() & REINFER_AFTER) and not inferred
     out = Model(proto, path=model.path, base_dir=model.base_dir, infer_shapes=infer,
                 held=model.held, rewritten=True)
     out.adopt_constants(model, rw.computed(read))
@@ -256,21 +261,6 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     out.merged = {**model.merged, **rw.merged}
     out.sources = _sources(model, rw, out)
     return out
-
-
-def _inferred_in_full(model: Model, produced: set[str]) -> bool:
-    """Whether loading's inference gave every value in ``produced`` a type and a shape of
-    numbers, in a model without graph bodies: inference again, after folding, could learn
-    nothing more (on ShuffleNet it took 4 of the 13 ms the rebuild took)."""
-    if model.has_bodies:
-        return False
-    values = model.graph.values
-    for name in produced:
-        view = values.get(name)
-        if (view is None or view.kind != "tensor" or view.dtype is None or view.shape is None
-                or not all(type(d) is int for d in view.shape)):
-            return False
-    return True
 
 
 def _sources(model: Model, rw: Rewriter, out: Model) -> dict[str, list[str]]:

@@ -4,14 +4,31 @@ with producer and consumer lookups, and the small node helpers the passes share.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-from onnx import NodeProto, TensorProto, helper, numpy_helper
+import onnx
+from onnx import (
+    AttributeProto,
+    NodeProto,
+    TensorProto,
+    TypeProto,
+    ValueInfoProto,
+    helper,
+    numpy_helper,
+)
 
-from ep_host.graph import DEFAULT_DOMAIN, node_proto, node_reads, normalize_domain
-from ep_host.loading import Model
+from ep_host.graph import (
+    DEFAULT_DOMAIN,
+    ParsedType,
+    node_proto,
+    node_reads,
+    normalize_domain,
+    parse_type,
+)
+from ep_host.loading import INFERENCE_READ_ELEMENTS, INFERENCE_READ_TYPES, Model
 
 MS_DOMAIN = "com.microsoft"
 
@@ -36,6 +53,8 @@ class Rewriter:
         self.merged: dict[str, str | None] = {}  # a removed node -> the node that does its work
         self.outputs = {v.name for v in model.graph.outputs}
         self.names = {n.name for n in self.nodes if n is not None}
+        # types inference found after folding (``reinfer``), over those loading found
+        self.learned: dict[str, ParsedType] = {}
         self.written = frozenset(self.names)  # the node names this rewrite started from
         self.index()
 
@@ -91,15 +110,110 @@ class Rewriter:
             return None
         return users[0]
 
-    def shape(self, name: str) -> tuple[Any, ...] | None:
+    def type_of(self, name: str) -> ParsedType | None:
+        """``(kind, dtype, shape)`` of value ``name``: as ``reinfer`` learned it, else as
+        loading inferred it; ``None`` for a value the loaded graph does not have."""
+        learned = self.learned.get(name)
+        if learned is not None:
+            return learned
         view = self.values.get(name)
-        return None if view is None else view.shape
+        return None if view is None else (view.kind, view.dtype, view.shape)
+
+    def shape(self, name: str) -> tuple[Any, ...] | None:
+        found = self.type_of(name)
+        return None if found is None else found[2]
 
     def dtype(self, name: str) -> np.dtype | None:
-        view = self.values.get(name)
-        if view is None or view.dtype is None or view.dtype.numpy is None:
+        found = self.type_of(name)
+        if found is None or found[1] is None or found[1].numpy is None:
             return None
-        return np.dtype(view.dtype.numpy)
+        return np.dtype(found[1].numpy)
+
+    def reinfer(self) -> bool:
+        """Infer again the types of the values whose shapes loading's inference left unknown,
+        from the nodes that make them (and only those), now that folding made constants of what
+        they read (ShuffleNet's channel split: Slice bounds computed through Div, which onnx's
+        data propagation does not follow). Each type learned with a shape of numbers goes to
+        ``learned``. ``False`` when that cannot be done for this graph (a node that makes such a
+        value holds a graph): the caller infers the whole rebuilt model instead."""
+        by_shape: dict[Any, bool] = {}  # shapes repeat: each is looked into once
+        makers = set()
+        for name, view in self.values.items():
+            if view.kind == "tensor" and view.dtype is not None:
+                static = by_shape.get(view.shape)
+                if static is None:
+                    static = by_shape[view.shape] = _static(("tensor", view.dtype, view.shape))
+                if static:
+                    continue
+            elif view.kind != "unknown":
+                continue
+            maker = self.producer.get(name)
+            if maker is not None and name not in self.learned:
+                makers.add(id(maker))
+        if not makers:
+            return True
+        unknown = [n for n in self.live() if id(n) in makers]
+        if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+               for n in unknown for a in n.attribute):
+            return False
+        made = {o for n in unknown for o in n.output if o}
+        read = dict.fromkeys(i for n in unknown for i in n.input if i and i not in made)
+        model = self.model.proto
+        probe = onnx.ModelProto(ir_version=model.ir_version)
+        probe.opset_import.extend(model.opset_import)
+        probe.functions.extend(model.functions)
+        graph = probe.graph
+        graph.node.extend(unknown)
+        types: dict[tuple[int, Any], TypeProto] = {}  # one per dtype and shape: they repeat
+        for name in read:
+            known = self.type_of(name)
+            data = self._shape_data(name, known)
+            if data is not None:  # int32 or int64, little-endian as ONNX stores them
+                graph.initializer.add(name=name, data_type=_int_code(data), dims=data.shape,
+                                      raw_data=data.astype(data.dtype.newbyteorder("<"),
+                                                           copy=False).tobytes())
+                continue
+            vi = graph.input.add()
+            vi.name = name
+            if known is not None and known[0] == "tensor" and known[1] is not None:
+                key = (known[1].code, known[2])
+                tp = types.get(key)
+                if tp is None:
+                    tp = types[key] = helper.make_tensor_type_proto(*key)
+                vi.type.CopyFrom(tp)
+        graph.output.extend(ValueInfoProto(name=o) for o in made)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(probe, check_type=False,
+                                                         strict_mode=False, data_prop=True)
+        except Exception:  # noqa: BLE001 (the types loading found stand)
+            return True
+        parsed: dict[bytes, ParsedType] = {}
+        for vi in (*inferred.graph.value_info, *inferred.graph.output):
+            if vi.name not in made or vi.name in self.learned:
+                continue
+            key = vi.type.SerializeToString()
+            found = parsed.get(key)
+            if found is None:
+                found = parsed[key] = parse_type(vi.type)
+            if _static(found):
+                self.learned[vi.name] = found
+        return True
+
+    def _shape_data(self, name: str, known: ParsedType | None) -> np.ndarray | None:
+        """Constant ``name``'s data when ``reinfer`` hands it to inference, not only its type: a
+        small integer tensor (a shape, Slice bounds, axes...)."""
+        if name in self.constants:
+            array = self.constants[name]
+        elif (known is not None and known[1] is not None
+              and known[1].code in INFERENCE_READ_TYPES and self.is_const(name)
+              and _static(known) and math.prod(known[2]) <= INFERENCE_READ_ELEMENTS):
+            array = self.const(name)
+        else:
+            return None
+        if array is None or array.dtype not in (np.int64, np.int32):
+            return None
+        return array if array.size <= INFERENCE_READ_ELEMENTS else None
+
 
     def add_constant(self, name: str, array: np.ndarray) -> None:
         self.constants[name] = array
@@ -156,6 +270,22 @@ class Rewriter:
     def opset(self, node: NodeProto) -> int | None:
         view = self.views.get(id(node))
         return None if view is None else view.since_version
+
+
+def _int_code(array: np.ndarray) -> int:
+    """The ONNX type code of an int32 or int64 array."""
+    return TensorProto.INT64 if array.dtype == np.int64 else TensorProto.INT32
+
+
+def _static(found: ParsedType | None) -> bool:
+    """Whether a type is a tensor's with a dtype and a shape of numbers (or not a tensor's,
+    which inference has nothing to add to)."""
+    if found is None:
+        return False
+    kind, dt, shape = found
+    if kind != "tensor":
+        return kind != "unknown"
+    return dt is not None and shape is not None and all(type(d) is int for d in shape)
 
 
 def copy_node(node: NodeProto) -> NodeProto:

@@ -133,6 +133,42 @@ def test_constant_folding_folds_shape_arithmetic_of_a_static_tensor():
     np.testing.assert_array_equal(got[0], want[0])
 
 
+def channel_split_model():
+    """ShuffleNet's channel split as torch exports it: the half of the channels a Slice keeps
+    computed from the input's shape through Div, which onnx's data propagation does not
+    follow, then a Conv and a Relu of the half."""
+    w = RNG.standard_normal((4, 2, 3, 3)) * 0.3
+    nodes = [helper.make_node("Shape", ["x"], ["s"], name="shape"),
+             helper.make_node("Gather", ["s", "one"], ["c"], name="gather", axis=0),
+             helper.make_node("Div", ["c", "two"], ["half"], name="div"),
+             helper.make_node("Unsqueeze", ["half", "axes"], ["end"], name="unsq"),
+             helper.make_node("Slice", ["x", "zero", "end", "axes1"], ["left"], name="slice"),
+             helper.make_node("Conv", ["left", "w"], ["conv"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["conv"], ["y"], name="relu")]
+    inits = [numpy_helper.from_array(np.array(1, np.int64), "one"),
+             numpy_helper.from_array(np.array(2, np.int64), "two"),
+             numpy_helper.from_array(np.array([0], np.int64), "axes"),
+             numpy_helper.from_array(np.array([0], np.int64), "zero"),
+             numpy_helper.from_array(np.array([1], np.int64), "axes1"), const("w", w)]
+    return make_model(nodes, [("x", F, [1, 4, 6, 6])], [("y", F, None)], initializers=inits)
+
+
+def test_shapes_folding_makes_known_are_inferred_before_the_fusions():
+    model = channel_split_model()
+    written = load_model(model)
+    assert written.graph.values["left"].shape != (1, 2, 6, 6)  # onnx's inference stops at Div
+    optimized = optimize(written)
+    assert [n.op_type for n in optimized.graph.nodes] == ["Slice", "FusedConv"]
+    assert optimized.graph.values["left"].shape == (1, 2, 6, 6)
+    assert optimized.graph.values["y"].shape == (1, 4, 6, 6)  # out of the fused node too
+    x = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    _, got, want = run_both(model, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    ort = onnxruntime.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got[0], ort.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("op", ["Split", "Unique"])
 def test_constant_folding_keeps_outputs_in_place_around_an_omitted_one(op):
     """A folded node whose middle output is omitted: each named output gets its own value."""
