@@ -113,6 +113,9 @@ def constant_folding(rw: Rewriter) -> int:
         outputs = [o for o in node.output if o]
         if not outputs or any(o in rw.outputs for o in outputs):
             continue  # a graph output stays computed, as the model declares it
+        if node.op_type == "Identity" and len(outputs) == 1 and rw.alias(node):
+            folded += 1
+            continue
         results = _shape_of_static(rw, node)
         if results is None:
             if not all(rw.is_const(i) for i in node.input if i):

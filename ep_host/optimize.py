@@ -69,7 +69,7 @@ from ep_host.fusion import (
 )
 from ep_host.graph import DEFAULT_DOMAIN, GraphView, node_reads, normalize_domain
 from ep_host.loading import Model
-from ep_host.rewriter import MS_DOMAIN, Rewriter, node_domain
+from ep_host.rewriter import MS_DOMAIN, Rewriter, node_domain, rename_inputs
 
 PASSES: dict[str, Callable[[Rewriter], int]] = {
     "constant_lifting": constant_lifting,
@@ -201,8 +201,12 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
         _copy_fields(source, proto.graph, frozenset({"node", "initializer"}))
     graph = proto.graph
     live = list(rw.live())
+    aliases = rw.aliases  # Identities of constants: their readers read the constants
+    if aliases:
+        rw.unfused = {name: [rw.renamed(n) for n in nodes] for name, nodes in rw.unfused.items()}
     was_initializer = {t.name for t in source.initializer}
-    read = {i for n in live for i in node_reads(n)} | {o.name for o in graph.output}
+    read = ({aliases.get(i, i) for n in live for i in node_reads(n)}
+            | {o.name for o in graph.output})
     for nodes in rw.unfused.values():
         read |= {i for n in nodes for i in node_reads(n)}
     if in_place:
@@ -214,7 +218,10 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
         del graph.initializer[kept:]
     else:
         graph.initializer.extend(t for t in source.initializer if t.name in read)
-    graph.node.extend(live)
+    graph.node.extend(live)  # copies: renamed here, the loaded nodes left as they are
+    if aliases:
+        for n in graph.node:
+            rename_inputs(n, aliases)
     graph.initializer.extend(rw.new_initializers(read))
     inputs = [vi for vi in graph.input if vi.name in read or vi.name not in was_initializer]
     del graph.input[:]

@@ -55,6 +55,8 @@ class Rewriter:
         self.names = {n.name for n in self.nodes if n is not None}
         # types inference found after folding (``reinfer``), over those loading found
         self.learned: dict[str, ParsedType] = {}
+        # an Identity's output -> the constant it passes on, which its readers read instead
+        self.aliases: dict[str, str] = {}
         self.written = frozenset(self.names)  # the node names this rewrite started from
         self.index()
 
@@ -69,8 +71,11 @@ class Rewriter:
         for name in n.output:
             if name:
                 self.producer[name] = n
-        for name in node_reads(n):  # inputs and the outer names its bodies read
-            self.consumers.setdefault(name, []).append(n)
+        # inputs and the outer names its bodies read; not constants: no pass asks who reads
+        # one, and a weight torch's export shares has hundreds (DenseNet: 245 Identities of one)
+        for name in node_reads(n):
+            if not self.is_const(name):
+                self.consumers.setdefault(name, []).append(n)
 
     def _unlink(self, n: NodeProto) -> None:
         for name in n.output:
@@ -90,12 +95,14 @@ class Rewriter:
 
     def is_const(self, name: str) -> bool:
         """Whether ``name`` is a constant, without reading its data."""
+        name = self.aliases.get(name, name)
         if name in self.constants:
             return True
         view = self.values.get(name)
         return view is not None and view.is_constant
 
     def const(self, name: str) -> np.ndarray | None:
+        name = self.aliases.get(name, name)
         if name in self.constants:
             return self.constants[name]
         view = self.values.get(name)
@@ -113,6 +120,7 @@ class Rewriter:
     def type_of(self, name: str) -> ParsedType | None:
         """``(kind, dtype, shape)`` of value ``name``: as ``reinfer`` learned it, else as
         loading inferred it; ``None`` for a value the loaded graph does not have."""
+        name = self.aliases.get(name, name)
         learned = self.learned.get(name)
         if learned is not None:
             return learned
@@ -250,6 +258,31 @@ class Rewriter:
         self.names.add(name)
         return name
 
+    def alias(self, node: NodeProto) -> bool:
+        """Drop ``node``, an Identity of a constant, its readers to read the constant itself
+        (``aliases``; the rebuilt graph's nodes are renamed) rather than a copy of it made a new
+        initializer. ``False``, and nothing done, where a reader holds a graph, whose bodies
+        may read the name too."""
+        out = node.output[0]
+        readers = self.consumers.get(out, [])
+        if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+               for n in readers for a in n.attribute):
+            return False
+        source = self.aliases.get(node.input[0], node.input[0])
+        self.remove(node)
+        self.aliases[out] = source
+        self.consumers.pop(out, None)
+        return True
+
+    def renamed(self, node: NodeProto) -> NodeProto:
+        """``node`` reading each constant ``aliases`` names rather than the Identity's output:
+        itself when it reads none, else an edited copy."""
+        if not any(name in self.aliases for name in node.input):
+            return node
+        out = copy_node(node)
+        rename_inputs(out, self.aliases)
+        return out
+
     def remove(self, node: NodeProto, into: str | None = None) -> None:
         """Drop ``node``; its work is now done by node ``into`` (``None``: a constant)."""
         self.nodes[self.position.pop(id(node))] = None
@@ -286,6 +319,13 @@ def _static(found: ParsedType | None) -> bool:
     if kind != "tensor":
         return kind != "unknown"
     return dt is not None and shape is not None and all(type(d) is int for d in shape)
+
+
+def rename_inputs(node: NodeProto, names: dict[str, str]) -> None:
+    """Replace, in place, each input of ``node`` that ``names`` maps."""
+    for i, name in enumerate(node.input):
+        if name in names:
+            node.input[i] = names[name]
 
 
 def copy_node(node: NodeProto) -> NodeProto:

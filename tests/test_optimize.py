@@ -495,6 +495,65 @@ def test_a_node_folded_into_a_constant_is_named_as_such(tmp_path, capsys):
     assert "node 'shape' was folded into a constant" in capsys.readouterr().err
 
 
+def shared_weight_model():
+    """torch's export of two convs with equal weights and a batch norm with equal parameters:
+    one initializer each, read through Identities."""
+    w = RNG.standard_normal((3, 3, 3, 3)) * 0.3
+    nodes = [helper.make_node("Identity", ["w"], [f"w{i}"], name=f"id_w{i}") for i in range(2)]
+    nodes += [helper.make_node("Identity", ["ones"], [f"p{i}"], name=f"id_p{i}")
+              for i in range(3)]
+    nodes += [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0", pads=[1, 1, 1, 1]),
+              helper.make_node("BatchNormalization", ["c0", "p0", "zeros", "zeros", "p1"], ["n"],
+                               name="bn"),
+              helper.make_node("Conv", ["n", "w1", "p2"], ["y"], name="conv1", pads=[1, 1, 1, 1])]
+    inits = [const("w", w), const("ones", np.ones(3)), const("zeros", np.zeros(3))]
+    return make_model(nodes, [("x", F, [1, 3, 6, 6])], [("y", F, [1, 3, 6, 6])],
+                      initializers=inits)
+
+
+def test_an_identity_of_a_constant_is_read_through_not_copied():
+    model = shared_weight_model()
+    written = load_model(model)
+    optimized = optimize(written)
+    assert optimized.optimizations["constant_folding"] == 5
+    nodes = optimized.graph.nodes
+    assert [n.op_type for n in nodes] == ["Conv", "Conv"]  # the batch norm folded as well
+    # the second conv reads the shared initializers themselves: no copy under a new name
+    assert [v.name for v in nodes[1].inputs][1:] == ["w", "ones"]
+    names = {t.name for t in optimized.proto.graph.initializer}
+    assert not names & {"w0", "w1", "p0", "p1", "p2"}
+    # the model as loaded still reads its Identities (a rewrite edits copies)
+    assert [n.input[0] for n in written.proto.graph.node if n.op_type == "Conv"] == ["x", "n"]
+    assert [n.input[1] for n in written.proto.graph.node if n.op_type == "Conv"] == ["w0", "w1"]
+    x = RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+    ort = onnxruntime.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got[0], ort.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+
+
+def test_an_identity_read_inside_a_body_is_folded_into_its_own_constant():
+    then = helper.make_graph([helper.make_node("Add", ["x", "b"], ["t"], name="then_add")],
+                             "then", [], [helper.make_tensor_value_info("t", F, [2])])
+    other = helper.make_graph([helper.make_node("Sub", ["x", "b"], ["e"], name="else_sub")],
+                              "else", [], [helper.make_tensor_value_info("e", F, [2])])
+    nodes = [helper.make_node("Identity", ["c"], ["b"], name="id"),
+             helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then,
+                              else_branch=other)]
+    model = make_model(nodes, [("x", F, [2]), ("cond", TensorProto.BOOL, [])],
+                       [("y", F, [2])], initializers=[const("c", [1.0, 2.0])])
+    optimized = optimize(load_model(model))
+    assert [n.op_type for n in optimized.graph.nodes] == ["If"]
+    assert "b" in {t.name for t in optimized.proto.graph.initializer}
+    x = np.array([5.0, 7.0], np.float32)
+    for cond in (True, False):
+        feeds = {"x": x, "cond": np.array(cond)}
+        _, got, want = run_both(model, feeds)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[0], x + [1, 2] if cond else x - [1, 2])
+
+
 def constant_forms_model(output_constant=False, sparse_form=True):
     """Each ``Constant`` attribute form feeding the op that reads it (``c_sparse`` a dense zero
     constant when not ``sparse_form``), and the string constant through an Identity."""
