@@ -198,9 +198,7 @@ def return_freed_memory() -> None:
 
 _malloc_trim: Any = None
 
-# ---------------------------------------------------------------------------------------------
-# The model
-# ---------------------------------------------------------------------------------------------
+# -- The model --------------------------------------------------------------------------------
 
 
 class Model:
@@ -215,6 +213,7 @@ class Model:
         infer_shapes: bool = True,
         held: HeldWeights | None = None,
         rewritten: bool = False,  # ep_host.optimize's rewrite, validated as loaded
+        types: Mapping[str, ParsedType] | None = None,  # of values the proto leaves untyped
     ):
         self.proto = proto
         # the main graph's big weights when they were kept out of ``proto`` (their initializers
@@ -251,6 +250,7 @@ class Model:
         self.has_bodies = bool(with_graphs)  # a main-graph node holds a graph (If, Loop, ...)
         self.value_types = (self._infer_types(with_graphs) if infer_shapes
                             else self._declared_types(proto, with_graphs))
+        self.add_types(types or {})
         for scan, name, since_version in scans:
             _check_scan_lengths(scan, name, since_version, self.value_types, self.label)
         if infer_shapes and len(rows) >= TRIM_AFTER_NODES:
@@ -472,9 +472,7 @@ def _has_unknown_dim(shape: tuple[Any, ...] | None) -> bool:
     return any(d is None or (isinstance(d, str) and d.startswith("unk__")) for d in shape)
 
 
-# ---------------------------------------------------------------------------------------------
-# Structural validation
-# ---------------------------------------------------------------------------------------------
+# -- Structural validation --------------------------------------------------------------------
 
 
 def _opset_imports(proto: ModelProto, label: str) -> dict[str, int]:
@@ -572,9 +570,7 @@ def _validate_structure(
     return scans
 
 
-# ---------------------------------------------------------------------------------------------
-# What an op's schema allows
-# ---------------------------------------------------------------------------------------------
+# -- What an op's schema allows ---------------------------------------------------------------
 
 
 class SchemaRules(NamedTuple):

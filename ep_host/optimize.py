@@ -137,17 +137,15 @@ def optimize(model: Model, passes: Iterable[str] | None = None,
         rw = Rewriter(model)
         applied = {}
         reinfer_after = max((i for i, n in enumerate(names) if n in REINFER_AFTER), default=-1)
-        inferred = True  # no type needs inferring again, or ``rw.reinfer`` did it
         for i, name in enumerate(names):
             count = PASSES[name](rw)
             if count:
                 applied[name] = count
             if i == reinfer_after and model.shapes_inferred and applied:
-                # before the fusions, whose com.microsoft nodes onnx cannot infer through
-                inferred = not model.has_bodies and rw.reinfer()
+                rw.reinfer()  # before the fusions: onnx cannot infer their com.microsoft nodes
         if not applied:
             return model
-        return _rebuild(model, rw, applied, in_place, inferred)
+        return _rebuild(model, rw, applied, in_place)
 
 
 def passes_that_may_apply(graph: GraphView, names: list[str]) -> list[str]:
@@ -188,8 +186,7 @@ def _copy_fields(src: Any, dst: Any, skip: frozenset[str]) -> None:
             setattr(dst, field.name, value)
 
 
-def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool,
-             inferred: bool) -> Model:
+def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool) -> Model:
     source = model.proto.graph
     if in_place:
         proto = model.proto
@@ -254,11 +251,14 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     if any(node_domain(n) == MS_DOMAIN for n in live) and not any(
             normalize_domain(o.domain) == MS_DOMAIN for o in proto.opset_import):
         proto.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
-    # the whole model inferred again only where ``rw.reinfer`` could not infer what folding
-    # made known (a shape now known); fusions and weight folds keep every type stated above
-    infer = model.shapes_inferred and bool(applied.keys() & REINFER_AFTER) and not inferred
-    out = Model(proto, path=model.path, base_dir=model.base_dir, infer_shapes=infer,
-                held=model.held, rewritten=True)
+    # not inferred again: every surviving value is typed above (what folding made known,
+    # ``rw.reinfer`` learned), the bodies' values as loading inferred them (SSD-lite: 3,500
+    # nodes inferred again for an If's sake)
+    body_types = ({name: parsed for name, parsed in model.value_types.items()
+                   if name not in model.graph.values} if model.has_bodies else None)
+    out = Model(proto, path=model.path, base_dir=model.base_dir, infer_shapes=False,
+                held=model.held, rewritten=True, types=body_types)
+    out.shapes_inferred = model.shapes_inferred
     out.adopt_constants(model, rw.computed(read))
     # the rewritten graph's unknown dims replace the written one's
     kept = [w for w in model.warnings if w != model.unknown_dims_warning]

@@ -169,6 +169,34 @@ def test_shapes_folding_makes_known_are_inferred_before_the_fusions():
     np.testing.assert_allclose(got[0], ort.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
 
 
+def test_a_model_with_bodies_keeps_its_body_types_and_learns_folded_shapes():
+    model = channel_split_model()
+    then = helper.make_graph([helper.make_node("Neg", ["x"], ["t1"], name="then_neg"),
+                              helper.make_node("Relu", ["t1"], ["t"], name="then_relu")],
+                             "then", [], [helper.make_tensor_value_info("t", F, None)])
+    other = helper.make_graph([helper.make_node("Abs", ["x"], ["e"], name="else_abs")],
+                              "else", [], [helper.make_tensor_value_info("e", F, None)])
+    model.graph.node.append(helper.make_node("If", ["cond"], ["z"], name="if",
+                                             then_branch=then, else_branch=other))
+    model.graph.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    model.graph.output.append(helper.make_tensor_value_info("z", F, None))
+    written = load_model(model)
+    optimized = optimize(written)
+    assert optimized.graph.values["left"].shape == (1, 2, 6, 6)  # learned after folding
+    assert optimized.graph.values["y"].shape == (1, 4, 6, 6)
+    body = {n.op_type: n for n in optimized.graph.nodes}["If"].subgraphs["then_branch"]
+    assert body.values["t1"].shape == (1, 4, 6, 6)  # as loading inferred it
+    x = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
+    ort = onnxruntime.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+    for cond in (True, False):
+        feeds = {"x": x, "cond": np.array(cond)}
+        _, got, want = run_both(model, feeds)
+        for g, w, o in zip(got, want, ort.run(None, feeds), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(g, o, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("op", ["Split", "Unique"])
 def test_constant_folding_keeps_outputs_in_place_around_an_omitted_one(op):
     """A folded node whose middle output is omitted: each named output gets its own value."""
