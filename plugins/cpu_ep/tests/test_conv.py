@@ -420,3 +420,27 @@ def test_reached_count_counts_what_reached_taps_lists():
             len(listed), sum(r[3] for r in listed))
         checked += 1
     assert checked > 300
+
+
+def test_a_conv_plan_is_made_once_per_geometry_and_told_apart_by_every_attribute():
+    work = np.dtype(np.float32)
+    args = ((1, 16, 9, 9), (8, 16, 3, 3), 1, "NOTSET", [1, 1], [1, 1, 1, 1], [1, 1], work)
+    plan = conv_kernels.conv_plan(numpy_xp, *args)
+    assert conv_kernels.conv_plan(numpy_xp, *args) is plan
+    # lists or tuples: one geometry
+    assert conv_kernels.conv_plan(numpy_xp, (1, 16, 9, 9), (8, 16, 3, 3), 1, "NOTSET", (1, 1),
+                                  (1, 1, 1, 1), (1, 1), work) is plan
+    others = [((1, 16, 9, 9), (8, 16, 3, 3), 1, "NOTSET", [1, 1], [0, 0, 0, 0], [1, 1], work),
+              ((1, 16, 9, 9), (8, 16, 3, 3), 1, "NOTSET", [1, 1], [1, 1, 1, 1], [2, 2], work),
+              ((1, 16, 9, 9), (8, 16, 3, 3), 1, "NOTSET", [2, 2], [1, 1, 1, 1], [1, 1], work),
+              ((1, 16, 9, 9), (8, 16, 3, 3), 1, "SAME_UPPER", None, None, [2, 2], work),
+              ((1, 16, 9, 9), (16, 1, 3, 3), 16, "NOTSET", [1, 1], [1, 1, 1, 1], [1, 1], work),
+              ((1, 16, 11, 9), (8, 16, 3, 3), 1, "NOTSET", [1, 1], [1, 1, 1, 1], [1, 1], work),
+              ((1, 16, 9, 9), (8, 16, 3, 3), 1, "NOTSET", [1, 1], [1, 1, 1, 1], [1, 1],
+               np.dtype(np.float64))]
+    for other in others:
+        made = conv_kernels.conv_plan(numpy_xp, *other)
+        fresh = conv_kernels.ConvPlan(numpy_xp, *other)
+        assert made is not plan
+        assert (made.variant, made.out, made.begin, made.end) == (
+            fresh.variant, fresh.out, fresh.begin, fresh.end)
