@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
-from onnx import NodeProto, helper
+from onnx import AttributeProto, NodeProto, helper
 
 from ep_host.graph import DEFAULT_DOMAIN
 from ep_host.rewriter import (
@@ -81,10 +81,8 @@ def conv_activation_fusion(rw: Rewriter) -> int:
             add, relu, z = residual
             name = rw.fresh(f"{conv.name}::FusedConv")
             inputs = list(conv.input) + [""] * (3 - len(conv.input)) + [z]
-            node = helper.make_node("FusedConv", inputs, [relu.output[0]], name=name,
-                                    domain=MS_DOMAIN, activation="Relu")
-            node.attribute.extend(conv.attribute)
-            _fuse(rw, [conv, add, relu], node)
+            _fuse(rw, [conv, add, relu], _fused_conv(name, inputs, relu.output[0], "Relu", None,
+                                                     conv))
             fused += 1
             continue
         if is_op(act, "Relu"):
@@ -101,14 +99,23 @@ def conv_activation_fusion(rw: Rewriter) -> int:
         else:
             continue
         name = rw.fresh(f"{conv.name}::FusedConv")
-        node = helper.make_node("FusedConv", list(conv.input), [act.output[0]], name=name,
-                                domain=MS_DOMAIN, activation=act.op_type)
-        if params is not None:
-            node.attribute.append(helper.make_attribute("activation_params", params))
-        node.attribute.extend(conv.attribute)
-        _fuse(rw, [conv, act], node)
+        _fuse(rw, [conv, act], _fused_conv(name, conv.input, act.output[0], act.op_type, params,
+                                           conv))
         fused += 1
     return fused
+
+
+def _fused_conv(name: str, inputs: Sequence[str], output: str, activation: str,
+                params: list[float] | None, conv: NodeProto) -> NodeProto:
+    """The FusedConv node: ``conv``'s attributes, the activation's name and parameters (made
+    directly: onnx.helper's make_node and make_attribute took 8 us of a fusion's 50)."""
+    node = NodeProto(op_type="FusedConv", domain=MS_DOMAIN, name=name, input=inputs,
+                     output=[output])
+    node.attribute.add(name="activation", type=AttributeProto.STRING, s=activation.encode())
+    if params is not None:
+        node.attribute.add(name="activation_params", type=AttributeProto.FLOATS, floats=params)
+    node.attribute.extend(conv.attribute)
+    return node
 
 
 def _residual_relu(rw: Rewriter, conv: NodeProto,

@@ -224,12 +224,13 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     del graph.input[:]
     graph.input.extend(inputs)
     produced = {o for n in live for o in n.output if o}
-    value_info = [vi for vi in graph.value_info if vi.name in produced]
+    # a declared value info is kept only where inference found no tensor type to state instead
+    value_info = [vi for vi in graph.value_info
+                  if vi.name in produced and not _tensor_typed(rw.type_of(vi.name))]
     declared = {vi.name for vi in value_info} | {o.name for o in graph.output}
-    for out in graph.output:  # an output the model leaves untyped: typed as inference found it
-        found = rw.type_of(out.name)  # (or a shape ``rw.reinfer`` learned, where it has none)
-        if (found is not None and found[0] == "tensor" and found[1] is not None
-                and (not out.type.WhichOneof("value") or out.name in rw.learned)):
+    for out in graph.output:  # typed as inference found it (or ``rw.reinfer`` learned it): a
+        found = rw.type_of(out.name)  # declared type without a shape gets the inferred one
+        if _tensor_typed(found):
             out.type.CopyFrom(helper.make_tensor_type_proto(found[1].code, found[2]))
     del graph.value_info[:]
     graph.value_info.extend(value_info)
@@ -239,7 +240,7 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     types: dict[tuple[int, Any], TypeProto] = {}
     for name in sorted(produced - declared):
         found = rw.type_of(name)
-        if found is None or found[0] != "tensor" or found[1] is None:
+        if not _tensor_typed(found):
             continue
         key = (found[1].code, found[2])
         tp = types.get(key)
@@ -268,6 +269,11 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     out.merged = {**model.merged, **rw.merged}
     out.sources = _sources(model, rw, out)
     return out
+
+
+def _tensor_typed(found: tuple[str, Any, Any] | None) -> bool:
+    """Whether a value's ``(kind, dtype, shape)`` is a tensor's with a known dtype."""
+    return found is not None and found[0] == "tensor" and found[1] is not None
 
 
 def _sources(model: Model, rw: Rewriter, out: Model) -> dict[str, list[str]]:

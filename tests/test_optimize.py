@@ -197,6 +197,23 @@ def test_a_model_with_bodies_keeps_its_body_types_and_learns_folded_shapes():
             np.testing.assert_allclose(g, o, rtol=1e-5, atol=1e-5)
 
 
+def test_a_value_declared_without_a_shape_keeps_the_shape_inference_found():
+    w = RNG.standard_normal((4, 3, 3, 3)) * 0.3
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Neg", ["r"], ["m"], name="neg"),
+             helper.make_node("Abs", ["m"], ["y"], name="abs")]
+    model = make_model(nodes, [("x", F, [1, 3, 8, 8])], [("y", F, None)],
+                       initializers=[const("w", w)])
+    model.graph.value_info.append(helper.make_tensor_value_info("m", F, None))
+    written = load_model(model)
+    assert written.graph.values["y"].shape == written.graph.values["m"].shape == (1, 4, 8, 8)
+    optimized = optimize(written)
+    assert optimized.optimizations == {"conv_activation_fusion": 1}
+    for name in ("r", "m", "y"):
+        assert optimized.graph.values[name].shape == (1, 4, 8, 8)
+
+
 @pytest.mark.parametrize("op", ["Split", "Unique"])
 def test_constant_folding_keeps_outputs_in_place_around_an_omitted_one(op):
     """A folded node whose middle output is omitted: each named output gets its own value."""

@@ -737,15 +737,16 @@ _PLANS_LOCK = threading.Lock()
 
 
 def conv_plan(xp, x_shape, w_shape, group, auto_pad, dilations, pads, strides, work) -> ConvPlan:
-    """The :class:`ConvPlan` of these shapes and attributes, made once per process: a plan
-    depends on nothing else (the provider's compiled loops it asks for are ready, or not, for
-    good once asked), and models repeat a conv's geometry (DenseNet-121: 66 for 120 convs,
+    """The :class:`ConvPlan` of these shapes and attributes, made once per process while the
+    provider's compiled loops it asked about answer as they did: a plan depends on nothing
+    else, and models repeat a conv's geometry (DenseNet-121: 66 for 120 convs,
     ShuffleNet: 16 for 56), each plan 30-45 us to make. The oldest go past ``PLANS_KEPT``."""
     key = (id(xp), tuple(x_shape), tuple(w_shape), group, auto_pad,
            None if dilations is None else tuple(dilations), None if pads is None else tuple(pads),
            None if strides is None else tuple(strides), str(work))
     found = _PLANS.get(key)
-    if found is not None and found[0] is xp:  # held with the plan: its id is not reused
+    # held with the plan, ``xp`` keeps its id from being reused
+    if found is not None and found[0] is xp and found[1].still_holds(work):
         return found[1]
     plan = ConvPlan(xp, x_shape, w_shape, group, auto_pad, dilations, pads, strides, work)
     with _PLANS_LOCK:  # sessions create kernels and run in threads
@@ -771,9 +772,10 @@ class ConvPlan:
 
     __slots__ = ("kernel", "strides", "dilations", "out", "begin", "end", "variant", "reason",
                  "args", "flat", "direct", "picked", "bias_shape", "epilogue", "columns",
-                 "reached", "transforms")
+                 "reached", "transforms", "asked")
 
     def __init__(self, xp, x_shape, w_shape, group, auto_pad, dilations, pads, strides, work):
+        self.asked: list[tuple[object, bool]] = []  # (compiled loop, whether ready) as asked
         n_spatial = len(x_shape) - 2
         self.kernel = kernel = tuple(w_shape[2:])
         self.strides, self.dilations = strides_and_dilations(n_spatial, strides, dilations)
@@ -781,7 +783,8 @@ class ConvPlan:
                                                          self.dilations, pads, auto_pad)
         c, m = x_shape[1], w_shape[0]
         loops = getattr(xp, "grouped_conv2d", None)
-        compiled = loops is not None and _may_run_direct(w_shape, group) and loops.ready(work)
+        compiled = (loops is not None and _may_run_direct(w_shape, group)
+                    and self._ready(loops, work))
         # without padding every tap reads the input
         may_skip = (not compiled and n_spatial <= TAPWISE_MAX_AXES
                     and c // group >= TAPWISE_MIN_DEPTH and (any(self.begin) or any(self.end)))
@@ -809,14 +812,26 @@ class ConvPlan:
         self.bias_shape = (m,) + (1,) * n_spatial
         epilogue = getattr(xp, "conv_epilogue", None)  # the provider's one pass (the CPU EP's)
         self.epilogue = epilogue if epilogue is not None and self.variant != "direct" \
-            and epilogue.ready(work) else None  # Winograd's only with a residual
+            and self._ready(epilogue, work) else None  # Winograd's only with a residual
         transforms = getattr(xp, "winograd_transforms", None)
         self.transforms = transforms if transforms is not None and self.variant == "winograd" \
-            and transforms.ready(work) else None
+            and self._ready(transforms, work) else None
         columns = getattr(xp, "im2col_columns", None)
         self.columns = columns if columns is not None and self.variant == "im2col" and (
             n_spatial == 2 and self.strides[1] == 2
-            and self.out[1] >= COMPILED_COLUMNS_MIN_WIDTH) and columns.ready(work) else None
+            and self.out[1] >= COMPILED_COLUMNS_MIN_WIDTH) and self._ready(columns, work) \
+            else None
+
+
+    def _ready(self, loop, work) -> bool:
+        ready = bool(loop.ready(work))
+        self.asked.append((loop, ready))
+        return ready
+
+    def still_holds(self, work) -> bool:
+        """Whether each compiled loop the plan asked about answers as it did (one is not used
+        where numba is switched off since, ``EP_HOST_NUMBA=0``)."""
+        return all(bool(loop.ready(work)) is ready for loop, ready in self.asked)
 
 
 # -- ConvInteger ------------------------------------------------------------------------------

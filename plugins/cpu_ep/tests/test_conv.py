@@ -444,3 +444,18 @@ def test_a_conv_plan_is_made_once_per_geometry_and_told_apart_by_every_attribute
         assert made is not plan
         assert (made.variant, made.out, made.begin, made.end) == (
             fresh.variant, fresh.out, fresh.begin, fresh.end)
+
+
+def test_a_kept_conv_plan_is_made_again_when_a_compiled_loop_it_asked_about_changes(
+        monkeypatch):
+    args = ((2, 4, 9, 8), (6, 2, 3, 2), 2, "NOTSET", (1, 2), (1, 0, 2, 1), (2, 1),
+            np.dtype(np.float32))
+    monkeypatch.setenv("EP_HOST_NUMBA", "1")
+    with_numba = conv_kernels.conv_plan(numpy_xp, *args)
+    monkeypatch.setenv("EP_HOST_NUMBA", "0")
+    without = conv_kernels.conv_plan(numpy_xp, *args)
+    assert without.variant == conv_kernels.ConvPlan(numpy_xp, *args).variant == "im2col"
+    if with_numba.variant == "direct":  # numba installed: the compiled loop was used
+        assert without is not with_numba
+    monkeypatch.setenv("EP_HOST_NUMBA", "1")
+    assert conv_kernels.conv_plan(numpy_xp, *args).variant == with_numba.variant
