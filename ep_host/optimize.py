@@ -11,7 +11,9 @@ provider claims it, the capability walk places those nodes instead, as it does a
   the attribute forms), so it is neither placed nor priced, as onnxruntime does.
 - ``constant_folding``: nodes whose inputs are all constants, and Shape/Size of a value whose
   shape is static, become initializers (computed by onnx's reference evaluator, the ONNX
-  specification's own implementation).
+  specification's own implementation); an Identity of a constant is read through (its readers
+  read the constant). Then the nodes whose shapes loading's inference could not find are
+  inferred again from what folding computed (``Rewriter.reinfer``).
 - ``conv_bn_folding``: an inference-mode BatchNormalization after a Conv with constant weights
   is folded into the Conv's weights and bias.
 - ``channel_affine_folding``: a Mul or Add by a per-channel constant after a Conv or an
