@@ -15,7 +15,15 @@ from onnx import AttributeProto, NodeProto, TensorProto, helper, numpy_helper
 
 from ep_host.fold_direct import fold_directly
 from ep_host.graph import DEFAULT_DOMAIN
-from ep_host.rewriter import Rewriter, copy_node, is_op, node_attribute, node_domain, other_input
+from ep_host.rewriter import (
+    Rewriter,
+    copy_node,
+    holds_graph,
+    is_op,
+    node_attribute,
+    node_domain,
+    other_input,
+)
 
 FOLD_MAX_ELEMENTS = 1 << 24  # a constant result bigger than this (64 MB of float32) stays a node
 NOT_FOLDED = frozenset({
@@ -108,7 +116,7 @@ def constant_folding(rw: Rewriter) -> int:
         if node.op_type not in ("Shape", "Size") and not all(
                 rw.is_const(i) for i in node.input if i):
             continue  # neither a shape read nor all-constant inputs: nothing to fold
-        if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+        if holds_graph(node):
             continue
         outputs = [o for o in node.output if o]
         if not outputs or any(o in rw.outputs for o in outputs):

@@ -71,7 +71,14 @@ from ep_host.fusion import (
 )
 from ep_host.graph import DEFAULT_DOMAIN, GraphView, node_reads, normalize_domain
 from ep_host.loading import Model
-from ep_host.rewriter import MS_DOMAIN, Rewriter, node_domain, rename_inputs
+from ep_host.rewriter import (
+    MS_DOMAIN,
+    Rewriter,
+    node_domain,
+    rename_inputs,
+    tensor_type_proto,
+    tensor_typed,
+)
 
 PASSES: dict[str, Callable[[Rewriter], int]] = {
     "constant_lifting": constant_lifting,
@@ -228,26 +235,23 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     produced = {o for n in live for o in n.output if o}
     # a declared value info is kept only where inference found no tensor type to state instead
     value_info = [vi for vi in graph.value_info
-                  if vi.name in produced and not _tensor_typed(rw.type_of(vi.name))]
+                  if vi.name in produced and not tensor_typed(rw.type_of(vi.name))]
     declared = {vi.name for vi in value_info} | {o.name for o in graph.output}
+    types: dict[tuple[int, Any], TypeProto] = {}  # one proto per dtype and shape
     for out in graph.output:  # typed as inference found it (or ``rw.reinfer`` learned it): a
         found = rw.type_of(out.name)  # declared type without a shape gets the inferred one
-        if _tensor_typed(found):
-            out.type.CopyFrom(helper.make_tensor_type_proto(found[1].code, found[2]))
+        if tensor_typed(found):
+            out.type.CopyFrom(tensor_type_proto(found, types))
     del graph.value_info[:]
     graph.value_info.extend(value_info)
     # the types loading inferred, for every value that survives: onnx cannot infer through the
     # com.microsoft ops fusions make, and would lose every shape after them; one type proto per
     # dtype and shape (helper.make_tensor_value_info per value took 6 us each)
-    types: dict[tuple[int, Any], TypeProto] = {}
     for name in sorted(produced - declared):
         found = rw.type_of(name)
-        if not _tensor_typed(found):
+        if not tensor_typed(found):
             continue
-        key = (found[1].code, found[2])
-        tp = types.get(key)
-        if tp is None:
-            tp = types[key] = helper.make_tensor_type_proto(*key)
+        tp = tensor_type_proto(found, types)
         vi = graph.value_info.add()
         vi.name = name
         vi.type.CopyFrom(tp)
@@ -271,11 +275,6 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     out.merged = {**model.merged, **rw.merged}
     out.sources = _sources(model, rw, out)
     return out
-
-
-def _tensor_typed(found: tuple[str, Any, Any] | None) -> bool:
-    """Whether a value's ``(kind, dtype, shape)`` is a tensor's with a known dtype."""
-    return found is not None and found[0] == "tensor" and found[1] is not None
 
 
 def _sources(model: Model, rw: Rewriter, out: Model) -> dict[str, list[str]]:

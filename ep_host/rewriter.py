@@ -174,8 +174,7 @@ class Rewriter:
         for at in sorted(near):
             n = near[at]
             if (changed.isdisjoint(n.input) or not unknown_values.isdisjoint(n.input)
-                    or any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)
-                           for a in n.attribute)):
+                    or holds_graph(n)):
                 continue
             unknown.append(n)
             if n.op_type not in DATA_SHAPED:
@@ -200,12 +199,8 @@ class Rewriter:
                 continue
             vi = graph.input.add()
             vi.name = name
-            if known is not None and known[0] == "tensor" and known[1] is not None:
-                key = (known[1].code, known[2])
-                tp = types.get(key)
-                if tp is None:
-                    tp = types[key] = helper.make_tensor_type_proto(*key)
-                vi.type.CopyFrom(tp)
+            if tensor_typed(known):
+                vi.type.CopyFrom(tensor_type_proto(known, types))
         graph.output.extend(ValueInfoProto(name=o) for o in made)
         try:
             inferred = onnx.shape_inference.infer_shapes(probe, check_type=False,
@@ -226,11 +221,11 @@ class Rewriter:
     def _shape_data(self, name: str, known: ParsedType | None) -> np.ndarray | None:
         """Constant ``name``'s data when ``reinfer`` hands it to inference, not only its type: a
         small integer tensor (a shape, Slice bounds, axes...)."""
-        if name in self.constants:
+        if name in self.constants:  # computed: its type may not be known, its data is
             array = self.constants[name]
-        elif (known is not None and known[1] is not None
-              and known[1].code in INFERENCE_READ_TYPES and self.is_const(name)
-              and _static(known) and math.prod(known[2]) <= INFERENCE_READ_ELEMENTS):
+        elif (tensor_typed(known) and known[1].code in INFERENCE_READ_TYPES
+              and self.is_const(name) and _static(known)
+              and math.prod(known[2]) <= INFERENCE_READ_ELEMENTS):
             array = self.const(name)
         else:
             return None
@@ -281,8 +276,7 @@ class Rewriter:
         may read the name too."""
         out = node.output[0]
         readers = self.consumers.get(out, [])
-        if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)
-               for n in readers for a in n.attribute):
+        if any(holds_graph(n) for n in readers):
             return False
         source = self.aliases.get(node.input[0], node.input[0])
         self.remove(node)
@@ -322,6 +316,26 @@ class Rewriter:
 
 # ops whose outputs' shapes depend on their inputs' values, not only on their shapes
 DATA_SHAPED = frozenset({"NonZero", "Unique", "Compress", "NonMaxSuppression"})
+
+
+def holds_graph(node: NodeProto) -> bool:
+    """Whether ``node`` has a graph attribute (a body that may read outer names)."""
+    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute)
+
+
+def tensor_typed(found: ParsedType | None) -> bool:
+    """Whether a value's ``(kind, dtype, shape)`` is a tensor's with a known dtype."""
+    return found is not None and found[0] == "tensor" and found[1] is not None
+
+
+def tensor_type_proto(found: ParsedType, made: dict[tuple[int, Any], TypeProto]) -> TypeProto:
+    """The tensor type proto of ``found``, one per dtype and shape kept in ``made`` (they
+    repeat; onnx.helper per value took 6 us each)."""
+    key = (found[1].code, found[2])
+    proto = made.get(key)
+    if proto is None:
+        proto = made[key] = helper.make_tensor_type_proto(*key)
+    return proto
 
 
 def _int_code(array: np.ndarray) -> int:

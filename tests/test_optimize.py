@@ -72,6 +72,16 @@ def run_both(model, feeds, **kwargs):
     return optimized, optimized.run(None, feeds), written.run(None, feeds)
 
 
+def assert_matches_written_and_onnxruntime(model, feeds):
+    """The optimized session's outputs equal the model's as written and onnxruntime's."""
+    _, got, want = run_both(model, feeds)
+    ort = onnxruntime.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+    for g, w, o in zip(got, want, ort.run(None, feeds), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(g, o, rtol=1e-5, atol=1e-5)
+
+
 def test_conv_bn_folding_removes_the_batch_norm_and_keeps_the_result():
     x = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
     model = conv_bn_model()
@@ -161,12 +171,8 @@ def test_shapes_folding_makes_known_are_inferred_before_the_fusions():
     assert [n.op_type for n in optimized.graph.nodes] == ["Slice", "FusedConv"]
     assert optimized.graph.values["left"].shape == (1, 2, 6, 6)
     assert optimized.graph.values["y"].shape == (1, 4, 6, 6)  # out of the fused node too
-    x = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
-    _, got, want = run_both(model, {"x": x})
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
-    ort = onnxruntime.InferenceSession(model.SerializeToString(),
-                                       providers=["CPUExecutionProvider"])
-    np.testing.assert_allclose(got[0], ort.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    assert_matches_written_and_onnxruntime(
+        model, {"x": RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)})
 
 
 def test_a_model_with_bodies_keeps_its_body_types_and_learns_folded_shapes():
@@ -187,14 +193,8 @@ def test_a_model_with_bodies_keeps_its_body_types_and_learns_folded_shapes():
     body = {n.op_type: n for n in optimized.graph.nodes}["If"].subgraphs["then_branch"]
     assert body.values["t1"].shape == (1, 4, 6, 6)  # as loading inferred it
     x = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
-    ort = onnxruntime.InferenceSession(model.SerializeToString(),
-                                       providers=["CPUExecutionProvider"])
     for cond in (True, False):
-        feeds = {"x": x, "cond": np.array(cond)}
-        _, got, want = run_both(model, feeds)
-        for g, w, o in zip(got, want, ort.run(None, feeds), strict=True):
-            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
-            np.testing.assert_allclose(g, o, rtol=1e-5, atol=1e-5)
+        assert_matches_written_and_onnxruntime(model, {"x": x, "cond": np.array(cond)})
 
 
 def test_a_value_declared_without_a_shape_keeps_the_shape_inference_found():
@@ -570,12 +570,8 @@ def test_an_identity_of_a_constant_is_read_through_not_copied():
     # the model as loaded still reads its Identities (a rewrite edits copies)
     assert [n.input[0] for n in written.proto.graph.node if n.op_type == "Conv"] == ["x", "n"]
     assert [n.input[1] for n in written.proto.graph.node if n.op_type == "Conv"] == ["w0", "w1"]
-    x = RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)
-    session, got, want = run_both(model, {"x": x})
-    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
-    ort = onnxruntime.InferenceSession(model.SerializeToString(),
-                                       providers=["CPUExecutionProvider"])
-    np.testing.assert_allclose(got[0], ort.run(None, {"x": x})[0], rtol=1e-5, atol=1e-5)
+    assert_matches_written_and_onnxruntime(
+        model, {"x": RNG.standard_normal((1, 3, 6, 6)).astype(np.float32)})
 
 
 def test_an_identity_read_inside_a_body_is_folded_into_its_own_constant():
