@@ -53,6 +53,7 @@ if TYPE_CHECKING:
         get_device,
     )
     from ep_host.session import InferenceSession, NodeArg
+    from ep_host.signatures import known_signature
     from ep_host.stored import AnswerStore, CacheDirStores
     from ep_host.subgraph import PartitionView, node_model
 
@@ -76,6 +77,8 @@ _LAZY = {
     "NodeView": "ep_host.graph",
     "ValueView": "ep_host.graph",
     "GraphView": "ep_host.graph",
+    # a node's signature, once the host worked it out (providers answering by signature)
+    "known_signature": "ep_host.signatures",
     "load_model": "ep_host.loading",
     # answers a provider works out once (a runtime's verdicts), kept on disk between processes
     "AnswerStore": "ep_host.stored",
@@ -110,6 +113,6 @@ __all__ = [
     "ReasonCode", "ResourceLimitError", "RunCancelledError", "RunOptions", "SessionOptions",
     "ValueView", "Workspace", "cache_dir", "deny", "dtype", "check_allocation", "element_count",
     "family_factors", "get_all_providers", "get_available_providers", "get_device", "hookimpl",
-    "hookspec", "load_model", "node_model",
+    "hookspec", "known_signature", "load_model", "node_model",
     "record_kernel_variant", "require", "structural_input_bytes",
 ]

@@ -20,12 +20,13 @@ from ep_host.cost import Cost
 from ep_host.discovery import OWN_DISTRIBUTIONS, Host, ProviderRecord
 from ep_host.errors import HostError, ProviderError, describe_exception
 from ep_host.functions import expand_function
-from ep_host.graph import NodeView, node_signature, op_schema
+from ep_host.graph import NodeView, op_schema
 from ep_host.layouts import check_match_layouts, has_layouts
 from ep_host.loading import Model
 from ep_host.match import Decline, KernelMatch, ReasonCode, new_decline
 from ep_host.plugin_calls import is_user_interrupt, sigint
 from ep_host.provider import ProviderContext
+from ep_host.signatures import node_signature
 
 MAX_EXPANSION_DEPTH = 8  # function bodies that call functions, to this depth
 

@@ -14,14 +14,16 @@ import sys
 import threading
 import weakref
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from ep_host.errors import address_space_left
+
 HOLD_MIN_BYTES = 64 * 1024  # smaller initializers stay in the protobuf
-# Smaller files are parsed as they are: splitting MobileNetV2's 13 MB took its session creation
-# from 36 to 28 ms (protobuf copies every weight it parses), SqueezeNet's 4.7 MB none faster
-SPLIT_MIN_FILE_BYTES = 8 * 2**20
+# Smaller files are parsed as they are. Splitting takes protobuf's copy of each weight out of
+# session creation: MobileNetV2 (13 MB) 36 -> 28 ms, SqueezeNet (4.7 MB) 11.5 -> 10.8 ms
+SPLIT_MIN_FILE_BYTES = 1 * 2**20
 # ONNX data type code -> numpy dtype, for the types whose raw data numpy reads as it lies
 HELD_TYPES = {1: np.dtype("<f4"), 10: np.dtype("<f2"), 11: np.dtype("<f8")}
 ALIGN = 64
@@ -33,16 +35,33 @@ TENSOR_EXTERNAL_DATA, TENSOR_DATA_LOCATION = 13, 14
 EMPTY_RAW_DATA = bytes([TENSOR_RAW_DATA << 3 | 2, 0])  # the field present, holding b""
 
 
-@dataclass
 class HeldWeights:
-    """The buffer and, per main-graph initializer kept in it, its (offset, byte length)."""
+    """The buffer and, per main-graph initializer kept in it, its (offset, byte length).
+    ``filling``: the read of the weights into the buffer while it goes on, on a thread; an
+    array waits for its own data, ``buffer`` for all of it."""
 
-    buffer: np.ndarray
-    spans: dict[str, tuple[int, int]] = field(default_factory=dict)
+    def __init__(self, buffer: np.ndarray | None, spans: dict[str, tuple[int, int]],
+                 filling: _Filling | None = None):
+        self._buffer = buffer  # ``None`` until ``filling`` made it
+        self.spans = spans
+        self.filling = filling
+
+    @property
+    def buffer(self) -> np.ndarray:
+        """The whole buffer, every weight read in."""
+        if self.filling is not None:
+            self._buffer = self.filling.wait(self.filling.size)
+            self.filling = None
+        return self._buffer  # type: ignore[return-value]
 
     def array(self, name: str, data_type: int, dims: list[int]) -> np.ndarray:
         """The initializer's data: a view of the buffer, of its dtype and shape."""
         offset, length = self.spans[name]
+        filling = self.filling
+        if filling is not None:  # this tensor's data read in is enough
+            self._buffer = filling.wait(offset + length)
+            if filling.finished:
+                self.filling = None
         dtype = HELD_TYPES[data_type]
         count = 1
         for d in dims:
@@ -50,7 +69,7 @@ class HeldWeights:
         if count * dtype.itemsize != length:
             raise ValueError(f"tensor {name!r} of shape {list(dims)} needs "
                              f"{count * dtype.itemsize} bytes of raw data, it holds {length}")
-        return np.frombuffer(self.buffer, dtype, count, offset).reshape(dims)
+        return np.frombuffer(self._buffer, dtype, count, offset).reshape(dims)
 
 
 class _Unexpected(Exception):
@@ -275,13 +294,27 @@ def _mapped_plan(f) -> tuple[bytes, list[tuple[str, int, int]]] | None:
 def read_split(f) -> tuple[bytes, HeldWeights] | None:
     """The small part of the open file ``f`` (each big float main-graph initializer's raw data
     left empty) and those raw data read straight to their aligned places in one buffer: one
-    copy of the weights, from the file; ``None`` when the file has none."""
+    copy of the weights, from the file; ``None`` when the file has none. Where the platform
+    reads at an offset (``os.preadv``), the weights are read on a thread while the caller goes
+    on (parsing the small part, inferring shapes: ShuffleNet's 9 MB took 1-3 ms of its
+    creation, ViT-base's 343 MB 150 ms, the buffer's pages made included), and the first
+    array asked for waits for them. Under an address-space limit the buffer is made here, so
+    that running out of it is the loading stage's error."""
     planned = _mapped_plan(f)
     if planned is None:
         return None
     small, moves = planned
     spans = _spans(moves)
-    buffer = _weight_buffer(max(offset + length for offset, length in spans.values()))
+    size = max(offset + length for offset, length in spans.values())
+    limited = address_space_left() is not None
+    buffer = _weight_buffer(size) if limited or not hasattr(os, "preadv") else None
+    if hasattr(os, "preadv"):
+        fd = os.dup(f.fileno())
+        try:
+            return small, HeldWeights(None, spans, _Filling(fd, moves, spans, size, buffer))
+        except RuntimeError:  # no thread to be had: read here
+            os.close(fd)
+            buffer = _weight_buffer(size) if buffer is None else buffer
     view = memoryview(buffer)
     for name, raw_start, _ in moves:
         offset, length = spans[name]
@@ -295,6 +328,127 @@ def read_split(f) -> tuple[bytes, HeldWeights] | None:
     return small, HeldWeights(buffer, spans)
 
 
+class _Filling:
+    """The read of a file's big raw data into the held buffer, on a daemon thread, from its own
+    descriptor (``pread``: no shared file offset), in file order: a tensor can be had once the
+    read passed it. A process forked meanwhile has no such thread: it reads them itself when
+    first asked."""
+
+    def __init__(self, fd: int, moves: list[tuple[str, int, int]],
+                 spans: dict[str, tuple[int, int]], size: int, buffer: np.ndarray | None):
+        self.fd, self.moves, self.spans, self.size = fd, moves, spans, size
+        self.buffer = buffer  # made on the thread when None
+        self.pid = os.getpid()
+        self.error: BaseException | None = None
+        self.filled = -1  # the buffer's bytes in place from its start; -1: no buffer yet
+        self.finished = False
+        self.progress = threading.Condition()
+        self.lock = threading.Lock()
+        threading.Thread(target=self._fill, name="ep-host weights", daemon=True).start()
+
+    def _advance(self, filled: int) -> None:
+        with self.progress:
+            self.filled = filled
+            self.progress.notify_all()
+
+    def _fill(self) -> None:
+        try:
+            # a big mapping's pages are made a chunk at a time, just before it is read: made in
+            # one call, they would hold the process's memory map for the whole time (ViT-base,
+            # 343 MB: 85 ms), and the other thread's allocations would wait on it
+            populate = self.buffer is None and self.size >= POPULATE_MIN_BYTES
+            if self.buffer is None:
+                self.buffer = _weight_buffer(self.size, populate=False)
+            buffer = self.buffer
+            self._advance(0)
+            view = memoryview(buffer)
+            scratch = memoryview(bytearray(READ_GAP_BYTES))  # where the gaps' bytes go
+            for file_start, parts, first, end in _read_groups(self.moves, self.spans):
+                if populate:
+                    _populate(buffer, first, end)
+                views = [view[offset:offset + length] if offset is not None
+                         else scratch[:length] for offset, length in parts]
+                _read_fully(self.fd, views, file_start)
+                self._advance(end)
+        except BaseException as exc:  # handed to whoever asks for an array
+            self.error = exc
+        finally:
+            os.close(self.fd)
+            with self.progress:
+                self.finished = True
+                self.progress.notify_all()
+
+    def wait(self, upto: int) -> np.ndarray:
+        """The buffer, once its first ``upto`` bytes are in place; ``OSError`` if the read
+        failed (``MemoryError``: the buffer could not be made)."""
+        if not self.finished and os.getpid() != self.pid:
+            with self.lock:  # forked while the parent's thread read: read them here
+                if not self.finished:
+                    self.pid = os.getpid()
+                    self.progress = threading.Condition()
+                    self._fill()
+        with self.progress:
+            while not self.finished and self.filled < upto:
+                self.progress.wait()
+        if isinstance(self.error, MemoryError):
+            raise MemoryError(f"no memory for the model's weights ({self.size} bytes)")
+        if self.error is not None:
+            raise OSError(f"cannot read the model's weights: {self.error}") from self.error
+        return self.buffer
+
+
+READ_GAP_BYTES = 256 * 1024  # raw data this close in the file are read in one call
+READ_MAX_PARTS = 512  # buffers one call reads into, at most
+
+
+def _read_groups(moves: list[tuple[str, int, int]], spans: dict[str, tuple[int, int]]
+                 ) -> Iterator[tuple[int, list[tuple[int | None, int]], int, int]]:
+    """The raw data of ``moves`` as few reads as can be: each (file offset, parts, first and
+    end buffer offsets), a part (buffer offset, length) or a gap (``None``, length) of the
+    file between two raw data; at most ``READ_CHUNK_BYTES`` of data each, a big tensor's over
+    several."""
+    group: list[tuple[int | None, int]] = []
+    start = first = end = 0
+    size = 0
+    file_end = -1
+    for name, raw_start, _ in moves:
+        offset, length = spans[name]
+        done = 0
+        while done < length:
+            piece = min(length - done, READ_CHUNK_BYTES)
+            gap = raw_start + done - file_end
+            if group and (gap > READ_GAP_BYTES or size + piece > READ_CHUNK_BYTES
+                          or len(group) >= READ_MAX_PARTS - 1):
+                yield start, group, first, end
+                group = []
+            if not group:
+                start, first, size = raw_start + done, offset + done, 0
+            elif gap:
+                group.append((None, gap))
+            group.append((offset + done, piece))
+            size += piece
+            end = offset + done + piece
+            file_end = raw_start + done + piece
+            done += piece
+    if group:
+        yield start, group, first, end
+
+
+def _read_fully(fd: int, views: list[memoryview], position: int) -> None:
+    """Fill ``views`` from the file at ``position`` on, as many calls as the system needs."""
+    k = 0
+    while k < len(views):
+        n = os.preadv(fd, views[k:k + READ_MAX_PARTS], position)
+        if not n:
+            raise OSError("the file ended inside the weights")
+        position += n
+        while k < len(views) and n >= len(views[k]):
+            n -= len(views[k])
+            k += 1
+        if n:
+            views[k] = views[k][n:]
+
+
 # From this size the weights go to anonymous private memory whose pages are made in one call
 # (Linux), smaller ones to numpy's memory (huge pages where the system gives them). Measured on
 # the 2-vCPU VM of bench/models.py, each creation after one of the same model while a session of
@@ -303,20 +457,54 @@ def read_split(f) -> tuple[bytes, HeldWeights] | None:
 # against 98-356 ms creation; RetinaNet, 136 MB: 216-505 against 238-267), while a smaller buffer
 # is faster in numpy's (R3D-18, 127 MB: 35 against 60-69 ms; GoogLeNet, 25 MB: 30 against 34)
 POPULATE_MIN_BYTES = 128 * 2**20
-_WEIGHT_MAP_FLAGS = (getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
-                     | getattr(mmap, "MAP_POPULATE", 0))
+_WEIGHT_MAP_FLAGS = getattr(mmap, "MAP_PRIVATE", 0) | getattr(mmap, "MAP_ANONYMOUS", 0)
+MADV_POPULATE_WRITE = 23  # Linux 5.14 on: make a range's pages, writable, in one call
+READ_CHUNK_BYTES = 16 * 2**20  # the read on a thread makes pages and reads this much at a time
 
 
-def _weight_buffer(size: int) -> np.ndarray:
+def _weight_buffer(size: int, populate: bool = True) -> np.ndarray:
     """A writable uint8 buffer of ``size`` bytes for the weights: from
-    :data:`POPULATE_MIN_BYTES` on an anonymous mapping with its pages made in one call, where the
-    platform has ``MAP_POPULATE``; numpy's memory otherwise."""
-    if hasattr(mmap, "MAP_POPULATE") and size >= POPULATE_MIN_BYTES:
+    :data:`POPULATE_MIN_BYTES` on an anonymous mapping, its pages made in one call
+    (``MAP_POPULATE``) unless not ``populate`` (then the caller makes them with
+    :func:`_populate`), where the platform has it; numpy's memory otherwise."""
+    if hasattr(mmap, "MAP_ANONYMOUS") and size >= POPULATE_MIN_BYTES:
+        flags = _WEIGHT_MAP_FLAGS | (getattr(mmap, "MAP_POPULATE", 0) if populate else 0)
         try:
-            return np.frombuffer(mmap.mmap(-1, size, flags=_WEIGHT_MAP_FLAGS), np.uint8)
+            return np.frombuffer(mmap.mmap(-1, size, flags=flags), np.uint8)
         except (OSError, ValueError):  # no such mapping here: numpy's memory does the same
             pass
     return np.empty(size, np.uint8)
+
+
+def _populate(buffer: np.ndarray, start: int, end: int) -> None:
+    """Make the pages of ``buffer[start:end]`` in one call where Linux can (``madvise``
+    through ctypes, which lets other threads run meanwhile); else they are made as written."""
+    madvise = _libc_madvise()
+    if madvise is not None:
+        page = mmap.PAGESIZE
+        first = buffer.ctypes.data + start
+        aligned = first - first % page
+        madvise(aligned, end - start + (first - aligned), MADV_POPULATE_WRITE)
+
+
+_MADVISE: list[Any] = []
+
+
+def _libc_madvise() -> Any:
+    """libc's ``madvise`` through ctypes, or ``None``."""
+    if not _MADVISE:
+        found = None
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                found = ctypes.CDLL("libc.so.6").madvise
+                found.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                found.restype = ctypes.c_int
+            except (OSError, AttributeError):
+                found = None
+        _MADVISE.append(found)
+    return _MADVISE[0]
 
 
 def split_shared(f, key: tuple[int, int, int, int]) -> tuple[bytes, HeldWeights] | None:

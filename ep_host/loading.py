@@ -430,7 +430,7 @@ class Model:
                     array = readonly(self.held.array(name, tensor.data_type, list(tensor.dims)))
                 else:
                     array = readonly(tensor_to_array(tensor, self))
-            except (ModelLoadError, ModelValidationError):
+            except (ModelLoadError, ModelValidationError, MemoryError):
                 raise
             except Exception as exc:
                 raise ModelLoadError(f"{self.label}: cannot read initializer {name!r}: "

@@ -110,7 +110,7 @@ class ProviderInfo:
     the op family calibration measured the node's op in, else those fitted over all its cases.
 
     ``answers_by_signature``: ``True`` when a claim from ``ep_host_supports_op`` depends only on
-    the node's signature (``ep_host.graph.node_signature``: op, domain, versions, attributes,
+    the node's signature (``ep_host.signatures.node_signature``: op, domain, versions, attributes,
     the kind, dtype and shape of every input and output, which inputs are constant and the
     values of integer or boolean constants of up to 1024 elements and of other constants of up
     to 16), never on the node's or its values' names, its neighbours, or the values of bigger

@@ -9,6 +9,7 @@ import os
 import numpy as np
 import onnx
 import onnxruntime
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ep_host import InferenceSession
@@ -157,9 +158,74 @@ def test_weights_in_a_populated_mapping_are_read_exactly(tmp_path, monkeypatch):
     _, arrays = big_model(path)
     model = load_model(str(path))
     assert model.held is not None
-    if hasattr(held_weights.mmap, "MAP_POPULATE"):
+    if hasattr(held_weights.mmap, "MAP_ANONYMOUS"):
         assert isinstance(model.held.buffer.base.obj, held_weights.mmap.mmap)
     for name, want in arrays.items():
         got = model.graph.values[name].value
         np.testing.assert_array_equal(got, want)
         assert not got.flags.writeable
+
+
+def test_weights_read_in_pieces_gaps_and_many_calls_are_read_exactly(tmp_path, monkeypatch):
+    from ep_host import held_weights
+
+    # every tensor over several reads, every gap of the file between two raw data a read of
+    # its own, calls of two buffers at most
+    monkeypatch.setattr(held_weights, "READ_CHUNK_BYTES", 1 << 20)
+    monkeypatch.setattr(held_weights, "READ_GAP_BYTES", 0)
+    monkeypatch.setattr(held_weights, "READ_MAX_PARTS", 2)
+    path = tmp_path / "big.onnx"
+    _, arrays = big_model(path)
+    model = load_model(str(path))
+    for name, want in arrays.items():
+        np.testing.assert_array_equal(model.graph.values[name].value, want)
+    monkeypatch.setattr(held_weights, "READ_GAP_BYTES", 1 << 20)  # gaps read with the data
+    monkeypatch.setattr(held_weights, "READ_MAX_PARTS", 512)
+    model = load_model(str(path))
+    for name, want in reversed(arrays.items()):  # the last tensor first
+        np.testing.assert_array_equal(model.graph.values[name].value, want)
+
+
+def test_a_file_that_ends_while_its_weights_are_read_names_the_initializer(tmp_path,
+                                                                         monkeypatch):
+    from ep_host import held_weights
+    from ep_host.errors import ModelLoadError
+
+    path = tmp_path / "big.onnx"
+    big_model(path)
+    monkeypatch.setattr(held_weights.os, "preadv", lambda fd, views, position: 0)
+    model = load_model(str(path))  # the small part parses; the weights come later
+    with pytest.raises(ModelLoadError, match=r"cannot read initializer 'w0'.*the file ended "
+                                             r"inside the weights"):
+        _ = model.graph.values["w0"].value
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_process_forked_while_the_weights_are_read_reads_them_itself(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from ep_host import held_weights
+
+    path = tmp_path / "big.onnx"
+    _, arrays = big_model(path)
+    started = threading.Event()
+    preadv = os.preadv
+
+    def slow(fd, views, position):  # the thread's first read waits until the fork is done
+        if threading.current_thread().name == "ep-host weights" and not started.is_set():
+            started.set()
+            time.sleep(0.5)
+        return preadv(fd, views, position)
+
+    monkeypatch.setattr(held_weights.os, "preadv", slow)
+    model = load_model(str(path))
+    assert started.wait(10)
+    pid = os.fork()
+    if pid == 0:  # the child: no reading thread here
+        ok = all(np.array_equal(model.graph.values[n].value, a) for n, a in arrays.items())
+        os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    for name, want in arrays.items():
+        np.testing.assert_array_equal(model.graph.values[name].value, want)

@@ -15,6 +15,7 @@ from ep_host import (
     ProviderInfo,
     family_factors,
     hookimpl,
+    known_signature,
 )
 from ep_host.kernels import REGISTRY, KernelSpec, check_node, conv_kind, work
 from ep_host_cpu import __version__
@@ -101,9 +102,13 @@ def ep_host_provider_info() -> ProviderInfo:
                         answers_by_signature=True)
 
 
-# the kernel spec each node passed its checks for in supports_op: creating its kernel does not
-# check it again (a tree ensemble's checks walk every tree: a millisecond or more)
+# the kernel spec each node passed its checks for in supports_op, and each signature (this EP
+# answers by signature: its checks read nothing else): creating the kernel of such a node, or
+# of another node of that signature, does not check again (a tree ensemble's checks walk every
+# tree, a millisecond or more; a Conv's take 20 us)
 _CHECKED: weakref.WeakKeyDictionary[NodeView, KernelSpec] = weakref.WeakKeyDictionary()
+_CHECKED_SIGNATURES: dict[tuple[Any, ...], KernelSpec] = {}
+SIGNATURES_KEPT = 1024
 
 
 @hookimpl
@@ -111,13 +116,23 @@ def ep_host_supports_op(node: NodeView, context: ProviderContext) -> KernelMatch
     spec = REGISTRY.lookup(node, NAME)
     check_node(spec, node, NAME)
     _CHECKED[node] = spec
+    signature = known_signature(node)
+    if signature is not None:
+        if len(_CHECKED_SIGNATURES) >= SIGNATURES_KEPT:  # the oldest go
+            _CHECKED_SIGNATURES.pop(next(iter(_CHECKED_SIGNATURES)), None)
+        _CHECKED_SIGNATURES[signature] = spec
     return CLAIMS.answer(spec, node)
 
 
 @hookimpl
 def ep_host_create_kernel(node: NodeView, context: ProviderContext) -> Kernel:
     spec = REGISTRY.lookup(node, NAME)
-    if _CHECKED.get(node) is not spec:
+    if _CHECKED.get(node) is not spec and _checked_signature(node) is not spec:
         check_node(spec, node, NAME)
     keep_freed_memory()  # once per process, when kernels are first made, not at import
     return spec.make(numpy_xp, node, context)
+
+
+def _checked_signature(node: NodeView) -> KernelSpec | None:
+    signature = known_signature(node)
+    return None if signature is None else _CHECKED_SIGNATURES.get(signature)

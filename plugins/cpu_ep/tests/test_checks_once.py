@@ -42,3 +42,32 @@ def test_a_node_never_asked_is_checked_when_its_kernel_is_made():
         provider.ep_host_supports_op(node=leaky, context=None)
     with pytest.raises(Decline):
         provider.ep_host_create_kernel(node=leaky, context=None)
+
+
+def test_nodes_of_a_signature_checked_once_are_not_checked_again(monkeypatch):
+    from ep_host import InferenceSession
+
+    model = make_model(
+        [helper.make_node("LeakyRelu", ["x"], ["a"], alpha=0.5, name="leaky1"),
+         helper.make_node("LeakyRelu", ["a"], ["b"], alpha=0.5, name="leaky2"),
+         helper.make_node("LeakyRelu", ["b"], ["c"], alpha=0.25, name="other_alpha"),
+         helper.make_node("LeakyRelu", ["c"], ["y"], alpha=0.5, name="leaky3")],
+        [("x", F, [4])], [("y", F, [4])])
+    calls = []
+    real = provider.check_node
+    monkeypatch.setattr(provider, "check_node",
+                        lambda spec, node, name: calls.append(node.name) or real(spec, node, name))
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"])
+    # the walk asked the first of each signature; the kernels were made without a check
+    assert calls == ["leaky1", "other_alpha"]
+    assert [(p.name, p.provider) for p in session.placement.nodes] == [
+        ("leaky1", "cpu"), ("leaky2", "cpu"), ("other_alpha", "cpu"), ("leaky3", "cpu")]
+
+
+def test_a_node_whose_signature_was_never_checked_is_checked():
+    leaky, _ = nodes(TensorProto.INT64)
+    from ep_host.signatures import known_signature, node_signature
+
+    assert node_signature(leaky) is not None and known_signature(leaky) is not None
+    with pytest.raises(Decline):  # known, but no supports_op passed it
+        provider.ep_host_create_kernel(node=leaky, context=None)
