@@ -627,8 +627,10 @@ class Host:
 
     # -- calling -----------------------------------------------------------------------------
 
-    def call(self, provider: str, hook: str, **kwargs: Any) -> Any:
-        """Call ``hook`` on one provider alone; returns its answer (or ``None``).
+    def call(self, provider: str, hook: str, via: Callable[..., list[Any]] | None = None,
+             **kwargs: Any) -> Any:
+        """Call ``hook`` on one provider alone; returns its answer (or ``None``). ``via``: what
+        calls it, got from :meth:`batch_caller` for a batch of calls (default: pluggy).
 
         A ``BaseException`` that is not an ``Exception`` and not the user's ^C comes out as a
         :class:`PluginBaseException`, so callers that catch ``Exception`` see the fault."""
@@ -639,7 +641,7 @@ class Host:
             subject = kwargs.get("node", kwargs.get("partition"))
             marker.enter(record.marker_heads[hook], getattr(subject, "name", ""))
         try:
-            answers = record.callers[hook](**kwargs)
+            answers = (via or record.callers[hook])(**kwargs)
         except Exception:
             raise
         except BaseException as exc:

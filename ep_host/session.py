@@ -147,6 +147,7 @@ class _Runtime:
         self.checks = StepChecks(model.label, max_tensor_bytes=max_tensor_bytes,
                                  warnings=model.warnings)
         self._contexts: dict[str, tuple[ProviderContext, ProviderContext]] = {}
+        self._creators: dict[str, Any] = {}  # per provider, for one plan: Host.batch_caller
 
     def kernel_context(self, placement: Placement, provider: str) -> ProviderContext:
         """The context ``provider``'s kernels are created with: the walk's, with this runtime
@@ -220,6 +221,7 @@ class _Runtime:
                                   body=body)
             finally:  # they refer to this runtime: kept, they would make a reference cycle
                 self._contexts.clear()
+                self._creators.clear()
         # a body's nodes are traced only at full verbosity
         tracer = self.tracer if self.tracer is not None and (
             not body or self.tracer.verbosity >= Tracer.FULL) else None
@@ -233,8 +235,13 @@ class _Runtime:
 
     def create_kernel(self, node: NodeView, provider: str, placement: Placement) -> Kernel:
         context = self.kernel_context(placement, provider)
+        via = self._creators.get(provider)
+        if via is None:  # pluggy's dispatch skipped where it would call one plain function
+            via = self._creators[provider] = self.host.batch_caller(
+                self.host.records[provider], "ep_host_create_kernel")
         try:
-            kernel = self.host.call(provider, "ep_host_create_kernel", node=node, context=context)
+            kernel = self.host.call(provider, "ep_host_create_kernel", via, node=node,
+                                    context=context)
         except (HostError, MemoryError):  # out of memory: the stage's error, not the provider's
             raise
         except Exception as exc:

@@ -163,17 +163,19 @@ class RegistryKernel(FunctionKernel):
         if self.spec.prepare is not None and constants:
             extra = self.spec.prepare(self.xp, constants, **self.kwargs)
             if extra:
-                self._packing = (self._packing_key(), tuple(sorted(constants)), tuple(extra))
+                # the key is worked out when a session sharing prepacked states asks for it
+                self._packing = (self.kwargs, tuple(sorted(constants)), tuple(extra))
                 self.kwargs = {**self.kwargs, **extra}
                 self._bind()
 
-    _packing: tuple[str | None, tuple[int, ...], tuple[str, ...]] | None = None
+    # (the keyword arguments ``prepare`` was given, the constants' indices, the names it made)
+    _packing: tuple[dict[str, Any], tuple[int, ...], tuple[str, ...]] | None = None
 
-    def _packing_key(self) -> str | None:
+    def _packing_key(self, kwargs: Mapping[str, Any]) -> str | None:
         """What the prepared state depends on besides the constants: the namespace, the op
-        version and every keyword argument (attributes), or ``None`` when an argument is not a
-        plain value (then nothing is shared)."""
-        attrs = _sharing_key(self.kwargs)
+        version and every keyword argument ``kwargs`` (attributes), or ``None`` when an
+        argument is not a plain value (then nothing is shared)."""
+        attrs = _sharing_key(kwargs)
         if attrs is None:
             return None
         spec = self.spec
@@ -184,13 +186,16 @@ class RegistryKernel(FunctionKernel):
     def prepacked(self) -> Mapping[str, tuple[tuple[int, ...], Any]]:
         """The keyword arguments ``prepare`` built (packed weights), under a key naming the op
         version, the namespace and the attributes."""
-        if self._packing is None or self._packing[0] is None:
+        if self._packing is None:
             return {}
-        key, indices, names = self._packing
+        given, indices, names = self._packing
+        key = self._packing_key(given)
+        if key is None:
+            return {}
         return {key: (indices, {name: self.kwargs[name] for name in names})}
 
     def adopt_prepacked(self, key: str, state: Any) -> None:
-        if self._packing is None or key != self._packing[0]:
+        if self._packing is None or key != self._packing_key(self._packing[0]):
             raise KeyError(f"{self.name}: no prepacked state under {key!r}")
         self.kwargs = {**self.kwargs, **state}
         self._bind()
