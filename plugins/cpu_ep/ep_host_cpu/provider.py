@@ -108,7 +108,7 @@ def ep_host_provider_info() -> ProviderInfo:
 # tree, a millisecond or more; a Conv's take 20 us)
 _CHECKED: weakref.WeakKeyDictionary[NodeView, KernelSpec] = weakref.WeakKeyDictionary()
 _CHECKED_SIGNATURES: dict[tuple[Any, ...], KernelSpec] = {}
-SIGNATURES_KEPT = 1024
+SIGNATURES_KEPT = 8192  # SSD-lite asks about 1,511
 
 
 @hookimpl
