@@ -165,7 +165,6 @@ def _small_tensor(t: TensorProto) -> bool:
 
 _STORED_TYPES: dict[int, DType | None] = {}
 
-
 def _storage_bytes(code: int, count: int) -> int:
     """``dtype(code).storage_bytes(count)``, the type looked up once per code; 0 for a code no
     type has (the tensor is then measured)."""
@@ -246,7 +245,7 @@ class Model:
         rows = scan_nodes(proto.graph)
         with_graphs = [i for i, row in enumerate(rows) if row[6]]
         scans = [] if rewritten and not with_graphs else _validate_structure(  # bodies: again
-            proto.graph, self.label, self.opset_imports, self.functions, rows)
+            proto.graph, self.label, self.opset_imports, self.functions, rows, rewritten)
         self.has_bodies = bool(with_graphs)  # a main-graph node holds a graph (If, Loop, ...)
         self.value_types = (self._infer_types(with_graphs) if infer_shapes
                             else self._declared_types(proto, with_graphs))
@@ -491,13 +490,14 @@ def _opset_imports(proto: ModelProto, label: str) -> dict[str, int]:
 
 def _validate_structure(
     main: GraphProto, label: str, opsets: Mapping[str, int], functions: Mapping[Any, Any],
-    rows: list[NodeRow] | None = None,
+    rows: list[NodeRow] | None = None, bodies_only: bool = False,
 ) -> list[tuple[NodeProto, str, int]]:
     """Faults the views would not see or would hide: bodies nested deeper than
     MAX_GRAPH_DEPTH, ops from a domain the model does not import, a node its op's schema does
     not allow (see :func:`_check_node`), a value written twice, a graph output listed twice,
     initializers whose data does not fit their shape. Returns the Scan nodes (node, name,
-    schema version), whose input lengths are checked once shapes are known."""
+    schema version), whose input lengths are checked once shapes are known. ``bodies_only``:
+    the main graph is the optimizer's rewrite of a validated one; only its nodes' bodies."""
     scans: list[tuple[NodeProto, str, int]] = []
     schemas: dict[tuple[str, str], SchemaRules | None] = {}
     passed: set[tuple[tuple[str, str], int, int]] = set()  # attribute-less nodes found valid
@@ -512,13 +512,18 @@ def _validate_structure(
         for vi in g.input:
             defined[vi.name] = "a graph input"
         for t in g.initializer:
-            check_initializer(t, label)
+            if not bodies_only or depth:
+                check_initializer(t, label)
             defined[t.name] = "an initializer"
         for sp in g.sparse_initializer:
             defined[sp.values.name] = "a sparse initializer"
         checked_domains: set[str] = set()
         for i, (n, op_type, domain, name, inputs, outputs, has_graphs, has_attributes) in (
                 enumerate(g_rows if g_rows is not None else scan_nodes(g))):
+            if bodies_only and depth == 0 and not (has_graphs and op_type == "Scan"):
+                stack.extend((b, 1, None) for a in (n.attribute if has_graphs else ()) for b in
+                             ([a.g] if a.type == AttributeProto.GRAPH else a.graphs))
+                continue
             key = (normalize_domain(domain), op_type)
             if domain not in checked_domains:
                 if key[0] not in opsets and key not in functions:
