@@ -2,7 +2,8 @@
 straight from the file into one aligned buffer (the file's layout found through a read-only
 mapping that touches only the fields' keys), and their arrays are views of it, so the weights
 are held once and copied once (protobuf would hold them a second time, in a block freed only
-with the whole model).
+with the whole model). The read goes on on a thread while the model loads; an array waits only
+until its own data is in.
 """
 
 from __future__ import annotations
