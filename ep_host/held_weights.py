@@ -310,12 +310,8 @@ def read_split(f) -> tuple[bytes, HeldWeights] | None:
     limited = address_space_left() is not None
     buffer = _weight_buffer(size) if limited or not hasattr(os, "preadv") else None
     if hasattr(os, "preadv"):
-        fd = os.dup(f.fileno())
-        try:
-            return small, HeldWeights(None, spans, _Filling(fd, moves, spans, size, buffer))
-        except RuntimeError:  # no thread to be had: read here
-            os.close(fd)
-            buffer = _weight_buffer(size) if buffer is None else buffer
+        return small, HeldWeights(None, spans, _Filling(os.dup(f.fileno()), moves, spans, size,
+                                                         buffer))
     view = memoryview(buffer)
     for name, raw_start, _ in moves:
         offset, length = spans[name]
@@ -345,7 +341,10 @@ class _Filling:
         self.finished = False
         self.progress = threading.Condition()
         self.lock = threading.Lock()
-        threading.Thread(target=self._fill, name="ep-host weights", daemon=True).start()
+        try:
+            threading.Thread(target=self._fill, name="ep-host weights", daemon=True).start()
+        except RuntimeError:  # no thread to be had: read here
+            self._fill()
 
     def _advance(self, filled: int) -> None:
         with self.progress:
