@@ -296,10 +296,10 @@ def read_split(f) -> tuple[bytes, HeldWeights] | None:
     """The small part of the open file ``f`` (each big float main-graph initializer's raw data
     left empty) and those raw data read straight to their aligned places in one buffer: one
     copy of the weights, from the file; ``None`` when the file has none. Where the platform
-    reads at an offset (``os.preadv``), the weights are read on a thread while the caller goes
-    on (parsing the small part, inferring shapes: ShuffleNet's 9 MB took 1-3 ms of its
-    creation, ViT-base's 343 MB 150 ms, the buffer's pages made included), and the first
-    array asked for waits for them. Under an address-space limit the buffer is made here, so
+    reads at an offset (``os.preadv``), weights under :data:`THREAD_MAX_BYTES` are read on a
+    thread while the caller goes on (parsing the small part, inferring shapes: ShuffleNet's
+    9 MB took 1-3 ms of its creation), and the first array asked for waits for them; bigger
+    ones are read here, through the same grouped reads. Under an address-space limit the buffer is made here, so
     that running out of it is the loading stage's error."""
     planned = _mapped_plan(f)
     if planned is None:
@@ -311,7 +311,7 @@ def read_split(f) -> tuple[bytes, HeldWeights] | None:
     buffer = _weight_buffer(size) if limited or not hasattr(os, "preadv") else None
     if hasattr(os, "preadv"):
         return small, HeldWeights(None, spans, _Filling(os.dup(f.fileno()), moves, spans, size,
-                                                         buffer))
+                                                         buffer, size < THREAD_MAX_BYTES))
     view = memoryview(buffer)
     for name, raw_start, _ in moves:
         offset, length = spans[name]
@@ -332,7 +332,8 @@ class _Filling:
     first asked."""
 
     def __init__(self, fd: int, moves: list[tuple[str, int, int]],
-                 spans: dict[str, tuple[int, int]], size: int, buffer: np.ndarray | None):
+                 spans: dict[str, tuple[int, int]], size: int, buffer: np.ndarray | None,
+                 threaded: bool = True):
         self.fd, self.moves, self.spans, self.size = fd, moves, spans, size
         self.buffer = buffer  # made on the thread when None
         self.pid = os.getpid()
@@ -341,6 +342,9 @@ class _Filling:
         self.finished = False
         self.progress = threading.Condition()
         self.lock = threading.Lock()
+        if not threaded:
+            self._fill()
+            return
         try:
             threading.Thread(target=self._fill, name="ep-host weights", daemon=True).start()
         except RuntimeError:  # no thread to be had: read here
@@ -397,6 +401,14 @@ class _Filling:
         return self.buffer
 
 
+# Weights from this size are read before loading goes on, not on a thread: measured 20
+# creations each in one process, one after another (2-vCPU VM), the thread took the median
+# down (DenseNet-121's 32 MB 57 -> 52 ms, MobileNetV2's 14 MB 20 -> 18) but from 100 MB gave a
+# long tail, a quarter of the creations 2-6x slower (ResNet-50's 100 MB 45 -> 38 ms median,
+# slowest five 59-274 ms against one of 284 read here; DistilBERT's 265 MB 30 creations,
+# eight over 150 ms against one; ViT-base 7 over 250 ms against 2): the buffer's pages made
+# on one CPU while the other allocates
+THREAD_MAX_BYTES = 64 * 2**20
 READ_GAP_BYTES = 256 * 1024  # raw data this close in the file are read in one call
 READ_MAX_PARTS = 512  # buffers one call reads into, at most
 

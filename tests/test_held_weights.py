@@ -166,6 +166,33 @@ def test_weights_in_a_populated_mapping_are_read_exactly(tmp_path, monkeypatch):
         assert not got.flags.writeable
 
 
+@pytest.mark.parametrize("threaded", [True, False])
+def test_weights_from_the_thread_size_on_are_read_before_loading_goes_on(tmp_path, monkeypatch,
+                                                                           threaded):
+    import threading
+
+    from ep_host import held_weights
+
+    if not hasattr(os, "preadv"):
+        pytest.skip("the platform reads no file at an offset: no reading thread at all")
+    # the test's file holds 17.6 MB of weights: under the limit, or over a limit of 1 MB
+    monkeypatch.setattr(held_weights, "THREAD_MAX_BYTES", 2**30 if threaded else 2**20)
+    readers = []
+    read = held_weights._read_fully
+
+    def noting(fd, views, position):
+        readers.append(threading.current_thread().name)
+        read(fd, views, position)
+
+    monkeypatch.setattr(held_weights, "_read_fully", noting)
+    path = tmp_path / "big.onnx"
+    _, arrays = big_model(path)
+    model = load_model(str(path))
+    for name, want in arrays.items():
+        np.testing.assert_array_equal(model.graph.values[name].value, want)
+    assert readers and set(readers) == {"ep-host weights" if threaded else "MainThread"}
+
+
 def test_weights_read_in_pieces_gaps_and_many_calls_are_read_exactly(tmp_path, monkeypatch):
     from ep_host import held_weights
 
