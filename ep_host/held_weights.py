@@ -299,8 +299,8 @@ def read_split(f) -> tuple[bytes, HeldWeights] | None:
     reads at an offset (``os.preadv``), weights under :data:`THREAD_MAX_BYTES` are read on a
     thread while the caller goes on (parsing the small part, inferring shapes: ShuffleNet's
     9 MB took 1-3 ms of its creation), and the first array asked for waits for them; bigger
-    ones are read here, through the same grouped reads. Under an address-space limit the buffer is made here, so
-    that running out of it is the loading stage's error."""
+    ones are read here, through the same grouped reads. Under an address-space limit the
+    buffer is made here, so that running out of it is the loading stage's error."""
     planned = _mapped_plan(f)
     if planned is None:
         return None
