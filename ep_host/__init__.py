@@ -56,6 +56,7 @@ if TYPE_CHECKING:
     from ep_host.signatures import known_signature
     from ep_host.stored import AnswerStore, CacheDirStores
     from ep_host.subgraph import PartitionView, node_model
+    from ep_host.threads import blas_limit, find_blas_again
 
 __version__ = "0.1.0"
 
@@ -90,6 +91,9 @@ _LAZY = {
     "Factors": "ep_host.calibration",
     "cache_dir": "ep_host.calibration",
     "family_factors": "ep_host.calibration",
+    # the BLAS thread count runs hold, for a provider that loads a BLAS library itself
+    "blas_limit": "ep_host.threads",
+    "find_blas_again": "ep_host.threads",
 }
 
 
@@ -111,8 +115,9 @@ __all__ = [
     "ModelValidationError", "NodeArg", "NodeView", "NotSupportedError", "OrtValue",
     "PartitionView", "PlacementError", "ProviderContext", "ProviderError", "ProviderInfo",
     "ReasonCode", "ResourceLimitError", "RunCancelledError", "RunOptions", "SessionOptions",
-    "ValueView", "Workspace", "cache_dir", "deny", "dtype", "check_allocation", "element_count",
-    "family_factors", "get_all_providers", "get_available_providers", "get_device", "hookimpl",
-    "hookspec", "known_signature", "load_model", "node_model",
+    "ValueView", "Workspace", "blas_limit", "cache_dir", "deny", "dtype", "check_allocation",
+    "element_count", "family_factors", "find_blas_again", "get_all_providers",
+    "get_available_providers", "get_device", "hookimpl", "hookspec", "known_signature",
+    "load_model", "node_model",
     "record_kernel_variant", "require", "structural_input_bytes",
 ]

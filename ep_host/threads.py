@@ -111,6 +111,19 @@ def _calls(lib: Any) -> tuple[Callable[[], int], Callable[[int], Any]]:
 POOLS = _Pools()
 
 
+def blas_limit() -> int:
+    """The thread count the runs going on hold the BLAS pools at (0: none holds them)."""
+    active = POOLS.active
+    return max(active, default=0)
+
+
+def find_blas_again() -> None:
+    """Have the BLAS libraries found again before the next run that starts with none going:
+    for a provider that loads one itself (the CPU EP's oneMKL, through ctypes), which no
+    import shows."""
+    POOLS.modules = -1
+
+
 class BlasThreads:
     """A context manager holding the BLAS pools at ``threads`` (0: leave them alone)."""
 

@@ -41,7 +41,24 @@ def _prepare_matmul(xp, constants, **_):
     b = constants.get(1)
     if b is None or b.ndim != 2:
         return {}
-    return {"packed_b": xp.ascontiguousarray(upcast(xp, b))}
+    packed = xp.ascontiguousarray(upcast(xp, b))
+    return {"packed_b": packed, "blas_b": provider_packing(xp, packed)}
+
+
+def provider_packing(xp, matrix, side="b"):
+    """The provider's packed copy of a constant GEMM operand, made at its first use
+    (``xp.packed_gemm.lazy``: the CPU EP's oneMKL), or ``None`` where it has none."""
+    packing = getattr(xp, "packed_gemm", None)
+    return None if packing is None else packing.lazy(matrix, side)
+
+
+def times_packed(xp, a, blas_b):
+    """``a @ B`` through ``blas_b`` (see :func:`provider_packing`) for a 2-D ``a`` of its type,
+    or ``None`` (the caller multiplies): no packed copy, or another type."""
+    if blas_b is None or a.dtype != blas_b.dtype:
+        return None
+    packed = blas_b.get()
+    return None if packed is None else packed.times_left(xp.ascontiguousarray(a))
 
 
 @kernel("MatMul", 1, dtypes=FLOATS, check=_check_matmul, flops=_matmul_flops,
@@ -50,15 +67,19 @@ def _prepare_matmul(xp, constants, **_):
         prepare=_prepare_matmul, family="matmul")
 @kernel("MatMul", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_matmul,
         flops=_matmul_flops, prepare=_prepare_matmul, family="matmul")
-def matmul(xp, a, b, *, packed_b=None):
+def matmul(xp, a, b, *, packed_b=None, blas_b=None):
     """``packed_b``: a constant 2-D B, widened and made contiguous once; an (..., K) A then
-    runs as one (rows, K) x (K, N) GEMM."""
+    runs as one (rows, K) x (K, N) GEMM, through the provider's packed copy of B where it
+    has one (``blas_b``, see :func:`provider_packing`)."""
     if packed_b is not None and a.ndim >= 2:
         k, n = packed_b.shape
         if a.shape[-1] != k:
             raise ValueError(f"MatMul: A's last dimension {a.shape[-1]} must equal B's first {k}")
         rows = element_count(a.shape[:-1])
-        y = xp.matmul(upcast(xp, a).reshape(rows, k), packed_b)
+        flat = upcast(xp, a).reshape(rows, k)
+        y = times_packed(xp, flat, blas_b)
+        if y is None:
+            y = xp.matmul(flat, packed_b)
         return y.reshape(tuple(a.shape[:-1]) + (n,)).astype(a.dtype, copy=False)
     return xp.matmul(upcast(xp, a), upcast(xp, b)).astype(a.dtype, copy=False)
 
@@ -107,6 +128,7 @@ def _prepare_gemm(xp, constants, *, beta, transB, **_):
     if b is not None and b.ndim == 2:
         b = upcast(xp, b)
         extra["packed_b"] = b.T if transB else b
+        extra["blas_b"] = provider_packing(xp, extra["packed_b"])
     c = constants.get(2)
     if c is not None:
         c = upcast(xp, c)
@@ -116,7 +138,8 @@ def _prepare_gemm(xp, constants, *, beta, transB, **_):
     return extra
 
 
-def _gemm(xp, a, b, c, alpha, beta, trans_a, trans_b, packed_b=None, packed_c=None):
+def _gemm(xp, a, b, c, alpha, beta, trans_a, trans_b, packed_b=None, packed_c=None,
+          blas_b=None):
     dtype = a.dtype
     a = upcast(xp, a)
     if packed_b is None:
@@ -124,7 +147,10 @@ def _gemm(xp, a, b, c, alpha, beta, trans_a, trans_b, packed_b=None, packed_c=No
         packed_b = b.T if trans_b else b
     if dtype.kind in "iu":
         alpha, beta = int(alpha), int(beta)
-    y = xp.matmul(a.T if trans_a else a, packed_b)
+    a = a.T if trans_a else a
+    y = times_packed(xp, a, blas_b) if a.shape[-1] == packed_b.shape[0] else None
+    if y is None:
+        y = xp.matmul(a, packed_b)
     if alpha != 1:
         y *= alpha
     if packed_c is not None:
@@ -138,13 +164,13 @@ def _gemm(xp, a, b, c, alpha, beta, trans_a, trans_b, packed_b=None, packed_c=No
 @kernel("Gemm", 1, 6, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops,
         prepare=_prepare_gemm, family="matmul")
 def gemm_1(xp, a, b, c, *, alpha, beta, broadcast, transA, transB, packed_b=None,
-           packed_c=None):
+           packed_c=None, blas_b=None):
     if not broadcast:
         m = a.shape[1] if transA else a.shape[0]
         n = b.shape[0] if transB else b.shape[1]
         if tuple(c.shape) != (m, n):
             raise ValueError(f"Gemm with broadcast=0 needs C of shape ({m}, {n}), got {c.shape}")
-    return _gemm(xp, a, b, c, alpha, beta, transA, transB, packed_b, packed_c)
+    return _gemm(xp, a, b, c, alpha, beta, transA, transB, packed_b, packed_c, blas_b)
 
 
 @kernel("Gemm", 7, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops, prepare=_prepare_gemm,
@@ -153,10 +179,11 @@ def gemm_1(xp, a, b, c, *, alpha, beta, broadcast, transA, transB, packed_b=None
         prepare=_prepare_gemm, family="matmul")
 @kernel("Gemm", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_gemm, flops=_gemm_flops,
         prepare=_prepare_gemm, family="matmul")
-def gemm(xp, a, b, c=None, *, alpha, beta, transA, transB, packed_b=None, packed_c=None):
+def gemm(xp, a, b, c=None, *, alpha, beta, transA, transB, packed_b=None, packed_c=None,
+         blas_b=None):
     """``packed_b``/``packed_c``: a constant B as the (K, N) operand and a constant C times
-    beta, prepared once."""
-    return _gemm(xp, a, b, c, alpha, beta, transA, transB, packed_b, packed_c)
+    beta, prepared once; ``blas_b``: the provider's packed copy of B (:func:`provider_packing`)."""
+    return _gemm(xp, a, b, c, alpha, beta, transA, transB, packed_b, packed_c, blas_b)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from ep_host_cpu.im2col import ImageColumns
 from ep_host_cpu.layer_norm import CompiledLayerNorm, CompiledSkipLayerNorm
 from ep_host_cpu.linear_rows import CompiledLinearScores, CompiledNormalizer, CompiledScaler
 from ep_host_cpu.max_pool import CompiledMaxPool3x3s1, CompiledMaxPool3x3s2
+from ep_host_cpu.packed_gemm import PackedGemm
 from ep_host_cpu.resample import CompiledTaps
 from ep_host_cpu.sigmoid import CompiledSigmoid
 from ep_host_cpu.softmax import CompiledSoftmax
@@ -66,6 +67,7 @@ def numpy_namespace() -> SimpleNamespace:
     ns.compiled_linear_scores = CompiledLinearScores()  # numba's, for a few rows of a linear model
     ns.compiled_scaler = CompiledScaler()  # numba's one pass, for a float32 Scaler
     ns.compiled_normalizer = CompiledNormalizer()  # numba's one pass, for a float32 Normalizer
+    ns.packed_gemm = PackedGemm()  # oneMKL's packed GEMM for constant weights, where installed
     ns.__name__ = "numpy"
     return ns
 

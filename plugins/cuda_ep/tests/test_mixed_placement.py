@@ -95,7 +95,10 @@ def test_a_declined_node_between_device_nodes_copies_both_ways_and_traces_the_co
     feeds = {"x": rng.standard_normal((256, 256)).astype(np.float32)}
     tracer = Tracer()
     expected, got, session = both(model.SerializeToString(), feeds, trace=tracer)
-    np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=1e-3)
+    # y's entries reach ~8,000 as sums of 1,024 products: float32 sums in another order (the
+    # CPU EP's oneMKL against the simulated device's numpy) differ by ~1e-6 of that scale
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-4,
+                               atol=1e-5 * float(np.abs(expected[0]).max()))
     by_node = session.placement.by_node
     assert (by_node["mm1"].provider, by_node["topk"].provider, by_node["mm2"].provider) == (
         "cuda", "cpu", "cuda")

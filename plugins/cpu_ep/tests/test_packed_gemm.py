@@ -1,0 +1,139 @@
+"""GEMMs by constant weights through oneMKL's packed copies (``ep_host_cpu.packed_gemm``):
+MatMul, Gemm (transB, alpha, a constant C), and Conv's 1x1, im2col and Winograd variants, one
+and two images, against onnxruntime and numpy's path (``EP_HOST_MKL=0``); the packed copy is
+what runs, made once, from threads too."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from cpukit import make_model, run_ep_host, run_onnxruntime
+from ep_host_cpu import packed_gemm
+from ep_host_cpu.packed_gemm import PackedGemm, PackedMatrix
+from onnx import TensorProto, helper, numpy_helper
+
+import ep_host
+
+F = TensorProto.FLOAT
+if not packed_gemm._library_paths():
+    pytest.skip("oneMKL is not installed (pip install 'ep-host-cpu[mkl]')",
+                allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def mkl_on(monkeypatch):
+    """oneMKL used whatever the CPU (by default only on Intel's)."""
+    monkeypatch.setenv(packed_gemm.MKL_SWITCH, "1")
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """How many GEMMs ran through a packed copy, and how many copies were made."""
+    counted = {"times": 0, "packed": 0}
+    times, times_left, init = PackedMatrix.times, PackedMatrix.times_left, PackedMatrix.__init__
+
+    def count(name, f):
+        def counting(self, *args, **kwargs):
+            counted[name] += 1
+            return f(self, *args, **kwargs)
+        return counting
+
+    monkeypatch.setattr(PackedMatrix, "times", count("times", times))
+    monkeypatch.setattr(PackedMatrix, "times_left", count("times", times_left))
+    monkeypatch.setattr(PackedMatrix, "__init__", count("packed", init))
+    return counted
+
+
+def matmul_model(rng):
+    w = rng.standard_normal((96, 80)).astype(np.float32)
+    return make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", F, [2, 7, 96])],
+                      [("y", F, None)], initializers=[numpy_helper.from_array(w, "w")]), \
+        {"x": rng.standard_normal((2, 7, 96)).astype(np.float32)}
+
+
+def gemm_model(rng):
+    b = rng.standard_normal((50, 64)).astype(np.float32)  # transB: (N, K)
+    c = rng.standard_normal(50).astype(np.float32)
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1, alpha=0.5, beta=2.0)
+    return make_model([node], [("a", F, [9, 64])], [("y", F, None)],
+                      initializers=[numpy_helper.from_array(b, "b"),
+                                    numpy_helper.from_array(c, "c")]), \
+        {"a": rng.standard_normal((9, 64)).astype(np.float32)}
+
+
+def conv_model(rng, c, m, k, stride, images, size):
+    w = (rng.standard_normal((m, c, k, k)) * 0.2).astype(np.float32)
+    bias = rng.standard_normal(m).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], kernel_shape=[k, k],
+                            pads=[k // 2] * 4, strides=[stride, stride])
+    shape = [images, c, size, size]
+    return make_model([node], [("x", F, shape)], [("y", F, None)],
+                      initializers=[numpy_helper.from_array(w, "w"),
+                                    numpy_helper.from_array(bias, "b")]), \
+        {"x": rng.standard_normal(shape).astype(np.float32)}
+
+
+CASES = {
+    "matmul": matmul_model,
+    "gemm": gemm_model,
+    "conv 1x1": lambda rng: conv_model(rng, 48, 40, 1, 1, 2, 9),
+    "conv 1x1 strided": lambda rng: conv_model(rng, 48, 40, 1, 2, 1, 9),
+    "conv im2col": lambda rng: conv_model(rng, 3, 32, 3, 2, 2, 30),
+    "conv winograd": lambda rng: conv_model(rng, 40, 48, 3, 1, 2, 12),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_packed_gemms_match_onnxruntime_and_numpys_path(case, rng, calls, monkeypatch):
+    model, feeds = CASES[case](rng)
+    ours = run_ep_host(model, feeds)[0]
+    assert calls["times"] > 0 and calls["packed"] > 0  # the packed copies ran
+    np.testing.assert_allclose(ours, run_onnxruntime(model, feeds)[0], rtol=1e-4, atol=1e-4)
+    monkeypatch.setenv(packed_gemm.MKL_SWITCH, "0")
+    calls["times"] = 0
+    plain = run_ep_host(model, feeds)[0]
+    assert calls["times"] == 0
+    np.testing.assert_allclose(ours, plain, rtol=1e-4, atol=1e-4)
+
+
+def test_a_weight_is_packed_once_by_its_first_run_even_from_threads(rng, calls):
+    model, feeds = matmul_model(rng)
+    session = ep_host.InferenceSession(model.SerializeToString(), providers=["cpu"])
+    assert calls["packed"] == 0  # not while the session is made
+    want = run_onnxruntime(model, feeds)[0]
+    results, barrier = [], threading.Barrier(4)
+
+    def run():
+        barrier.wait()
+        results.append(session.run(None, feeds)[0])
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    session.run(None, feeds)
+    assert calls["packed"] == 1 and calls["times"] == 5
+    for got in results:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_onemkl_is_used_by_default_on_intel_cpus_only(monkeypatch):
+    monkeypatch.delenv(packed_gemm.MKL_SWITCH)
+    assert packed_gemm.mkl_wanted() == packed_gemm._intel_cpu()
+    monkeypatch.setenv(packed_gemm.MKL_SWITCH, "off")
+    assert not packed_gemm.mkl_wanted() and PackedGemm().lazy(np.ones((9, 9), np.float32),
+                                                              "b") is None
+
+
+def test_what_is_not_packed(rng):
+    packing = PackedGemm()
+    assert packing.pack(np.ones((40, 30), np.float64), "b") is None  # float32 only
+    assert packing.pack(np.ones((4, 4), np.float32), "b") is None  # too small to gain
+    assert packing.pack(np.ones((40, 30, 2), np.float32)[:, :, 0], "b") is None  # strided
+    w = rng.standard_normal((30, 40)).astype(np.float32)
+    x = rng.standard_normal((5, 40)).astype(np.float32)
+    np.testing.assert_allclose(packing.pack(w.T, "b").times_left(x), x @ w.T, rtol=1e-5,
+                               atol=1e-5)  # a transposed view is packed as it reads
