@@ -81,7 +81,7 @@ class ConvWeights:
     keeps the node's :class:`ConvPlan` per input shape."""
 
     __slots__ = ("gemm", "shape", "_tap_count", "_xp", "_taps", "_spread", "_winograd",
-                 "_per_channel", "_zero_bias", "_blas", "_winograd_blas", "plans")
+                 "_per_channel", "_zero_bias", "plans")
 
     def __init__(self, xp, w, group):
         # the constant itself where it already is contiguous in the compute type: no copy
@@ -97,19 +97,7 @@ class ConvWeights:
         self._winograd = None
         self._per_channel = None
         self._zero_bias = None
-        self._blas = False  # the provider's packed copy of ``gemm``: not asked for yet
-        self._winograd_blas = False  # and of each Winograd weight
         self.plans = {}
-
-    def blas(self):
-        """With one group, the provider's packed copy of the (M, C x taps) weight as a GEMM's
-        left operand (``xp.packed_gemm``, see :func:`ep_host.kernels.math.provider_packing`),
-        made on first use and kept; ``None`` where it has none."""
-        if self._blas is False:
-            packing = getattr(self._xp, "packed_gemm", None)
-            self._blas = packing.pack(self.gemm[0], "a") if (
-                packing is not None and self.gemm.shape[0] == 1) else None
-        return self._blas
 
     def direct(self):
         """The weight as (M, C/group, taps), contiguous: a view of ``gemm``."""
@@ -138,17 +126,6 @@ class ConvWeights:
             self._per_channel = xp.ascontiguousarray(self.taps.reshape(taps, c).T.reshape(
                 1, c, 1, taps))
         return self._per_channel
-
-    def winograd_blas(self):
-        """The provider's packed copies of the 16 (C, M) Winograd weights as GEMMs' right
-        operands (see :meth:`blas`), made on first use and kept; ``None`` where it has none."""
-        if self._winograd_blas is False:
-            packing = getattr(self._xp, "packed_gemm", None)
-            packed = None if packing is None else [
-                packing.pack(u, "b") for u in self.winograd(self._xp)]
-            self._winograd_blas = packed if packed and all(
-                p is not None for p in packed) else None
-        return self._winograd_blas
 
     def winograd(self, xp):
         """The weights in Winograd F(2x2, 3x3) form, (16, C, M): ``G g G^T`` per output and
@@ -186,9 +163,6 @@ def prepare_conv(xp, constants, *, group, **_):
     w = constants.get(1)
     if w is not None and w.ndim >= 3:
         extra["packed"] = ConvWeights(xp, w, group)
-        packing = getattr(xp, "packed_gemm", None)
-        if packing is not None:  # its library loaded now (its copies at first use), not in a run
-            packing.library()
         direct = getattr(xp, "grouped_conv2d", None)
         if direct is not None and _may_run_direct(w.shape, group):
             direct.ready(extra["packed"].gemm.dtype)  # compiled (or loaded) now, not in a run
@@ -253,27 +227,12 @@ def winograd_buffers(n, c, m, out):
             (16, n * th * tw, m), (4, n, th, tw, m), (4, n, th, tw, m), (n, th, 2, tw, 2, m))
 
 
-def _winograd_products(xp, v, u, packed, out):
-    """The 16 products (tiles, C) x (C, M) of ``v`` (16, tiles, C) by ``u`` (16, C, M),
-    into ``out`` where given: through ``packed``, the provider's packed copies of ``u``
-    (:meth:`ConvWeights.winograd_blas`), where there are, else one numpy ``matmul``."""
-    if packed is None or v.dtype != u.dtype:
-        return xp.matmul(v, u, out=out)
-    if out is None:
-        out = xp.empty((16, v.shape[1], u.shape[2]), dtype=v.dtype)
-    v = xp.ascontiguousarray(v)
-    for i, p in enumerate(packed):
-        p.times_left(v[i], out=out[i])
-    return out
-
-
-def _conv_winograd(xp, x, u, bias, out, begin, workspace=None, transforms=None, packed=None):
+def _conv_winograd(xp, x, u, bias, out, begin, workspace=None, transforms=None):
     """Winograd F(2x2, 3x3) on ``x`` (n, C, H, W) with transformed weights ``u`` (16, C, M);
     ``bias`` (M,) or None. Returns (n, M) + ``out``, contiguous. ``workspace``: the host's
     scratch memory for the buffers of :func:`winograd_buffers`, else they are allocated.
     ``transforms``: the provider's compiled input and output transforms (the CPU EP's
-    ``xp.winograd_transforms``, the same values as the passes here), where ready;
-    ``packed``: the provider's packed copies of ``u`` (see :func:`_winograd_products`)."""
+    ``xp.winograd_transforms``, the same values as the passes here), where ready."""
     n, c, h, w = x.shape
     m = u.shape[2]
     (oh, ow), (pt, pl) = out, begin
@@ -294,7 +253,7 @@ def _conv_winograd(xp, x, u, bias, out, begin, workspace=None, transforms=None, 
         count = len(range(src, w, 2))
         pad[:, pt:pt + h, p, first:first + count] = rows[:, :, src::2]
     if transforms is not None:
-        return _winograd_compiled(xp, pad, u, bias, out, bufs, transforms, packed)
+        return _winograd_compiled(xp, pad, u, bias, out, bufs, transforms)
     # B^T d B: rows (d0 - d2, d1 + d2, d2 - d1, d1 - d3), then the same over columns.
     r = [pad[:, a:a + 2 * th:2] for a in range(4)]
     rt = (xp.subtract(r[0], r[2], out=bufs[1]), xp.add(r[1], r[2], out=bufs[2]),
@@ -307,7 +266,7 @@ def _conv_winograd(xp, x, u, bias, out, begin, workspace=None, transforms=None, 
         xp.add(d1, d2, out=v[a, 1])
         xp.subtract(d2, d1, out=v[a, 2])
         xp.subtract(d1, d3, out=v[a, 3])
-    prod = _winograd_products(xp, v.reshape(16, n * th * tw, c), u, packed, bufs[6])
+    prod = xp.matmul(v.reshape(16, n * th * tw, c), u, out=bufs[6])  # (16, tiles, M)
     if bias is not None:  # product (1, 1) reaches each of the four outputs with weight 1
         prod[5] += bias
     prod = prod.reshape(4, 4, n, th, tw, m)
@@ -327,7 +286,7 @@ def _conv_winograd(xp, x, u, bias, out, begin, workspace=None, transforms=None, 
     return xp.ascontiguousarray(grid.transpose(0, 3, 1, 2))
 
 
-def _winograd_compiled(xp, pad, u, bias, out, bufs, transforms, packed=None):
+def _winograd_compiled(xp, pad, u, bias, out, bufs, transforms):
     """:func:`_conv_winograd` past the padded input, with the provider's compiled transforms:
     the tiles, their products, the output tiles by output row and column parity, then each
     parity's outputs copied into place (cropped to ``out``)."""
@@ -336,7 +295,7 @@ def _winograd_compiled(xp, pad, u, bias, out, bufs, transforms, packed=None):
     shape = (16, n * th * tw, c)
     v = bufs[5].reshape(shape) if bufs[5] is not None else xp.empty(shape, dtype=pad.dtype)
     transforms.input(pad, v)
-    prod = _winograd_products(xp, v, u, packed, bufs[6])  # (16, tiles, M)
+    prod = xp.matmul(v, u, out=bufs[6])  # (16, tiles, M)
     if bias is not None:  # product (1, 1) reaches each of the four outputs with weight 1
         prod[5] += bias
     shape = (n, th, 2, 2, tw, m)
@@ -556,33 +515,18 @@ def _conv_depthwise(xp, x, weights, plan):
     return y.reshape((n, c * k) + tuple(out))
 
 
-def _times_weights(xp, weights, cols):
-    """The (n, group, M/group, P) products of a :class:`ConvWeights`' GEMM weight with the
-    (n, group, C/group x taps, P) columns: through the provider's packed copy of it where it
-    has one (a GEMM per image), else numpy's."""
-    packed = weights.blas() if cols.dtype == weights.gemm.dtype else None
-    if packed is None:
-        return xp.matmul(weights.gemm, cols)
-    n, group, _, p = cols.shape
-    y = xp.empty((n, group, weights.gemm.shape[1], p), dtype=cols.dtype)
-    for i in range(n):
-        packed.times(xp.ascontiguousarray(cols[i, 0]), out=y[i, 0])
-    return y
-
-
 def _conv_im2col(xp, x, weights, group, kernel, out, strides, dilations, begin, end,
                  workspace=None, columns=None):
-    """im2col's copy and one GEMM per group by ``weights`` (a :class:`ConvWeights`);
-    ``columns``: the provider's compiled copy of the columns (``xp.im2col_columns``, see
-    :class:`ConvPlan`), else numpy pads and copies."""
+    """im2col's copy and one GEMM per group; ``columns``: the provider's compiled copy of the
+    columns (``xp.im2col_columns``, see :class:`ConvPlan`), else numpy pads and copies."""
     n, c = x.shape[:2]
-    k = weights.gemm.shape[-1]
     into = scratch(workspace, (n, c) + tuple(kernel) + tuple(out), x.dtype)
     if columns is not None:
         cols = into if into is not None else xp.empty((n, c) + tuple(kernel) + tuple(out),
                                                       dtype=x.dtype)
         columns(xp.ascontiguousarray(x), cols, kernel, strides, dilations, begin)
-        return _times_weights(xp, weights, cols.reshape(n, group, k, math.prod(out)))
+        cols = cols.reshape(n, group, weights.shape[-1], math.prod(out))
+        return xp.matmul(weights, cols)
     padded = pad_spatial(xp, x, begin, end)
     if strides[-1] > 1 and kernel[-1] >= STRIDED_COLUMNS_MIN_KERNEL:
         cols = _strided_columns(xp, padded, kernel, out, strides, dilations, into)
@@ -600,8 +544,8 @@ def _conv_im2col(xp, x, weights, group, kernel, out, strides, dilations, begin, 
         else:
             into[...] = view  # the im2col copy, into the host's workspace
             cols = into
-    cols = cols.reshape(n, group, k, math.prod(out))  # the im2col copy
-    return _times_weights(xp, weights, cols)
+    cols = cols.reshape(n, group, weights.shape[-1], math.prod(out))  # the im2col copy
+    return xp.matmul(weights, cols)
 
 
 def scratch(workspace, shape, dtype):
@@ -730,7 +674,7 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
         residual = residual.astype(work, copy=False)
     if variant == "winograd":  # its output transform adds the bias
         y = _conv_winograd(xp, x, weights.winograd(xp), b, out, plan.begin, workspace,
-                           plan.transforms, weights.winograd_blas())
+                           plan.transforms)
         if plan.epilogue is not None and residual is not None and y.flags.c_contiguous:
             plan.epilogue(y, None, activation, residual)
             return y.astype(dtype, copy=False), activation is not None
@@ -755,7 +699,7 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
         if into is not None:  # a strided 1x1's subsample, copied into the host's workspace
             into[...] = picked
             picked = into
-        y = _times_weights(xp, weights, picked.reshape(n, group, c // group, math.prod(out)))
+        y = xp.matmul(weights.gemm, picked.reshape(n, group, c // group, math.prod(out)))
     elif variant == "depthwise":
         y = _conv_depthwise(xp, x, weights, plan)
     elif variant == "shifted":
@@ -763,7 +707,7 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
     elif variant == "tapwise":
         y = _conv_tapwise(xp, x, weights.taps, plan)
     else:
-        y = _conv_im2col(xp, x, weights, group, plan.kernel, out, plan.strides,
+        y = _conv_im2col(xp, x, weights.gemm, group, plan.kernel, out, plan.strides,
                          plan.dilations, plan.begin, plan.end, workspace, plan.columns)
     y = y.reshape((n, m) + out)
     epilogue = plan.epilogue

@@ -1,6 +1,6 @@
 """float32 GEMMs by a constant weight through oneMKL's packed interface, bound on the CPU EP's
-namespace as ``xp.packed_gemm`` for the library's MatMul, Gemm and Conv (which keep numpy's
-``matmul`` where it is absent, switched off or declines a matrix).
+namespace as ``xp.packed_gemm`` for the library's MatMul and Gemm by a constant B (which keep
+numpy's ``matmul`` where it is absent, switched off or declines a matrix).
 
 A GEMM library copies each operand into its kernel's blocked layout on every call; for a
 model's weight that copy is the same every run. oneMKL's ``cblas_sgemm_pack`` makes it once
@@ -9,7 +9,12 @@ thread on the 2-vCPU Intel VM (Sapphire Rapids, AVX-512) the benchmarks run on, 
 weight GEMMs at 128 tokens, each weight read from memory as in a run: OpenBLAS (numpy's) 106
 GFLOP/s, oneMKL unpacked 126, packed 162, onnxruntime's MLAS 154. The packed copy's pages come
 to about the weight's size (plus 0-30%), though oneMKL asks for 7.6 MB more per matrix: the
-buffer is an anonymous mapping, so the pages it never writes are never made.
+buffer is an anonymous mapping, so the pages it never writes are never made. Small matrices
+cost more (a 1,152 x 128 B 2.9 MB for its 0.6 MB), and so do oneMKL's kernels once loaded
+(about 21 MB): Conv's weights are not packed. Packed for its 1x1, im2col and Winograd GEMMs
+they took DenseNet-121's resident memory from 235 to 585 MB and its run from 1.91x
+onnxruntime's to 2.17x (ResNet-18: 1.83x to 1.73x, 343 to 488 MB); without Winograd's 16
+packs per weight the rest made no measurable difference.
 
 oneMKL comes from the ``mkl`` wheel (``pip install "ep-host-cpu[mkl]"``), loaded through
 ctypes from the environment's ``lib`` folder, and is used on Intel CPUs (``EP_HOST_MKL=1``:
