@@ -133,17 +133,6 @@ class PackedMatrix:
                              self._at)
         self.shape, self.side, self._lib = (rows, cols), side, lib
 
-    def times(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """``A @ x`` for a packed A (M x K) and a C-contiguous float32 ``x`` (K x N)."""
-        m, k = self.shape
-        n = x.shape[1]
-        if out is None:
-            out = np.empty((m, n), np.float32)
-        _threads_here(self._lib)
-        self._lib.cblas_sgemm_compute(_ROW_MAJOR, _PACKED, _NO_TRANS, m, n, k, self._at,
-                                      k, x.ctypes.data, n, 0.0, out.ctypes.data, n)
-        return out
-
     def times_left(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``x @ B`` for a packed B (K x N) and a C-contiguous float32 ``x`` (rows x K)."""
         k, n = self.shape
