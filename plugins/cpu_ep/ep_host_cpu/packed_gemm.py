@@ -16,6 +16,15 @@ they took DenseNet-121's resident memory from 235 to 585 MB and its run from 1.9
 onnxruntime's to 2.17x (ResNet-18: 1.83x to 1.73x, 343 to 488 MB); without Winograd's 16
 packs per weight the rest made no measurable difference.
 
+Conv's GEMMs through oneMKL's generated kernels for each shape (``mkl_cblas_jit_create_sgemm``,
+no packing) were tried too. Every GEMM of a run replayed alone, with its shapes and strides and
+warm caches, took 18-37% less time than on OpenBLAS in each of 14 CNNs of the corpus (MobileNetV2
+6.2 -> 4.6 ms, ResNet-50 34.7 -> 25.9), and plain ``cblas_sgemm`` was no faster than OpenBLAS.
+In the models they were not faster: ``bench/models.py`` with and without them, one run each,
+latency against onnxruntime ResNet-18 1.73 / 1.78, MobileNetV2 1.60 / 1.74, SqueezeNet 2.60 /
+2.41, DenseNet-121 2.11 / 1.87; a per-node trace of MobileNetV2 gave 16.5 against 16.8 ms. The
+operands come from memory there, and both wait on it. Not kept.
+
 oneMKL comes from the ``mkl`` wheel (``pip install "ep-host-cpu[mkl]"``), loaded through
 ctypes from the environment's ``lib`` folder, and is used on Intel CPUs (``EP_HOST_MKL=1``:
 on any; ``EP_HOST_MKL=0``: numpy's path everywhere).
