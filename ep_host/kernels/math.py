@@ -45,11 +45,11 @@ def _prepare_matmul(xp, constants, **_):
     return {"packed_b": packed, "blas_b": provider_packing(xp, packed)}
 
 
-def provider_packing(xp, matrix, side="b"):
-    """The provider's packed copy of a constant GEMM operand, made at its first use
+def provider_packing(xp, matrix):
+    """The provider's packed copy of a constant GEMM right operand, made at its first use
     (``xp.packed_gemm.lazy``: the CPU EP's oneMKL), or ``None`` where it has none."""
     packing = getattr(xp, "packed_gemm", None)
-    return None if packing is None else packing.lazy(matrix, side)
+    return None if packing is None else packing.lazy(matrix)
 
 
 # A product of fewer rows than this by a packed B is left to numpy (and B not packed for it):

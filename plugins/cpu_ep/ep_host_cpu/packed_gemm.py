@@ -47,7 +47,7 @@ from ep_host import blas_limit, find_blas_again
 
 MKL_SWITCH = "EP_HOST_MKL"
 _ROW_MAJOR, _NO_TRANS, _TRANS, _PACKED = 101, 111, 112, 151
-_A_MATRIX, _B_MATRIX = 161, 162
+_B_MATRIX = 162
 MIN_VALUES = 64  # a smaller weight stays with numpy
 
 
@@ -119,28 +119,25 @@ def _threads_here(lib: Any) -> None:
 
 
 class PackedMatrix:
-    """A 2-D float32 constant in oneMKL's packed layout, as the left (``side="a"``, M x K) or
-    right (``"b"``, K x N) operand of ``C = A @ B``."""
+    """A 2-D float32 constant in oneMKL's packed layout, as the right operand (K x N) of
+    ``C = A @ B``."""
 
-    __slots__ = ("shape", "side", "_buffer", "_at", "_lib")
+    __slots__ = ("shape", "_buffer", "_at", "_lib")
 
-    def __init__(self, lib: Any, matrix: np.ndarray, side: str):
+    def __init__(self, lib: Any, matrix: np.ndarray):
         rows, cols = matrix.shape
         if matrix.flags.c_contiguous:
             trans, ld = _NO_TRANS, cols
         else:  # a transposed view of a contiguous array (Gemm's transB)
             trans, ld = _TRANS, rows
-        if side == "a":
-            ident, m, n, k = _A_MATRIX, rows, 1, cols
-        else:
-            ident, m, n, k = _B_MATRIX, 1, cols, rows
-        size = lib.cblas_sgemm_pack_get_size(ident, m, n, k)
+        m, n, k = 1, cols, rows
+        size = lib.cblas_sgemm_pack_get_size(_B_MATRIX, m, n, k)
         # an anonymous mapping: pages oneMKL asks for but does not write are never made
         self._buffer = mmap.mmap(-1, max(size, 1))
         self._at = ctypes.addressof(ctypes.c_char.from_buffer(self._buffer))  # held: no close
-        lib.cblas_sgemm_pack(_ROW_MAJOR, ident, trans, m, n, k, 1.0, matrix.ctypes.data, ld,
-                             self._at)
-        self.shape, self.side, self._lib = (rows, cols), side, lib
+        lib.cblas_sgemm_pack(_ROW_MAJOR, _B_MATRIX, trans, m, n, k, 1.0, matrix.ctypes.data,
+                             ld, self._at)
+        self.shape, self._lib = (rows, cols), lib
 
     def times_left(self, x: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """``x @ B`` for a packed B (K x N) and a C-contiguous float32 ``x`` (rows x K)."""
@@ -159,11 +156,11 @@ class LazyPacked:
     creation does not pay for it, nor memory hold it for a kernel that never runs. ``None``
     from ``get`` where oneMKL declined; ``dtype``: the constant's, for the caller's check."""
 
-    __slots__ = ("dtype", "_matrix", "_side", "_owner", "_packed", "_lock")
+    __slots__ = ("dtype", "_matrix", "_owner", "_packed", "_lock")
 
-    def __init__(self, owner: PackedGemm, matrix: np.ndarray, side: str):
+    def __init__(self, owner: PackedGemm, matrix: np.ndarray):
         self.dtype = matrix.dtype
-        self._matrix, self._side, self._owner = matrix, side, owner
+        self._matrix, self._owner = matrix, owner
         self._packed: PackedMatrix | None = None
         self._lock: threading.Lock | None = threading.Lock()
 
@@ -173,7 +170,7 @@ class LazyPacked:
             return self._packed
         with lock:
             if self._lock is not None:
-                self._packed = self._owner.pack(self._matrix, self._side)
+                self._packed = self._owner.pack(self._matrix)
                 self._matrix = None  # the constant stays the kernel's own to hold
                 self._lock = None
         return self._packed
@@ -202,24 +199,24 @@ class PackedGemm:
                         find_blas_again()
         return self._lib
 
-    def lazy(self, matrix: np.ndarray, side: str) -> LazyPacked | None:
-        """``matrix`` to be packed as the ``side`` operand at its first use (see :meth:`pack`),
-        or ``None`` where it never would be."""
+    def lazy(self, matrix: np.ndarray) -> LazyPacked | None:
+        """``matrix`` to be packed at its first use (see :meth:`pack`), or ``None`` where it
+        never would be."""
         if not self._packable(matrix) or self.library() is None:
             return None
-        return LazyPacked(self, matrix, side)
+        return LazyPacked(self, matrix)
 
     @staticmethod
     def _packable(matrix: np.ndarray) -> bool:
         return (matrix.dtype == np.float32 and matrix.ndim == 2 and matrix.size >= MIN_VALUES
                 and (matrix.flags.c_contiguous or matrix.T.flags.c_contiguous))
 
-    def pack(self, matrix: np.ndarray, side: str) -> PackedMatrix | None:
+    def pack(self, matrix: np.ndarray) -> PackedMatrix | None:
         """``matrix`` (2-D float32, C-contiguous or the transpose of a C-contiguous array)
-        packed as the left (``"a"``) or right (``"b"``) operand, or ``None``."""
+        packed as a GEMM's right operand, or ``None``."""
         if not self._packable(matrix):
             return None
         lib = self.library()
         if lib is None:
             return None
-        return PackedMatrix(lib, matrix, side)
+        return PackedMatrix(lib, matrix)

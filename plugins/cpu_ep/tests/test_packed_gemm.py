@@ -107,18 +107,17 @@ def test_onemkl_is_used_by_default_on_intel_cpus_only(monkeypatch):
     monkeypatch.delenv(packed_gemm.MKL_SWITCH)
     assert packed_gemm.mkl_wanted() == packed_gemm._intel_cpu()
     monkeypatch.setenv(packed_gemm.MKL_SWITCH, "off")
-    assert not packed_gemm.mkl_wanted() and PackedGemm().lazy(np.ones((9, 9), np.float32),
-                                                              "b") is None
+    assert not packed_gemm.mkl_wanted() and PackedGemm().lazy(np.ones((9, 9), np.float32)) is None
 
 
 def test_what_is_not_packed(rng):
     packing = PackedGemm()
-    assert packing.pack(np.ones((40, 30), np.float64), "b") is None  # float32 only
-    assert packing.pack(np.ones((4, 4), np.float32), "b") is None  # too small to gain
-    assert packing.pack(np.ones((40, 30, 2), np.float32)[:, :, 0], "b") is None  # strided
+    assert packing.pack(np.ones((40, 30), np.float64)) is None  # float32 only
+    assert packing.pack(np.ones((4, 4), np.float32)) is None  # too small to gain
+    assert packing.pack(np.ones((40, 30, 2), np.float32)[:, :, 0]) is None  # strided
     w = rng.standard_normal((30, 40)).astype(np.float32)
     x = rng.standard_normal((5, 40)).astype(np.float32)
-    np.testing.assert_allclose(packing.pack(w.T, "b").times_left(x), x @ w.T, rtol=1e-5,
+    np.testing.assert_allclose(packing.pack(w.T).times_left(x), x @ w.T, rtol=1e-5,
                                atol=1e-5)  # a transposed view is packed as it reads
 
 
