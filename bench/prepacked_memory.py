@@ -34,7 +34,7 @@ def measure(path: str, sessions: int, shared: bool, runs: int) -> dict[str, floa
     import psutil
 
     from ep_host import InferenceSession
-    from ep_host.loading import return_freed_memory
+    from ep_host.held_weights import return_freed_memory
 
     before = psutil.Process().memory_info().rss
     kwargs = {"share_prepacked": True} if shared else {}

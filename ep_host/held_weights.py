@@ -42,10 +42,13 @@ class HeldWeights:
     array waits for its own data, ``buffer`` for all of it."""
 
     def __init__(self, buffer: np.ndarray | None, spans: dict[str, tuple[int, int]],
-                 filling: _Filling | None = None):
+                 filling: _Filling | None = None, origin: _Origin | None = None):
         self._buffer = buffer  # ``None`` until ``filling`` made it
         self.spans = spans
         self.filling = filling
+        self.origin = origin  # where the weights are read again after :meth:`release`
+        self.released: set[str] = set()
+        self._lock = threading.Lock()
 
     @property
     def buffer(self) -> np.ndarray:
@@ -63,6 +66,8 @@ class HeldWeights:
             self._buffer = filling.wait(offset + length)
             if filling.finished:
                 self.filling = None
+        if name in self.released:
+            self._read_again(name)
         dtype = HELD_TYPES[data_type]
         count = 1
         for d in dims:
@@ -71,6 +76,57 @@ class HeldWeights:
             raise ValueError(f"tensor {name!r} of shape {list(dims)} needs "
                              f"{count * dtype.itemsize} bytes of raw data, it holds {length}")
         return np.frombuffer(self._buffer, dtype, count, offset).reshape(dims)
+
+    def release(self, name: str) -> int:
+        """Give the memory of ``name``'s data back to the system (the whole pages its span
+        covers; a page it shares with a neighbour stays) and return how many bytes that was.
+        Only for a buffer nobody else reads (:func:`remember_shared` never held it) and a
+        tensor whose every array holder has promised not to read it again: those arrays now
+        read zeros. :meth:`array` reads the data from the file again when asked for it later;
+        ``0`` (nothing released) where the file is not known or the platform cannot."""
+        madvise = _libc_madvise()
+        if self.origin is None or madvise is None or name not in self.spans:
+            return 0
+        buffer = self.buffer
+        offset, length = self.spans[name]
+        page = mmap.PAGESIZE
+        start = buffer.ctypes.data + offset
+        first, end = -(-start // page) * page, (start + length) // page * page
+        if end <= first:
+            return 0
+        with self._lock:
+            if madvise(first, end - first, MADV_DONTNEED) != 0:
+                return 0
+            self.released.add(name)
+        return end - first
+
+    def _read_again(self, name: str) -> None:
+        """Read ``name``'s data, released before, from the model file into its place again;
+        ``OSError`` when the file is gone or changed since it was loaded."""
+        path, identity, starts = self.origin  # type: ignore[misc]
+        offset, length = self.spans[name]
+        with self._lock:
+            if name not in self.released:
+                return
+            with open(path, "rb") as f:
+                if file_identity(f) != identity:
+                    raise OSError(f"{path!r} changed since it was loaded, and the data of "
+                                  f"{name!r} was freed after its kernels packed it")
+                view = memoryview(self.buffer)[offset:offset + length]
+                f.seek(starts[name])
+                got = 0
+                while got < length:
+                    n = f.readinto(view[got:])
+                    if not n:
+                        raise OSError(f"{path!r} ended inside tensor {name!r}")
+                    got += n
+            self.released.discard(name)
+
+
+# the model file's path and identity (see :func:`file_identity`), and where each held tensor's
+# raw data starts in it
+_Origin = tuple[str, tuple[int, int, int, int], dict[str, int]]
+MADV_DONTNEED = getattr(mmap, "MADV_DONTNEED", 4)
 
 
 class _Unexpected(Exception):
@@ -309,9 +365,13 @@ def read_split(f) -> tuple[bytes, HeldWeights] | None:
     size = max(offset + length for offset, length in spans.values())
     limited = address_space_left() is not None
     buffer = _weight_buffer(size) if limited or not hasattr(os, "preadv") else None
+    name = getattr(f, "name", None)
+    origin = (os.path.abspath(name), file_identity(f), {m[0]: m[1] for m in moves}) if (
+        isinstance(name, str)) else None
     if hasattr(os, "preadv"):
         return small, HeldWeights(None, spans, _Filling(os.dup(f.fileno()), moves, spans, size,
-                                                         buffer, size < THREAD_MAX_BYTES))
+                                                         buffer, size < THREAD_MAX_BYTES),
+                                  origin)
     view = memoryview(buffer)
     for name, raw_start, _ in moves:
         offset, length = spans[name]
@@ -322,7 +382,7 @@ def read_split(f) -> tuple[bytes, HeldWeights] | None:
             if not n:
                 raise OSError(f"the file ended inside tensor {name!r}")
             got += n
-    return small, HeldWeights(buffer, spans)
+    return small, HeldWeights(buffer, spans, origin=origin)
 
 
 class _Filling:
@@ -530,3 +590,22 @@ def split_shared(f, key: tuple[int, int, int, int]) -> tuple[bytes, HeldWeights]
     if planned is None or _spans(planned[1]) != held.spans:
         return None
     return planned[0], held
+
+
+def return_freed_memory() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere
+    nothing). onnx's shape inference frees a copy of the model in many small blocks, about
+    1 KB per node, that would otherwise stay resident for the life of the process."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            import ctypes
+
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim: Any = None

@@ -54,6 +54,22 @@ class Kernel:
     def prepare(self, constants: Mapping[int, Any]) -> None:
         """Receive constant inputs once (weights), e.g. to prepack them. Default: keep nothing."""
 
+    def released(self) -> Sequence[int]:
+        """The constant inputs (indices) whose data this kernel no longer reads once
+        :meth:`prepare` returned: what it needs of them, it packed into memory of its own.
+        Default: none.
+
+        Asked after ``prepare`` (and after any :meth:`adopt_prepacked`). The host may then give
+        such a constant's memory back to the system, as onnxruntime frees a prepacked weight:
+        where the session loaded the model file itself, every node reading the constant is a
+        kernel that released it, and nothing else (a graph output, a control-flow body, a
+        session sharing constants) can see it. ``run`` then gets, in the constant's place, a
+        read-only stand-in of its dtype and shape whose values are not the constant's (NaN
+        for floats): read its dtype and shape only, and nothing of what ``prepare`` was given
+        for that input.
+        """
+        return ()
+
     def run(self, *inputs: Any) -> Sequence[Any]:
         raise NotImplementedError(f"{type(self).__name__}.run")
 

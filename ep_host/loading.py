@@ -39,6 +39,7 @@ from ep_host.held_weights import (
     file_identity,
     read_split,
     remember_shared,
+    return_freed_memory,
     split_shared,
 )
 from ep_host.ml_types import ML_DOMAIN, add_ml_types
@@ -179,23 +180,6 @@ def _storage_bytes(code: int, count: int) -> int:
 TRIM_AFTER_NODES = 10_000
 
 
-def return_freed_memory() -> None:
-    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``; elsewhere
-    nothing). onnx's shape inference frees a copy of the model in many small blocks, about
-    1 KB per node, that would otherwise stay resident for the life of the process."""
-    global _malloc_trim
-    if _malloc_trim is None:
-        try:
-            import ctypes
-
-            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _malloc_trim = False
-    if _malloc_trim:
-        _malloc_trim(0)
-
-
-_malloc_trim: Any = None
 
 # -- The model --------------------------------------------------------------------------------
 
@@ -422,8 +406,8 @@ class Model:
         """The data of constant ``name`` (stored in ``tensor``), read once and kept read-only."""
         key = f"{id(tensor)}:{name}"
         array = self._constants.get(key)
-        if array is None:
-            try:
+        if array is None or self.held is not None and name in self.held.released:
+            try:  # (a released one is read from the file again, see ep_host.released)
                 if (self.held is not None and name in self.held.spans
                         and len(tensor.raw_data) == 0):
                     array = readonly(self.held.array(name, tensor.data_type, list(tensor.dims)))
@@ -461,6 +445,10 @@ class Model:
         """Keep ``array``, whose contents equal constant ``value``'s data (another session's
         copy, shared by ``share_prepacked``), in place of this model's own copy."""
         self._constants[f"{id(value._tensor)}:{value.name}"] = array
+
+    def constants_read(self) -> list[tuple[str, Any]]:
+        """(name, array) of each constant read (or computed by a rewrite) so far."""
+        return [(key.partition(":")[2], array) for key, array in self._constants.items()]
 
 
 def _has_unknown_dim(shape: tuple[Any, ...] | None) -> bool:

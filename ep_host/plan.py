@@ -47,6 +47,7 @@ from ep_host.prepacked import (
     offer_prepacked,
 )
 from ep_host.provider import HOST, Device
+from ep_host.released import WeightFreeing
 from ep_host.runloop import CompiledSteps, StepChecks, array_kind, read_only
 from ep_host.transfers import implied_transfers
 from ep_host.workspaces import allocate_workspace, asked_workspace
@@ -113,7 +114,8 @@ class Plan:
     each state a kernel offered (see :class:`PrepackedUse`); ``shared_constants``: the holders of
     the constants shared by contents; holding them keeps them alive. ``arenas``: per device, the
     slot of the per-run workspace arena and its size (the largest ``"run"`` workspace a kernel on
-    the device asked for); each run takes an arena of its own.
+    the device asked for); each run takes an arena of its own. ``released``: the weights whose
+    memory was given back once their kernels packed them (:mod:`ep_host.released`).
     """
 
     label: str
@@ -132,6 +134,7 @@ class Plan:
     prepacked: tuple[PrepackedUse, ...] = ()
     shared_constants: tuple[SharedState, ...] = ()
     arenas: Mapping[int, tuple[Device, int]] = field(default_factory=dict)
+    released: tuple[tuple[str, int], ...] = ()  # weights freed after packing: (name, bytes)
 
 
 class KernelSource(Protocol):
@@ -141,6 +144,7 @@ class KernelSource(Protocol):
     tracer: Tracer | None
     max_tensor_bytes: int | None
     prepacked: PrepackedContainer | None  # the container when the session shares, else None
+    frees_constants: bool  # whether released weights may be freed (see ep_host.released)
 
     def create_kernel(self, node: NodeView, provider: str, placement: Placement) -> Kernel: ...
 
@@ -256,6 +260,8 @@ class _Builder:
         self.steps: list[Step] = []
         self.device_graphs: list[PartitionCapture] = []
         self.partitions = 0  # partitions compiled so far, for their names
+        self.freeing = WeightFreeing(graph.model, graph, placement.table.nodes, label) if (
+            source.frees_constants and not body) else None
         self.wrong_dims, self.wrong_rank = shapes_inference_gets_wrong(placement.table.nodes)
         self.expects: dict[tuple[Any, ...], tuple[tuple[Any, Any, Any], ...]] = {}
         self.prepacked: list[PrepackedUse] = []
@@ -394,7 +400,8 @@ class _Builder:
             constants=MappingProxyType(self.constants), keep=keep,
             device_graphs=tuple(self.device_graphs), prepacked=tuple(self.prepacked),
             shared_constants=tuple(self.held_constants),
-            arenas=MappingProxyType({a[0]: (a[1], a[2]) for a in self.arenas.values()}))
+            arenas=MappingProxyType({a[0]: (a[1], a[2]) for a in self.arenas.values()}),
+            released=tuple(self.freeing.freed) if self.freeing is not None else ())
 
     def node_step(self, node: NodeView, provider: str) -> Step:
         kernel, provider = self.kernel(node, provider)
@@ -421,6 +428,8 @@ class _Builder:
         container = getattr(self.source, "prepacked", None)
         if container is not None and type(kernel).prepacked is not Kernel.prepacked and constants:
             self.share_prepacked(container, kernel, node, provider, device)
+        if self.freeing is not None and self.freeing.left and constants:
+            self.freeing.prepared(node, kernel, provider, in_slots, self.slots, self.constants)
         workspace, own = self.workspace(kernel, node, provider, device)
         out_slots = []
         layouts = [output_layout(answer, k) for k in range(len(node.outputs))]

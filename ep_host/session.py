@@ -133,9 +133,11 @@ class _Runtime:
     def __init__(self, model: Model, host: Host, providers: list[str],
                  options: dict[str, dict[str, Any]], strategy: str,
                  tracer: Tracer | None = None, max_tensor_bytes: int | None = None,
-                 device_graphs: bool = False, threads: int = 0, share_prepacked: bool = False):
+                 device_graphs: bool = False, threads: int = 0, share_prepacked: bool = False,
+                 frees_constants: bool = False):
         self.tracer = tracer
         self.prepacked = SHARED_PREPACKED if share_prepacked else None
+        self.frees_constants = frees_constants and not share_prepacked  # ep_host.released
         self.threads = threads
         self.max_tensor_bytes = max_tensor_bytes
         self.model = model
@@ -379,7 +381,8 @@ class InferenceSession:
         self._device_plans: dict[Any, PlanRun] = {}
         self._runtime = _Runtime(self._model, self._host, chosen, self._options, strategy,
                                  self.tracer, max_tensor_bytes, device_graphs,
-                                 self._threads.threads, self._sess_options.share_prepacked)
+                                 self._threads.threads, self._sess_options.share_prepacked,
+                                 frees_constants=parsed_here)
         self._pins = pins
         self._feeds = FeedChecker(self._model, max_tensor_bytes)
         placement = self._runtime.place(self._model.graph, pins)
@@ -422,6 +425,12 @@ class InferenceSession:
     def prepacked(self) -> list[PrepackedUse]:
         """With ``share_prepacked``: each state a kernel offered, and whether it adopted one."""
         return list(self._plan.prepacked)
+
+    @property
+    def released_weights(self) -> list[tuple[str, int]]:
+        """(name, bytes) of each weight whose memory was given back once every kernel reading
+        it had packed it (``Kernel.released``; see :mod:`ep_host.released`)."""
+        return list(self._plan.released)
 
     @property
     def device_graphs(self) -> list[PartitionCapture]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ep_host import element_count, require
 from ep_host.kernels.helpers import upcast
-from ep_host.kernels.registry import BF16, FLOATS, NUMERIC, kernel
+from ep_host.kernels.registry import BF16, FLOATS, NUMERIC, RELEASES, kernel
 
 MATMUL_INTS = frozenset({"int32", "int64", "uint32", "uint64"})
 
@@ -41,31 +41,41 @@ def _prepare_matmul(xp, constants, **_):
     b = constants.get(1)
     if b is None or b.ndim != 2:
         return {}
-    packed = xp.ascontiguousarray(upcast(xp, b))
-    return {"packed_b": packed, "blas_b": provider_packing(xp, packed)}
+    b = xp.ascontiguousarray(upcast(xp, b))
+    blas = provider_packing(xp, b)
+    if blas is None:
+        return {"packed_b": b}
+    return {"packed_b": shape_only(xp, b), "blas_b": blas, RELEASES: (1,)}
 
 
 def provider_packing(xp, matrix):
-    """The provider's packed copy of a constant GEMM right operand, made at its first use
-    (``xp.packed_gemm.lazy``: the CPU EP's oneMKL), or ``None`` where it has none."""
+    """The provider's packed copy of a constant GEMM right operand (``xp.packed_gemm.pack``:
+    the CPU EP's oneMKL), made now, or ``None`` where it has none. Every product then goes
+    through the copy, so the kernel reads neither ``matrix`` nor the constant it came from again
+    and releases that input (``Kernel.released``): the host may free the weight's memory."""
     packing = getattr(xp, "packed_gemm", None)
-    return None if packing is None else packing.lazy(matrix)
+    return None if packing is None else packing.pack(matrix)
 
 
-# A product of fewer rows than this by a packed B is left to numpy (and B not packed for it):
-# one row reads B once either way. Measured one thread, 40 weights in turn, numpy's GEMV
-# against oneMKL's packed B: 768 x 768 198 against 236 us, 768 x 3072 713 against 739; from
-# two rows the packed copy was ahead on these (442 against 354 us, 2,210 against 1,063).
-PACKED_MIN_ROWS = 2
+def shape_only(xp, matrix):
+    """What a kernel keeps of a matrix it packed, for its shape checks: a stand-in of its dtype
+    and shape that holds no memory, all NaN, so that a read by mistake cannot pass unseen."""
+    return xp.broadcast_to(xp.asarray(xp.nan, dtype=matrix.dtype), matrix.shape)
 
 
-def times_packed(xp, a, blas_b):
-    """``a @ B`` through ``blas_b`` (see :func:`provider_packing`) for a 2-D ``a`` of its type,
-    or ``None`` (the caller multiplies): no packed copy, another type, or too few rows."""
-    if blas_b is None or a.dtype != blas_b.dtype or a.shape[0] < PACKED_MIN_ROWS:
-        return None
-    packed = blas_b.get()
-    return None if packed is None else packed.times_left(xp.ascontiguousarray(a))
+# Every product by a packed B goes through it, one-row ones too (the original is freed): measured
+# one thread, 40 weights in turn, numpy's GEMV against oneMKL's packed B, 768 x 768 198 against
+# 236 us, 768 x 3072 713 against 739; from two rows the packed copy is ahead (442 against 354 us,
+# 2,210 against 1,063).
+def times_packed(xp, a, blas_b, op="MatMul"):
+    """``a @ B`` for a 2-D ``a`` through ``blas_b``, the provider's packed B (see
+    :func:`provider_packing`), in B's type."""
+    k, n = blas_b.shape
+    if a.shape[-1] != k:
+        raise ValueError(f"{op}: A's last dimension {a.shape[-1]} must equal B's first {k}")
+    if a.shape[0] == 0:
+        return xp.zeros((0, n), blas_b.dtype)
+    return blas_b.times_left(xp.ascontiguousarray(a, dtype=blas_b.dtype))
 
 
 @kernel("MatMul", 1, dtypes=FLOATS, check=_check_matmul, flops=_matmul_flops,
@@ -76,18 +86,17 @@ def times_packed(xp, a, blas_b):
         flops=_matmul_flops, prepare=_prepare_matmul, family="matmul")
 def matmul(xp, a, b, *, packed_b=None, blas_b=None):
     """``packed_b``: a constant 2-D B, widened and made contiguous once; an (..., K) A then
-    runs as one (rows, K) x (K, N) GEMM, through the provider's packed copy of B where it
-    has one (``blas_b``, see :func:`provider_packing`)."""
-    if packed_b is not None and a.ndim >= 2:
+    runs as one (rows, K) x (K, N) GEMM. ``blas_b``: the provider's packed copy of B (see
+    :func:`provider_packing`), which then takes every product (``packed_b`` and ``b`` are
+    stand-ins: only their shapes are read)."""
+    if packed_b is not None and (a.ndim >= 2 or blas_b is not None):
         k, n = packed_b.shape
         if a.shape[-1] != k:
             raise ValueError(f"MatMul: A's last dimension {a.shape[-1]} must equal B's first {k}")
-        rows = element_count(a.shape[:-1])
-        flat = upcast(xp, a).reshape(rows, k)
-        y = times_packed(xp, flat, blas_b)
-        if y is None:
-            y = xp.matmul(flat, packed_b)
-        return y.reshape(tuple(a.shape[:-1]) + (n,)).astype(a.dtype, copy=False)
+        lead = tuple(a.shape[:-1])
+        flat = upcast(xp, a).reshape(element_count(lead), k)
+        y = xp.matmul(flat, packed_b) if blas_b is None else times_packed(xp, flat, blas_b)
+        return y.reshape(lead + (n,)).astype(a.dtype, copy=False)
     return xp.matmul(upcast(xp, a), upcast(xp, b)).astype(a.dtype, copy=False)
 
 
@@ -134,8 +143,13 @@ def _prepare_gemm(xp, constants, *, beta, transB, **_):
     b = constants.get(1)
     if b is not None and b.ndim == 2:
         b = upcast(xp, b)
-        extra["packed_b"] = b.T if transB else b
-        extra["blas_b"] = provider_packing(xp, extra["packed_b"])
+        b = b.T if transB else b
+        blas = provider_packing(xp, b)
+        if blas is None:
+            extra["packed_b"] = b
+        else:  # every product through the packed copy: B is released
+            extra.update(packed_b=shape_only(xp, b), blas_b=blas)
+            extra[RELEASES] = (1,)
     c = constants.get(2)
     if c is not None:
         c = upcast(xp, c)
@@ -155,9 +169,7 @@ def _gemm(xp, a, b, c, alpha, beta, trans_a, trans_b, packed_b=None, packed_c=No
     if dtype.kind in "iu":
         alpha, beta = int(alpha), int(beta)
     a = a.T if trans_a else a
-    y = times_packed(xp, a, blas_b) if a.shape[-1] == packed_b.shape[0] else None
-    if y is None:
-        y = xp.matmul(a, packed_b)
+    y = xp.matmul(a, packed_b) if blas_b is None else times_packed(xp, a, blas_b, "Gemm")
     if alpha != 1:
         y *= alpha
     if packed_c is not None:

@@ -47,7 +47,8 @@ class KernelSpec:
     ``bind(node)``: extra keyword arguments computed once from the node (output count...).
     ``prepare(xp, constants, **kwargs)``: called once with the node's constant inputs (input
     index -> array on the EP's device) and the keyword arguments the kernel gets; returns extra
-    keyword arguments for every run (prepacked weights, say), or ``{}``.
+    keyword arguments for every run (prepacked weights, say), or ``{}``; under the name
+    :data:`RELEASES`, the indices of the constants it needs no more (see ``Kernel.released``).
     ``inplace``: input indices whose buffer the kernel may write its first output into when the
     host hands it over (the value is dead after this node and has the output's dtype and static
     shape); the function then gets ``out=`` that array and returns it filled, as numpy's ufuncs
@@ -104,6 +105,8 @@ class KernelSpec:
 
 
 _SHARED: dict[tuple[Any, ...], tuple[Any, RegistryKernel]] = {}
+# the name under which a ``prepare`` returns the constant inputs its kernel no longer reads
+RELEASES = "releases"
 _PLAIN = (int, float, str, bool, type(None))
 
 
@@ -161,12 +164,18 @@ class RegistryKernel(FunctionKernel):
 
     def prepare(self, constants: Mapping[int, Any]) -> None:
         if self.spec.prepare is not None and constants:
-            extra = self.spec.prepare(self.xp, constants, **self.kwargs)
+            extra = dict(self.spec.prepare(self.xp, constants, **self.kwargs))
+            self._released = tuple(extra.pop(RELEASES, ()))
             if extra:
                 # the key is worked out when a session sharing prepacked states asks for it
                 self._packing = (self.kwargs, tuple(sorted(constants)), tuple(extra))
                 self.kwargs = {**self.kwargs, **extra}
                 self._bind()
+
+    _released: tuple[int, ...] = ()
+
+    def released(self) -> tuple[int, ...]:
+        return self._released
 
     # (the keyword arguments ``prepare`` was given, the constants' indices, the names it made)
     _packing: tuple[dict[str, Any], tuple[int, ...], tuple[str, ...]] | None = None

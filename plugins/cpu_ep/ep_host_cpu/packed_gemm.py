@@ -4,7 +4,9 @@ numpy's ``matmul`` where it is absent, switched off or declines a matrix).
 
 A GEMM library copies each operand into its kernel's blocked layout on every call; for a
 model's weight that copy is the same every run. oneMKL's ``cblas_sgemm_pack`` makes it once
-(at the first run that asks) and ``cblas_sgemm_compute`` reads it thereafter. Measured one
+(when the kernel is prepared) and ``cblas_sgemm_compute`` reads it thereafter; the kernel then
+releases the weight (``Kernel.released``), and the host frees its memory where nothing else
+reads it, as onnxruntime frees prepacked weights. Measured one
 thread on the 2-vCPU Intel VM (Sapphire Rapids, AVX-512) the benchmarks run on, BERT-base's 72
 weight GEMMs at 128 tokens, each weight read from memory as in a run: OpenBLAS (numpy's) 106
 GFLOP/s, oneMKL unpacked 126, packed 162, onnxruntime's MLAS 154. The packed copy's pages come
@@ -123,6 +125,7 @@ class PackedMatrix:
     ``C = A @ B``."""
 
     __slots__ = ("shape", "_buffer", "_at", "_lib")
+    dtype = np.dtype(np.float32)
 
     def __init__(self, lib: Any, matrix: np.ndarray):
         rows, cols = matrix.shape
@@ -151,31 +154,6 @@ class PackedMatrix:
         return out
 
 
-class LazyPacked:
-    """A constant's :class:`PackedMatrix`, made by the first run that asks (``get``): session
-    creation does not pay for it, nor memory hold it for a kernel that never runs. ``None``
-    from ``get`` where oneMKL declined; ``dtype``: the constant's, for the caller's check."""
-
-    __slots__ = ("dtype", "_matrix", "_owner", "_packed", "_lock")
-
-    def __init__(self, owner: PackedGemm, matrix: np.ndarray):
-        self.dtype = matrix.dtype
-        self._matrix, self._owner = matrix, owner
-        self._packed: PackedMatrix | None = None
-        self._lock: threading.Lock | None = threading.Lock()
-
-    def get(self) -> PackedMatrix | None:
-        lock = self._lock
-        if lock is None:  # packed (or declined) already
-            return self._packed
-        with lock:
-            if self._lock is not None:
-                self._packed = self._owner.pack(self._matrix)
-                self._matrix = None  # the constant stays the kernel's own to hold
-                self._lock = None
-        return self._packed
-
-
 class PackedGemm:
     """``xp.packed_gemm``: packs a constant float32 matrix for oneMKL, or answers ``None``
     (oneMKL absent, ``EP_HOST_MKL=0``, another type, a matrix too small to gain)."""
@@ -198,13 +176,6 @@ class PackedGemm:
                     if self._lib is not None:
                         find_blas_again()
         return self._lib
-
-    def lazy(self, matrix: np.ndarray) -> LazyPacked | None:
-        """``matrix`` to be packed at its first use (see :meth:`pack`), or ``None`` where it
-        never would be."""
-        if not self._packable(matrix) or self.library() is None:
-            return None
-        return LazyPacked(self, matrix)
 
     @staticmethod
     def _packable(matrix: np.ndarray) -> bool:

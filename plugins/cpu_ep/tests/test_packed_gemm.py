@@ -1,7 +1,8 @@
 """GEMMs by constant weights through oneMKL's packed copies (``ep_host_cpu.packed_gemm``):
 MatMul and Gemm (transB, alpha, a constant C) against onnxruntime and numpy's path
-(``EP_HOST_MKL=0``); the packed copy is what runs, made once, from threads too; a one-row
-product and Conv's weights are not packed."""
+(``EP_HOST_MKL=0``); the packed copy is what runs, made once with the session, from threads
+too, for every product (one row, none), and a model file's weights are freed once packed;
+Conv's weights are not packed."""
 
 from __future__ import annotations
 
@@ -81,10 +82,10 @@ def test_packed_gemms_match_onnxruntime_and_numpys_path(case, rng, calls, monkey
     np.testing.assert_allclose(ours, plain, rtol=1e-4, atol=1e-4)
 
 
-def test_a_weight_is_packed_once_by_its_first_run_even_from_threads(rng, calls):
+def test_a_weight_is_packed_once_when_the_session_is_made_and_used_from_threads(rng, calls):
     model, feeds = matmul_model(rng)
     session = ep_host.InferenceSession(model.SerializeToString(), providers=["cpu"])
-    assert calls["packed"] == 0  # not while the session is made
+    assert calls["packed"] == 1 and calls["times"] == 0
     want = run_onnxruntime(model, feeds)[0]
     results, barrier = [], threading.Barrier(4)
 
@@ -103,11 +104,31 @@ def test_a_weight_is_packed_once_by_its_first_run_even_from_threads(rng, calls):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_weights_of_a_model_file_are_freed_once_packed(rng, tmp_path, calls):
+    """The packed copy takes every product, so the session gives the weights' memory back
+    (``ep_host.released``): a MatMul's and a transB Gemm's, of 1.2 MB each."""
+    w = rng.standard_normal((600, 500)).astype(np.float32)
+    b = rng.standard_normal((400, 500)).astype(np.float32)  # transB: (N, K)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
+             helper.make_node("Gemm", ["h", "b"], ["y"], transB=1, alpha=0.5)]
+    model = make_model(nodes, [("x", F, [3, 600])], [("y", F, None)],
+                       initializers=[numpy_helper.from_array(w, "w"),
+                                     numpy_helper.from_array(b, "b")])
+    path = tmp_path / "gemms.onnx"
+    path.write_bytes(model.SerializeToString())
+    session = ep_host.InferenceSession(str(path), providers=["cpu"])
+    assert sorted(name for name, _ in session.released_weights) == ["b", "w"]
+    x = rng.standard_normal((3, 600)).astype(np.float32)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0],
+                               run_onnxruntime(model, {"x": x})[0], rtol=1e-4, atol=1e-3)
+    assert calls["times"] == 2
+
+
 def test_onemkl_is_used_by_default_on_intel_cpus_only(monkeypatch):
     monkeypatch.delenv(packed_gemm.MKL_SWITCH)
     assert packed_gemm.mkl_wanted() == packed_gemm._intel_cpu()
     monkeypatch.setenv(packed_gemm.MKL_SWITCH, "off")
-    assert not packed_gemm.mkl_wanted() and PackedGemm().lazy(np.ones((9, 9), np.float32)) is None
+    assert not packed_gemm.mkl_wanted() and PackedGemm().pack(np.ones((9, 9), np.float32)) is None
 
 
 def test_what_is_not_packed(rng):
@@ -121,15 +142,22 @@ def test_what_is_not_packed(rng):
                                atol=1e-5)  # a transposed view is packed as it reads
 
 
-def test_a_one_row_product_and_a_convolution_are_left_to_numpy(rng, calls):
-    """One row reads B once either way (numpy's GEMV was as fast); Conv's weights cost more
-    packed than they gained (see the module's docstring)."""
+@pytest.mark.parametrize("shape", [(1, 96), (96,), (0, 96), (2, 0, 96)])
+def test_one_row_a_vector_and_no_rows_go_through_the_packed_copy(rng, calls, shape):
+    """The weight is not kept beside its packed copy, so every product takes the copy."""
     w = rng.standard_normal((96, 80)).astype(np.float32)
-    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", F, [1, 96])],
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", F, list(shape))],
                        [("y", F, None)], initializers=[numpy_helper.from_array(w, "w")])
-    feeds = {"x": rng.standard_normal((1, 96)).astype(np.float32)}
-    np.testing.assert_allclose(run_ep_host(model, feeds)[0], run_onnxruntime(model, feeds)[0],
-                               rtol=1e-4, atol=1e-4)
+    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+    ours = run_ep_host(model, feeds)[0]
+    want = run_onnxruntime(model, feeds)[0]
+    assert ours.shape == want.shape == shape[:-1] + (80,)
+    np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-4)
+    assert calls["packed"] == 1 and calls["times"] == (0 if 0 in shape else 1)
+
+
+def test_a_convolution_is_left_to_numpy(rng, calls):
+    """Conv's weights cost more packed than they gained (see the module's docstring)."""
     k = (rng.standard_normal((48, 40, 1, 1)) * 0.2).astype(np.float32)
     conv = make_model([helper.make_node("Conv", ["x", "k"], ["y"])], [("x", F, [2, 40, 9, 9])],
                       [("y", F, None)], initializers=[numpy_helper.from_array(k, "k")])
