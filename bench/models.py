@@ -11,7 +11,7 @@ the order alternating; before each, untimed, a full ``gc.collect()`` (neither ru
 the garbage the other left) and a creation of the same runtime (the caches warm again).
 
     .venv/bin/python bench/models.py [--only bert_base,gpt2] [--skip tv_vgg11] [--repeat 10]
-                                     [--warmup 10] [--creation 3] [--out bench/.corpus]
+                                     [--warmup 10] [--creation 5] [--out bench/.corpus]
                                      [--json FILE]
 """
 
@@ -334,7 +334,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10,
                         help=f"untimed runs of each runtime before the timed ones (at most "
                              f"{WARMUP_S:g} s in all; 0: none)")
-    parser.add_argument("--creation", type=int, default=3,
+    # five: with three, one full run gave BERT-base, DistilBERT, ConvNeXt and DeepLabV3 2.1-2.8x
+    # onnxruntime's creation where reruns of them gave 0.5-0.7x
+    parser.add_argument("--creation", type=int, default=5,
                         help=f"timed session creations of each runtime at least (more, up to "
                              f"{MAX_CREATIONS}, while under {CREATION_S:g} s in all; 0: skip)")
     parser.add_argument("--no-memory", dest="memory", action="store_false",

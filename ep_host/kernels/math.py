@@ -37,12 +37,35 @@ def _check_matmul(node, provider):
                     "scalar for {!r}", provider, value.name, code="shape")
 
 
-def _prepare_matmul(xp, constants, **_):
+def _static_rows(node):
+    """``{"rows": A's row count}`` (the product of all its dims but the last; for Gemm M) where
+    the model states it, else ``{}``: what decides whether a constant B is packed."""
+    a = node.inputs[0]
+    shape = a.shape if a is not None else None
+    if shape is None or not all(isinstance(d, int) for d in shape):
+        return {}
+    if node.op_type == "Gemm":
+        return {"rows": shape[1] if node.attributes.get("transA") else shape[0]} if len(
+            shape) == 2 else {}
+    return {"rows": element_count(shape[:-1])}
+
+
+# A product the model states has fewer rows than this keeps numpy's path and B unpacked: one row
+# reads B once either way (measured one thread, 40 weights in turn, numpy's GEMV against oneMKL's
+# packed B: 768 x 768 198 against 236 us, 768 x 3072 713 against 739; from two rows the packed
+# copy is ahead, 442 against 354 us, 2,210 against 1,063), and with a one-row Gemm through
+# oneMKL, a CNN run from 8 threads at once, and compiled kernels in use, one thread's results
+# differed from a lone run's in the last bit now and then (tests/test_threads.py; never with
+# numpy's path), which was not found out.
+PACKED_MIN_ROWS = 2
+
+
+def _prepare_matmul(xp, constants, rows=None, **_):
     b = constants.get(1)
     if b is None or b.ndim != 2:
         return {}
     b = xp.ascontiguousarray(upcast(xp, b))
-    blas = provider_packing(xp, b)
+    blas = provider_packing(xp, b) if rows is None or rows >= PACKED_MIN_ROWS else None
     if blas is None:
         return {"packed_b": b}
     return {"packed_b": shape_only(xp, b), "blas_b": blas, RELEASES: (1,)}
@@ -63,13 +86,9 @@ def shape_only(xp, matrix):
     return xp.broadcast_to(xp.asarray(xp.nan, dtype=matrix.dtype), matrix.shape)
 
 
-# Every product by a packed B goes through it, one-row ones too (the original is freed): measured
-# one thread, 40 weights in turn, numpy's GEMV against oneMKL's packed B, 768 x 768 198 against
-# 236 us, 768 x 3072 713 against 739; from two rows the packed copy is ahead (442 against 354 us,
-# 2,210 against 1,063).
 def times_packed(xp, a, blas_b, op="MatMul"):
     """``a @ B`` for a 2-D ``a`` through ``blas_b``, the provider's packed B (see
-    :func:`provider_packing`), in B's type."""
+    :func:`provider_packing`), in B's type: every product, whatever its rows (B is released)."""
     k, n = blas_b.shape
     if a.shape[-1] != k:
         raise ValueError(f"{op}: A's last dimension {a.shape[-1]} must equal B's first {k}")
@@ -79,12 +98,12 @@ def times_packed(xp, a, blas_b, op="MatMul"):
 
 
 @kernel("MatMul", 1, dtypes=FLOATS, check=_check_matmul, flops=_matmul_flops,
-        prepare=_prepare_matmul, family="matmul")
+        prepare=_prepare_matmul, bind=_static_rows, family="matmul")
 @kernel("MatMul", 9, dtypes=FLOATS | MATMUL_INTS, check=_check_matmul, flops=_matmul_flops,
-        prepare=_prepare_matmul, family="matmul")
+        prepare=_prepare_matmul, bind=_static_rows, family="matmul")
 @kernel("MatMul", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_matmul,
-        flops=_matmul_flops, prepare=_prepare_matmul, family="matmul")
-def matmul(xp, a, b, *, packed_b=None, blas_b=None):
+        flops=_matmul_flops, prepare=_prepare_matmul, bind=_static_rows, family="matmul")
+def matmul(xp, a, b, *, packed_b=None, blas_b=None, rows=None):
     """``packed_b``: a constant 2-D B, widened and made contiguous once; an (..., K) A then
     runs as one (rows, K) x (K, N) GEMM. ``blas_b``: the provider's packed copy of B (see
     :func:`provider_packing`), which then takes every product (``packed_b`` and ``b`` are
@@ -134,7 +153,7 @@ def _check_gemm(node, provider):
                 code="attribute")
 
 
-def _prepare_gemm(xp, constants, *, beta, transB, **_):
+def _prepare_gemm(xp, constants, *, beta, transB, rows=None, **_):
     """A constant B as the (K, N) operand and a constant C times beta, both widened once. B
     stays in its stored layout (for transB a transposed view, which BLAS reads without a copy):
     a transposed copy changed OpenBLAS's summation order, and with it the last bit of some
@@ -144,7 +163,7 @@ def _prepare_gemm(xp, constants, *, beta, transB, **_):
     if b is not None and b.ndim == 2:
         b = upcast(xp, b)
         b = b.T if transB else b
-        blas = provider_packing(xp, b)
+        blas = provider_packing(xp, b) if rows is None or rows >= PACKED_MIN_ROWS else None
         if blas is None:
             extra["packed_b"] = b
         else:  # every product through the packed copy: B is released
@@ -181,9 +200,9 @@ def _gemm(xp, a, b, c, alpha, beta, trans_a, trans_b, packed_b=None, packed_c=No
 
 
 @kernel("Gemm", 1, 6, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops,
-        prepare=_prepare_gemm, family="matmul")
+        prepare=_prepare_gemm, bind=_static_rows, family="matmul")
 def gemm_1(xp, a, b, c, *, alpha, beta, broadcast, transA, transB, packed_b=None,
-           packed_c=None, blas_b=None):
+           packed_c=None, blas_b=None, rows=None):
     if not broadcast:
         m = a.shape[1] if transA else a.shape[0]
         n = b.shape[0] if transB else b.shape[1]
@@ -193,13 +212,13 @@ def gemm_1(xp, a, b, c, *, alpha, beta, broadcast, transA, transB, packed_b=None
 
 
 @kernel("Gemm", 7, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops, prepare=_prepare_gemm,
-        family="matmul")
+        bind=_static_rows, family="matmul")
 @kernel("Gemm", 9, 11, dtypes=FLOATS | MATMUL_INTS, check=_check_gemm, flops=_gemm_flops,
-        prepare=_prepare_gemm, family="matmul")
+        prepare=_prepare_gemm, bind=_static_rows, family="matmul")
 @kernel("Gemm", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_gemm, flops=_gemm_flops,
-        prepare=_prepare_gemm, family="matmul")
+        prepare=_prepare_gemm, bind=_static_rows, family="matmul")
 def gemm(xp, a, b, c=None, *, alpha, beta, transA, transB, packed_b=None, packed_c=None,
-         blas_b=None):
+         blas_b=None, rows=None):
     """``packed_b``/``packed_c``: a constant B as the (K, N) operand and a constant C times
     beta, prepared once; ``blas_b``: the provider's packed copy of B (:func:`provider_packing`)."""
     return _gemm(xp, a, b, c, alpha, beta, transA, transB, packed_b, packed_c, blas_b)

@@ -109,20 +109,12 @@ def _load() -> Any:
 _HERE = threading.local()  # the thread count this thread last gave oneMKL
 
 
-# A product of fewer rows than this runs on one thread: oneMKL splits a skinny product's sums
-# between its threads, and when runs on several threads at once got fewer (the machine busy),
-# the last bits of a one-row Gemm differed from a lone run's (tests/test_threads.py, 51 of 2,400
-# runs); one thread sums in one order.
-SPLIT_MIN_ROWS = 16
-
-
-def _threads_here(lib: Any, rows: int) -> None:
-    """oneMKL on this thread at the runs' BLAS thread count (``ep_host.threads``; one for fewer
-    than :data:`SPLIT_MIN_ROWS` rows): its count is the calling thread's own, and a thread that
-    never set one takes every core, so runs from several threads computed on different counts
-    (and so summed in different orders: the last bit of some outputs differed from a lone
-    run's)."""
-    want = 1 if rows < SPLIT_MIN_ROWS else blas_limit()
+def _threads_here(lib: Any) -> None:
+    """oneMKL on this thread at the runs' BLAS thread count (``ep_host.threads``): its count is
+    the calling thread's own, and a thread that never set one takes every core, so runs from
+    several threads computed on different counts (and so summed in different orders: the last
+    bit of some outputs differed from a lone run's)."""
+    want = blas_limit()
     if getattr(_HERE, "threads", None) != want:
         lib.MKL_Set_Num_Threads_Local(want)  # 0: back to the process's count
         _HERE.threads = want
@@ -156,7 +148,7 @@ class PackedMatrix:
         m = x.shape[0]
         if out is None:
             out = np.empty((m, n), np.float32)
-        _threads_here(self._lib, m)
+        _threads_here(self._lib)
         self._lib.cblas_sgemm_compute(_ROW_MAJOR, _NO_TRANS, _PACKED, m, n, k, x.ctypes.data, k,
                                       self._at, n, 0.0, out.ctypes.data, n)
         return out

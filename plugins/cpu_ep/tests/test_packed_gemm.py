@@ -1,8 +1,8 @@
 """GEMMs by constant weights through oneMKL's packed copies (``ep_host_cpu.packed_gemm``):
 MatMul and Gemm (transB, alpha, a constant C) against onnxruntime and numpy's path
 (``EP_HOST_MKL=0``); the packed copy is what runs, made once with the session, from threads
-too, for every product (one row, none), and a model file's weights are freed once packed;
-Conv's weights are not packed."""
+too, for every product (one row, none) unless the model states one row, and a model file's
+weights are freed once packed; Conv's weights are not packed."""
 
 from __future__ import annotations
 
@@ -142,18 +142,25 @@ def test_what_is_not_packed(rng):
                                atol=1e-5)  # a transposed view is packed as it reads
 
 
-@pytest.mark.parametrize("shape", [(1, 96), (96,), (0, 96), (2, 0, 96)])
-def test_one_row_a_vector_and_no_rows_go_through_the_packed_copy(rng, calls, shape):
-    """The weight is not kept beside its packed copy, so every product takes the copy."""
+@pytest.mark.parametrize("declared, fed, packed", [
+    ([1, 96], (1, 96), False), ([96], (96,), False), ([0, 96], (0, 96), False),
+    (["n", 96], (1, 96), True), (["n", 96], (0, 96), True), (["b", "n", 96], (2, 0, 96), True),
+    (["n", 96], (5, 96), True)])
+def test_a_product_stated_to_have_one_row_keeps_numpys_path(rng, calls, declared, fed,
+                                                            packed):
+    """A model's one-row product (a CNN's classifier) keeps numpy's GEMV and B unpacked; where
+    the rows are not stated, B is packed and released, and every product, one row or none,
+    takes the packed copy."""
     w = rng.standard_normal((96, 80)).astype(np.float32)
-    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", F, list(shape))],
+    model = make_model([helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", F, declared)],
                        [("y", F, None)], initializers=[numpy_helper.from_array(w, "w")])
-    feeds = {"x": rng.standard_normal(shape).astype(np.float32)}
+    feeds = {"x": rng.standard_normal(fed).astype(np.float32)}
     ours = run_ep_host(model, feeds)[0]
     want = run_onnxruntime(model, feeds)[0]
-    assert ours.shape == want.shape == shape[:-1] + (80,)
+    assert ours.shape == want.shape == fed[:-1] + (80,)
     np.testing.assert_allclose(ours, want, rtol=1e-4, atol=1e-4)
-    assert calls["packed"] == 1 and calls["times"] == (0 if 0 in shape else 1)
+    assert calls["packed"] == int(packed)
+    assert calls["times"] == int(packed and 0 not in fed)
 
 
 def test_a_convolution_is_left_to_numpy(rng, calls):
