@@ -71,8 +71,8 @@ class WeightFreeing:
         this was, putting its stand-in in ``constants``."""
         with provider_fault(self.label, provider,
                             f"say which inputs the kernel for node {node.name!r} released"):
-            released = tuple(int(i) for i in kernel.released())
-        for i in released:
+            released = {int(i) for i in kernel.released()}  # an index said twice counts once
+        for i in sorted(released):
             value = node.inputs[i] if 0 <= i < len(node.inputs) else None
             if value is None or value.name not in self.left:
                 continue
