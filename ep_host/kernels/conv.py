@@ -699,7 +699,11 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
         if into is not None:  # a strided 1x1's subsample, copied into the host's workspace
             into[...] = picked
             picked = into
-        y = xp.matmul(weights.gemm, picked.reshape(n, group, c // group, math.prod(out)))
+        # the output made here and written through a view: it owns its memory, so the host may
+        # hand it to the next kernel to write into (an in-place SiLU, Add; a view it may not)
+        y = xp.empty((n, m) + out, dtype=xp.result_type(weights.gemm.dtype, picked.dtype))
+        xp.matmul(weights.gemm, picked.reshape(n, group, c // group, math.prod(out)),
+                  out=y.reshape(n, group, m // group, math.prod(out)))
     elif variant == "depthwise":
         y = _conv_depthwise(xp, x, weights, plan)
     elif variant == "shifted":
@@ -709,7 +713,8 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
     else:
         y = _conv_im2col(xp, x, weights.gemm, group, plan.kernel, out, plan.strides,
                          plan.dilations, plan.begin, plan.end, workspace, plan.columns)
-    y = y.reshape((n, m) + out)
+    if y.shape != (n, m) + out:
+        y = y.reshape((n, m) + out)
     epilogue = plan.epilogue
     if epilogue is not None and (b is not None or activation is not None
                                  or residual is not None) and y.flags.c_contiguous:
