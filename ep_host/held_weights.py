@@ -112,14 +112,8 @@ class HeldWeights:
                 if file_identity(f) != identity:
                     raise OSError(f"{path!r} changed since it was loaded, and the data of "
                                   f"{name!r} was freed after its kernels packed it")
-                view = memoryview(self.buffer)[offset:offset + length]
-                f.seek(starts[name])
-                got = 0
-                while got < length:
-                    n = f.readinto(view[got:])
-                    if not n:
-                        raise OSError(f"{path!r} ended inside tensor {name!r}")
-                    got += n
+                _read_tensor(f, starts[name], memoryview(self.buffer)[offset:offset + length],
+                             name)
             self.released.discard(name)
 
 
@@ -375,14 +369,19 @@ def read_split(f) -> tuple[bytes, HeldWeights] | None:
     view = memoryview(buffer)
     for name, raw_start, _ in moves:
         offset, length = spans[name]
-        f.seek(raw_start)
-        got = 0
-        while got < length:
-            n = f.readinto(view[offset + got:offset + length])
-            if not n:
-                raise OSError(f"the file ended inside tensor {name!r}")
-            got += n
+        _read_tensor(f, raw_start, view[offset:offset + length], name)
     return small, HeldWeights(buffer, spans, origin=origin)
+
+
+def _read_tensor(f, start: int, view: memoryview, name: str) -> None:
+    """Fill ``view`` from the open file ``f`` at ``start`` (tensor ``name``'s raw data)."""
+    f.seek(start)
+    got = 0
+    while got < len(view):
+        n = f.readinto(view[got:])
+        if not n:
+            raise OSError(f"the file ended inside tensor {name!r}")
+        got += n
 
 
 class _Filling:

@@ -37,17 +37,25 @@ def _check_matmul(node, provider):
                     "scalar for {!r}", provider, value.name, code="shape")
 
 
-def _static_rows(node):
-    """``{"rows": A's row count}`` (the product of all its dims but the last; for Gemm M) where
-    the model states it, else ``{}``: what decides whether a constant B is packed."""
+def _stated_shape(node):
     a = node.inputs[0]
     shape = a.shape if a is not None else None
-    if shape is None or not all(isinstance(d, int) for d in shape):
+    return shape if shape is not None and all(isinstance(d, int) for d in shape) else None
+
+
+def _matmul_rows(node):
+    """``{"rows": A's row count}`` (the product of all its dims but the last) where the model
+    states it, else ``{}``: what decides whether a constant B is packed."""
+    shape = _stated_shape(node)
+    return {} if shape is None else {"rows": element_count(shape[:-1])}
+
+
+def _gemm_rows(node):
+    """As :func:`_matmul_rows`, for Gemm's M (A's second dim with transA)."""
+    shape = _stated_shape(node)
+    if shape is None or len(shape) != 2:
         return {}
-    if node.op_type == "Gemm":
-        return {"rows": shape[1] if node.attributes.get("transA") else shape[0]} if len(
-            shape) == 2 else {}
-    return {"rows": element_count(shape[:-1])}
+    return {"rows": shape[1] if node.attributes.get("transA") else shape[0]}
 
 
 # A product the model states has fewer rows than this keeps numpy's path and B unpacked: one row
@@ -98,11 +106,11 @@ def times_packed(xp, a, blas_b, op="MatMul"):
 
 
 @kernel("MatMul", 1, dtypes=FLOATS, check=_check_matmul, flops=_matmul_flops,
-        prepare=_prepare_matmul, bind=_static_rows, family="matmul")
+        prepare=_prepare_matmul, bind=_matmul_rows, family="matmul")
 @kernel("MatMul", 9, dtypes=FLOATS | MATMUL_INTS, check=_check_matmul, flops=_matmul_flops,
-        prepare=_prepare_matmul, bind=_static_rows, family="matmul")
+        prepare=_prepare_matmul, bind=_matmul_rows, family="matmul")
 @kernel("MatMul", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_matmul,
-        flops=_matmul_flops, prepare=_prepare_matmul, bind=_static_rows, family="matmul")
+        flops=_matmul_flops, prepare=_prepare_matmul, bind=_matmul_rows, family="matmul")
 def matmul(xp, a, b, *, packed_b=None, blas_b=None, rows=None):
     """``packed_b``: a constant 2-D B, widened and made contiguous once; an (..., K) A then
     runs as one (rows, K) x (K, N) GEMM. ``blas_b``: the provider's packed copy of B (see
@@ -200,7 +208,7 @@ def _gemm(xp, a, b, c, alpha, beta, trans_a, trans_b, packed_b=None, packed_c=No
 
 
 @kernel("Gemm", 1, 6, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops,
-        prepare=_prepare_gemm, bind=_static_rows, family="matmul")
+        prepare=_prepare_gemm, bind=_gemm_rows, family="matmul")
 def gemm_1(xp, a, b, c, *, alpha, beta, broadcast, transA, transB, packed_b=None,
            packed_c=None, blas_b=None, rows=None):
     if not broadcast:
@@ -212,11 +220,11 @@ def gemm_1(xp, a, b, c, *, alpha, beta, broadcast, transA, transB, packed_b=None
 
 
 @kernel("Gemm", 7, dtypes=FLOATS, check=_check_gemm, flops=_gemm_flops, prepare=_prepare_gemm,
-        bind=_static_rows, family="matmul")
+        bind=_gemm_rows, family="matmul")
 @kernel("Gemm", 9, 11, dtypes=FLOATS | MATMUL_INTS, check=_check_gemm, flops=_gemm_flops,
-        prepare=_prepare_gemm, bind=_static_rows, family="matmul")
+        prepare=_prepare_gemm, bind=_gemm_rows, family="matmul")
 @kernel("Gemm", 13, dtypes=FLOATS | MATMUL_INTS | BF16, check=_check_gemm, flops=_gemm_flops,
-        prepare=_prepare_gemm, bind=_static_rows, family="matmul")
+        prepare=_prepare_gemm, bind=_gemm_rows, family="matmul")
 def gemm(xp, a, b, c=None, *, alpha, beta, transA, transB, packed_b=None, packed_c=None,
          blas_b=None, rows=None):
     """``packed_b``/``packed_c``: a constant B as the (K, N) operand and a constant C times
