@@ -48,6 +48,34 @@ def _baseline_refcount() -> int:
 
 SOLE_OWNER = _baseline_refcount()
 
+
+def _view_counts(value: Any) -> tuple[int, int]:
+    """``sole_view``'s reference counts, statement for statement, for the calibration below."""
+    base = value.base
+    return sys.getrefcount(value), sys.getrefcount(base)
+
+
+def _calibrate_view() -> tuple[int, int]:
+    owner = np.empty(2)
+    view = owner[:1]
+    del owner
+    return _view_counts(view)
+
+
+SOLE_VIEW = _calibrate_view()
+
+
+def sole_view(value: Any) -> bool:
+    """Whether ``value`` is a C-contiguous view of an array that owns its memory, and nothing
+    but the caller's one variable holds either: a kernel's reshaped result (an im2col GEMM's
+    output seen in the node's shape), whose memory the next kernel may write into as well as
+    that of an array made fresh."""
+    base = value.base
+    if (base.__class__ is not np.ndarray or base.base is not None or not base.flags.owndata
+            or not base.flags.writeable or not value.flags.c_contiguous):
+        return False
+    return (sys.getrefcount(value), sys.getrefcount(base)) == SOLE_VIEW
+
 DONATE_BYTES = 256 * 1024
 """Outputs at least this big reuse a dead input's buffer (numpy elides temporaries from the
 same size on); below it a fresh array is as cheap as the test for a donor."""
@@ -346,7 +374,7 @@ class CompiledSteps:
         self._lines: list[str] = []
         steps = self.steps
         names: dict[str, Any] = {
-            "nd": np.ndarray, "rc": sys.getrefcount, "SOLE": SOLE_OWNER,
+            "nd": np.ndarray, "rc": sys.getrefcount, "SOLE": SOLE_OWNER, "sole": sole_view,
             "chk": lambda i, j, v: checks.output(steps[i], j, v),
             "chk1": lambda i, v: checks.called(steps[i], v),
             "chkn": lambda i, r: checks.count(steps[i], r),
@@ -508,9 +536,10 @@ class CompiledSteps:
             if donor is not None and _worth_donating(dtype, shape):
                 # the donor must be the output's own dtype and shape, held by nothing else
                 t = self._bind(names, "t", np.dtype(dtype))
-                emit(f"{indent}d = v{donor} if v{donor}.__class__ is nd and v{donor}.base is None"
-                     f" and v{donor}.dtype is {t} and v{donor}.shape == {tuple(shape)!r}"
-                     f" and v{donor}.flags.writeable and rc(v{donor}) == SOLE else None", i)
+                v = f"v{donor}"
+                emit(f"{indent}d = {v} if {v}.__class__ is nd and {v}.dtype is {t}"
+                     f" and {v}.shape == {tuple(shape)!r} and {v}.flags.writeable and"
+                     f" ({v}.base is None and rc({v}) == SOLE or sole({v})) else None", i)
                 emit(f"{indent}v{out} = {k}({args}, out=d) if d is not None else {k}({args})",
                      i)
                 emit(f"{indent}d = None", i)

@@ -85,6 +85,52 @@ def test_small_tensors_are_not_worth_donating(host):
     assert seen == [False, False]
 
 
+class Viewing(Kernel):
+    """x + x returned as a view: of a fresh flat array (``"fresh"``), of a buffer the kernel
+    keeps (``"kept"``), or every other column of a fresh wider array (``"strided"``)."""
+
+    def __init__(self, how):
+        self.how = how
+        self.kept = None
+
+    def run(self, x, _):
+        if self.how == "strided":
+            wide = np.empty(x.shape[:-1] + (2 * x.shape[-1],), x.dtype)
+            y = wide[..., ::2]
+            np.add(x, x, out=y)
+            return (y,)
+        flat = np.add(x, x).reshape(-1)
+        if self.how == "kept":
+            self.kept = flat
+        return (flat.reshape(x.shape),)
+
+
+@pytest.mark.parametrize("how, donated", [("fresh", True), ("kept", False),
+                                          ("strided", False)])
+def test_a_view_is_donated_only_when_nothing_else_holds_its_memory(host, how, donated):
+    """A reshaped view of a kernel's fresh result may be written in place, like an array that
+    owns its memory; a view of memory the kernel keeps, or a strided one, may not."""
+    seen = []
+    viewing = Viewing(how)
+
+    class P(Provider):
+        @hookimpl
+        def ep_host_create_kernel(self, node, context):
+            if node.op_type == "Add":
+                return viewing
+            return super().ep_host_create_kernel(node, context)
+
+    host.register(P("cpu", ops=("Add", "Neg"), seen=seen), name="cpu")
+    model = chain(BIG)
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"], host=host)
+    x = np.random.default_rng(2).standard_normal(BIG).astype(np.float32)
+    (y,) = session.run(None, {"x": x})
+    np.testing.assert_array_equal(y, 2 * x)
+    assert seen[0] is donated
+    if how == "kept":  # the kernel's own buffer still holds its result
+        np.testing.assert_array_equal(viewing.kept.reshape(BIG), 2 * x)
+
+
 def test_the_compiled_and_the_step_loop_agree(host):
     session = session_on(host, chain(BIG, extra_reader=True), [])
     x = np.random.default_rng(1).standard_normal(BIG).astype(np.float32)
