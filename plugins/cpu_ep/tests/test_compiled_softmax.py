@@ -45,7 +45,14 @@ def test_special_values_give_what_numpy_passes_give(monkeypatch):
     rows[5, :] = 0
     rows[6, 0] = 1e30
     rows[7, :40] = -1e30
+    rows[8, 9] = np.array([0xFFC00000], dtype=np.uint32).view(np.float32)[0]  # a NaN, sign set
+    rows[9, :] = np.linspace(-70, -2, 80, dtype=np.float32)  # all negative: the maximum -2
+    rows[9, 41] = -1.5
+    rows[10, :] = -0.0
+    rows[10, 3::7] = 0.0
+    rows[11, :] = np.linspace(-1e-38, 1e-38, 80, dtype=np.float32)  # subnormal and normal keys
     got = softmax(numpy_xp, rows, axis=-1)
+    assert np.isnan(got[8]).all() and np.isfinite(got[9]).all() and got[9].argmax() == 41
     monkeypatch.setenv("EP_HOST_NUMBA", "0")
     with np.errstate(invalid="ignore"):
         want = softmax(numpy_xp, rows, axis=-1)
