@@ -82,6 +82,11 @@ CASES = [
     ((2, 12, 9, 11), (18, 4, 3, 3), 3, (2, 2), (1, 1), (1, 0, 1, 2)),  # 4 per group, 6 out
     ((1, 32, 8, 8), (32, 16, 3, 3), 2, (1, 1), (1, 1), (1, 1, 1, 1)),  # 16 per group
     ((1, 16, 9, 9), (16, 8, 3, 3), 2, (2, 2), (2, 2), (2, 2, 2, 2)),  # grouped, dilated, strided
+    # 3x3 on planes of NINE_TAP_MIN_OUTPUT pixels and more: the nine taps in one pass
+    ((1, 3, 28, 28), (3, 1, 3, 3), 3, (1, 1), (1, 1), (1, 1, 1, 1)),  # depthwise, 28 x 28 out
+    ((1, 4, 30, 31), (8, 2, 3, 3), 2, (1, 1), (1, 1), (1, 0, 0, 1)),  # 2 per group, then added
+    ((1, 2, 33, 32), (2, 1, 3, 3), 2, (1, 1), (2, 2), (2, 1, 1, 2)),  # dilated, asymmetric
+    ((1, 2, 61, 60), (4, 1, 3, 3), 2, (2, 2), (1, 1), (1, 1, 1, 1)),  # stride 2, multiplier 2
 ]
 
 
@@ -159,6 +164,12 @@ def test_nan_and_inf_propagate(path):
     y, _ = run_kernel(x, w, None, 2, (1, 1), (1, 1), (1, 1, 1, 1), True)
     assert np.isnan(y[0, 0, 1:4, 1:4]).all() and not np.isnan(y[0, 0, 0]).any()
     assert np.isposinf(y[0, 1, :2, :2]).all() and np.isfinite(y[0, 1, 2:]).all()
+    big = np.ones((1, 2, 30, 30), dtype=np.float32)  # the nine taps in one pass
+    big[0, 0, 10, 10] = np.nan
+    big[0, 1, 0, 29] = -np.inf
+    y, _ = run_kernel(big, w, None, 2, (1, 1), (1, 1), (1, 1, 1, 1), True)
+    assert np.isnan(y[0, 0, 9:12, 9:12]).all() and np.isnan(y[0, 0]).sum() == 9
+    assert np.isneginf(y[0, 1, :2, 28:]).all() and np.isfinite(y[0, 1]).sum() == 900 - 4
 
 
 # Stride-2 depthwise and grouped convs of the corpus' models, at their real shapes (x shape, w
