@@ -42,7 +42,7 @@ from ep_host.held_weights import (
     return_freed_memory,
     split_shared,
 )
-from ep_host.ml_types import ML_DOMAIN, add_ml_types
+from ep_host.ml_types import ML_DOMAIN, add_ml_types, without_tree_tables
 from ep_host.prepacked import content_identity
 from ep_host.tensors import (
     check_initializer,
@@ -318,9 +318,10 @@ class Model:
             return inferred
 
     def _weightless_copy(self) -> ModelProto:
-        """The model shape inference runs on: its nodes, types, opsets, functions and small
-        initializers. The model itself when that is all it holds that inference reads (no big or
-        external initializer, no sparse one), since inference never modifies its argument. A
+        """The model shape inference runs on: its nodes (a tree ensemble's without its tables),
+        types, opsets, functions and small initializers. The model itself when that is all it
+        holds that inference reads (no big or external initializer, no sparse one, no tree
+        tables), since inference never modifies its argument. A
         held initializer (:mod:`ep_host.held_weights`) counts as light, its raw data empty:
         inference reads its dims, and data of integer shape inputs only."""
         src = self.proto
@@ -330,7 +331,9 @@ class Model:
         held = self.held.spans if self.held is not None else {}
         small = [t.data_location != external and (t.name in held or _small_tensor(t))
                  for t in initializers]
-        if all(small) and not sg.sparse_initializer:
+        nodes = without_tree_tables(sg.node) if any(
+            o.domain == ML_DOMAIN for o in src.opset_import) else None
+        if all(small) and not sg.sparse_initializer and nodes is None:
             return src
         for i, t in enumerate(initializers):  # shape tensors stored outside: read them in
             if t.data_location == external and t.data_type in INFERENCE_READ_TYPES:
@@ -342,7 +345,7 @@ class Model:
         m = onnx.ModelProto(ir_version=src.ir_version)
         g = m.graph
         g.name = sg.name
-        g.node.extend(sg.node)
+        g.node.extend(sg.node if nodes is None else nodes)
         g.output.extend(sg.output)
         g.value_info.extend(sg.value_info)
         g.input.extend(sg.input)

@@ -95,6 +95,31 @@ RULES: dict[str, Callable[[NodeProto], list[OutputRule] | None]] = {
 }
 
 
+TREE_OPS = ("TreeEnsembleRegressor", "TreeEnsembleClassifier")
+TREE_TABLES = ("nodes_", "target_", "class_")
+"""Prefixes of those ensembles' per-node and per-leaf attributes (``classlabels_*`` is not
+one): neither onnx's shape inference nor :data:`RULES` read them."""
+
+
+def without_tree_tables(nodes: Iterable[NodeProto]) -> list[NodeProto] | None:
+    """``nodes`` with each tree ensemble's tables (:data:`TREE_TABLES`) left out of a copy of
+    it, for shape inference to read; ``None`` when no node has them. onnx's inference
+    serializes its model and reads it back: a scikit-learn GradientBoosting export's 1,500-node
+    tables took 0.30 of its 0.31 ms (RandomForest 0.44 ms)."""
+    light: list[NodeProto] = []
+    found = False
+    for node in nodes:
+        if node.domain == ML_DOMAIN and node.op_type in TREE_OPS and any(
+                a.name.startswith(TREE_TABLES) for a in node.attribute):
+            found = True
+            node = NodeProto(name=node.name, op_type=node.op_type, domain=node.domain,
+                             input=node.input, output=node.output,
+                             attribute=[a for a in node.attribute
+                                        if not a.name.startswith(TREE_TABLES)])
+        light.append(node)
+    return light if found else None
+
+
 def _tensor_type(elem: int, dims: Iterable[TensorProto | Any]) -> TypeProto:
     tp = TypeProto()
     tensor = tp.tensor_type

@@ -93,3 +93,33 @@ def test_a_standard_op_reading_a_typed_output_is_typed_too():
     assert relu.outputs[0].shape == (2, 4) and relu.outputs[0].dtype.code == F
     x = np.arange(8, dtype=np.float32).reshape(2, 4) - 4
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], np.maximum((x - 0.5) * 2, 0))
+
+
+def test_shape_inference_reads_tree_ensembles_without_their_tables():
+    """The copy that onnx's shape inference reads leaves out the per-node and per-leaf tables
+    (it serializes the model): the classifier's labels and the regressor's n_targets stay, the
+    model's own nodes keep everything, and a model without such tables is not copied."""
+    from ep_host.ml_types import without_tree_tables
+
+    regressor, classifier = CASES["TreeEnsembleRegressor"][0], CASES["TreeEnsembleClassifier"][0]
+    scaler = CASES["Scaler"][0]
+    before = [n.SerializeToString() for n in (regressor, classifier, scaler)]
+    light = without_tree_tables([regressor, classifier, scaler])
+    assert [n.SerializeToString() for n in (regressor, classifier, scaler)] == before
+    assert [a.name for a in light[0].attribute] == ["n_targets"]
+    assert [a.name for a in light[1].attribute] == ["classlabels_int64s"]
+    assert light[2] is scaler
+    assert (light[1].input, light[1].output) == (classifier.input, classifier.output)
+    assert without_tree_tables([scaler]) is None
+
+
+def test_a_standard_op_reading_a_tree_ensembles_output_is_typed_and_right():
+    node = CASES["TreeEnsembleRegressor"][0]
+    model = make_model([node, helper.make_node("Neg", ["y"], ["z"])], [("x", F, [3, 4])],
+                       [("z", F, None)], domains=[ML])
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"])
+    neg = session.model.graph.nodes[1]
+    assert neg.outputs[0].shape == (3, 1) and neg.outputs[0].dtype.code == F
+    x = np.array([[0.0, 0.2, 0, 0], [0.0, 0.9, 0, 0], [0.0, 0.5, 0, 0]], np.float32)
+    # x[:, 1] <= 0.5 reaches leaf 1 (weight 1), else leaf 2 (weight -1)
+    np.testing.assert_array_equal(session.run(None, {"x": x})[0], [[-1.0], [1.0], [-1.0]])
