@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import contextvars
 import os
-import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
-
-import numpy as np
 
 from ep_host import capability
 from ep_host.declared_types import declare_output_types
@@ -58,6 +55,7 @@ from ep_host.plan import Plan, Step, build_plan
 from ep_host.prepacked import SHARED_PREPACKED, PrepackedUse
 from ep_host.provider import HOST, Device, ProviderContext
 from ep_host.runloop import PlanRun, RunToken, StepChecks
+from ep_host.sole import hand_out
 from ep_host.subgraph import PartitionView
 from ep_host.threads import BlasThreads, blas_stays_single, default_threads
 from ep_host.tracing import Tracer
@@ -667,52 +665,4 @@ class InferenceSession:
         return self._feeds.check(feed, on_device)
 
 
-def hand_out(outputs: list[Any]) -> list[Any]:
-    """The run's outputs as the caller's own: an array that something else may still hold or
-    write (a kernel's persistent buffer, a constant, an input, a view of any of them, another
-    output) is copied; one made fresh by this run and held by nothing else is handed over."""
-    return [_output(v) for v in outputs]
-
-
-def _output(value: Any) -> Any:
-    if value.__class__ is np.ndarray:
-        base = value.base
-        if base is None:
-            if value.flags.owndata and value.flags.writeable and (
-                    sys.getrefcount(value) <= _SOLE[0]):
-                return value
-        elif (base.__class__ is np.ndarray and base.flags.owndata and base.flags.writeable
-              and sys.getrefcount(value) <= _SOLE[0] and sys.getrefcount(base) <= _SOLE[1]):
-            return value
-        return value.copy()
-    if isinstance(value, np.generic):
-        return np.asarray(value)
-    if isinstance(value, list):
-        return [v.copy() if isinstance(v, np.ndarray) else _output(v) for v in value]
-    return value
-
-
-def _counts(value: Any) -> tuple[int, int]:
-    """``_output``'s reference counts, statement for statement, for the calibration below."""
-    base = value.base
-    if base is None:
-        return sys.getrefcount(value), 0
-    return sys.getrefcount(value), sys.getrefcount(base)
-
-
-def _calibrate() -> tuple[int, int]:
-    """The reference counts ``_output`` sees for an array only the outputs list holds, and for
-    the base of a view only that view holds (they differ between Python versions)."""
-    def probe(outputs: list[Any]) -> list[tuple[int, int]]:
-        return [_counts(v) for v in outputs]
-
-    owner = np.empty(2)
-    outputs = [owner[:1]]
-    del owner
-    (view_counts,) = probe(outputs)
-    (own_counts,) = probe([np.empty(1)])
-    return own_counts[0], view_counts[1]
-
-
-_SOLE = _calibrate()
 NO_LIMIT = BlasThreads(0)  # runs of a plan whose BLAS calls stay on one thread anyway

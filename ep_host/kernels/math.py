@@ -68,12 +68,18 @@ def _gemm_rows(node):
 PACKED_MIN_ROWS = 2
 
 
+def _packing(xp, b, rows):
+    """The provider's packed copy of a constant B (:func:`provider_packing`), or ``None`` where
+    the model states fewer than :data:`PACKED_MIN_ROWS` rows of A."""
+    return provider_packing(xp, b) if rows is None or rows >= PACKED_MIN_ROWS else None
+
+
 def _prepare_matmul(xp, constants, rows=None, **_):
     b = constants.get(1)
     if b is None or b.ndim != 2:
         return {}
     b = xp.ascontiguousarray(upcast(xp, b))
-    blas = provider_packing(xp, b) if rows is None or rows >= PACKED_MIN_ROWS else None
+    blas = _packing(xp, b, rows)
     if blas is None:
         return {"packed_b": b}
     return {"packed_b": shape_only(xp, b), "blas_b": blas, RELEASES: (1,)}
@@ -171,7 +177,7 @@ def _prepare_gemm(xp, constants, *, beta, transB, rows=None, **_):
     if b is not None and b.ndim == 2:
         b = upcast(xp, b)
         b = b.T if transB else b
-        blas = provider_packing(xp, b) if rows is None or rows >= PACKED_MIN_ROWS else None
+        blas = _packing(xp, b, rows)
         if blas is None:
             extra["packed_b"] = b
         else:  # every product through the packed copy: B is released
