@@ -66,10 +66,6 @@ def _gemm_rows(node):
 # differed from a lone run's in the last bit now and then (tests/test_threads.py; never with
 # numpy's path), which was not found out.
 PACKED_MIN_ROWS = 2
-# The most elements of a one-row Gemm's transB weight copied row-major (see _prepare_gemm): the
-# gain shrank on bigger ones (4096 x 1000: 684 against 600 us, the copy slower, 9216 x 4096
-# 6.4 against 8.0 ms), and a weight the session cannot free is held twice.
-ONE_ROW_COPY_MAX = 1 << 21
 
 
 def _packing(xp, b, rows):
@@ -173,26 +169,16 @@ def _check_gemm(node, provider):
 
 def _prepare_gemm(xp, constants, *, beta, transB, rows=None, **_):
     """A constant B as the (K, N) operand and a constant C times beta, both widened once. B
-    stays in its stored layout (for transB a transposed view, which BLAS reads without a copy),
-    but for a product of one stated row: a transB B is then copied row-major, which changes
-    OpenBLAS's summation order, and with it the last bit of some outputs (a (1, 4096) x (4096,
-    1000) product), for GEMV's faster read."""
+    stays in its stored layout (for transB a transposed view, which BLAS reads without a copy):
+    a transposed copy changed OpenBLAS's summation order, and with it the last bit of some
+    outputs, for a (1, 4096) x (4096, 1000) product."""
     extra = {}
     b = constants.get(1)
     if b is not None and b.ndim == 2:
         b = upcast(xp, b)
         b = b.T if transB else b
         blas = _packing(xp, b, rows)
-        if blas is None and transB and rows == 1 and b.size <= ONE_ROW_COPY_MAX:
-            # one stated row reads all of B once, and OpenBLAS's GEMV reads a row-major (K, N)
-            # faster than the transposed view (measured one thread, B cycled through 8 copies:
-            # 576 x 1024 91 against 175 us, 1024 x 1000 225 against 259, 1280 x 1000 271
-            # against 352; MobileNetV3-small's two classifier Gemms 231 -> 171 us a call): B is
-            # copied once, in that layout, and released. onnx's shipped outputs of the light
-            # VGG and AlexNet still match.
-            extra.update(packed_b=xp.ascontiguousarray(b))
-            extra[RELEASES] = (1,)
-        elif blas is None:
+        if blas is None:
             extra["packed_b"] = b
         else:  # every product through the packed copy: B is released
             extra.update(packed_b=shape_only(xp, b), blas_b=blas)
