@@ -254,11 +254,11 @@ def main() -> None:
         for name, path in model_paths(args.models.split(",")).items():
             row = measure_creation(name, path, variants, args.repeat, clock)
             rows.append(row)
-            shown = "  ".join(f"{k} {v:8.1f} ms" for k, v in row["ms"].items())
+            shown = "  ".join(f"{k} {v:8.2f} ms" for k, v in row["ms"].items())
             ratios = "  ".join(f"{k} {v:.2f}" for k, v in row["ratio"].items())
             print(f"{name:24s} {shown}  ratio: {ratios}", flush=True)
             for label, spent in row["phases_ms"].items():
-                print(f"    {label:18s} " + " ".join(f"{p}={spent[p]:.0f}" for p in PHASES),
+                print(f"    {label:18s} " + " ".join(f"{p}={spent[p]:.2g}" for p in PHASES),
                       flush=True)
     if args.json:
         with open(args.json, "w") as f:

@@ -810,7 +810,7 @@ class ConvPlan:
                                  self.dilations) if self.variant == "shifted" or one_filter \
             else None
         self.direct = loops.geometry(x_shape, w_shape, self.strides, self.dilations,
-                                      self.begin, self.end, self.out) \
+                                      self.begin, self.end, self.out, dtype=work) \
             if self.variant == "direct" else None
         self.picked = None if all(s == 1 for s in self.strides) else tap_slices(
             (0,) * n_spatial, self.out, self.strides, self.dilations)

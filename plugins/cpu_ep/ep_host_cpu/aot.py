@@ -58,16 +58,17 @@ class KernelSpec:
     helpers: tuple[tuple[str, str], ...]
     signature: tuple[str, str]
     args: tuple[str, ...] = ()
+    slp: bool = False  # compiled with LLVM's SLP vectorizer on (see ``jit.compiled``)
 
     def as_json(self) -> str:
         return json.dumps({"function": self.function, "helpers": self.helpers,
-                           "signature": self.signature, "args": self.args})
+                           "signature": self.signature, "args": self.args, "slp": self.slp})
 
     @classmethod
     def from_json(cls, text: str) -> KernelSpec:
         d = json.loads(text)
         return cls(tuple(d["function"]), tuple(tuple(h) for h in d["helpers"]),
-                   tuple(d["signature"]), tuple(d["args"]))
+                   tuple(d["signature"]), tuple(d["args"]), bool(d.get("slp", False)))
 
 
 def aot_wanted() -> bool:
@@ -320,7 +321,8 @@ def _build_here(spec: KernelSpec, name: str, work: Path) -> None:
     cc.output_dir = str(work)
     cc.target_cpu = "host"
     cc.export(ENTRY, signature)(function)
-    cc.compile()
+    with jit.slp_vectorizer(numba, spec.slp):
+        cc.compile()
     (work / "arrays.json").write_text(json.dumps(_array_types(numba, signature)))
 
 

@@ -25,7 +25,9 @@ from 14 x 14 outputs the block loop is slower (240 14 x 14 5x5 108 against 134 u
 faster (576 7 x 7 5x5: about 48 us): numba vectorizes a loop over 16 lanes only as part of a
 long run (it cannot tell that the arrays do not overlap, and unrolls short loops into scalar
 code), so the block loop keeps its sums in memory and moves each value in and out of the
-channel-innermost layout one at a time (a third of its time at 7 x 7).
+channel-innermost layout one at a time (a third of its time at 7 x 7). For the kernel sizes of
+:mod:`ep_host_cpu.lane_conv` (3x3, 5x5, 7x7) the small ones take its lane loops instead, which
+keep the sums in registers (:data:`LANE_MAX_OUTPUT`); the block loop stays for other sizes.
 """
 
 from __future__ import annotations
@@ -37,12 +39,19 @@ import numpy as np
 
 from ep_host_cpu.conv_epilogue import activate, activation_mode
 from ep_host_cpu.jit import compiled, numba_wanted
+from ep_host_cpu.lane_conv import LANE_LOOPS, lane_signature
 
 VECTOR = 8  # float32 lanes of an AVX2 register: each pass computes whole multiples of it
 BLOCK = 16  # channels side by side in :func:`block_conv2d`'s buffer
 # Output planes of up to this many pixels take :func:`block_conv2d` (depthwise only): measured
 # one thread, 7 x 7 outputs ran 1.2-2.5x faster on it, 14 x 14 ones 1.2-2x slower
 BLOCK_MAX_OUTPUT = 64
+# Depthwise convolutions with up to this many output pixels per channel, of a kernel size in
+# :data:`ep_host_cpu.lane_conv.LANE_LOOPS`, take its lane loop where that is compiled: measured
+# one thread against the block loop, the Conv alone in a session, 576 channels 7 x 7 5x5 80-86
+# against 108 us, 960 7 x 7 3x3 88 against 112, 768 7 x 7 7x7 167-170 against 217-220; on
+# 14 x 14 outputs the phase loop stays (240 channels 5x5: 116 against 108-114 us)
+LANE_MAX_OUTPUT = 64
 # Output planes of at least this many pixels take a 3x3 kernel's nine taps in one pass over the
 # first input channel (no pass setting the bias first, none adding the ninth tap alone):
 # measured one thread, depthwise, the loop alone, against passes of four taps: 32 x 112 x 112
@@ -298,6 +307,28 @@ def block_conv2d(x, w, bias, y, offsets, col_pos, row_step, rows, row_len, top, 
 
 
 @dataclass(frozen=True)
+class LaneGeometry:
+    """One input shape's buffer for a :func:`lane_loop`: the kernel size, strides, dilations,
+    where the input's first row and column go (``top``, ``left``) and the padded size."""
+
+    kernel: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    top: int
+    left: int
+    rows: int
+    cols: int
+
+
+def lane_geometry(x_shape, w_shape, strides, dilations, begin, out) -> LaneGeometry:
+    (h, width), (kh, kw), (sh, sw), (dh, dw) = x_shape[2:], w_shape[2:], strides, dilations
+    oh, ow = out
+    rows = max(h + begin[0], (oh - 1) * sh + (kh - 1) * dh + 1)
+    cols = max(width + begin[1], (ow + ow % 2 - 1) * sw + (kw - 1) * dw + 1)  # whole pairs
+    return LaneGeometry((kh, kw), (sh, sw), (dh, dw), begin[0], begin[1], rows, cols)
+
+
+@dataclass(frozen=True)
 class BlockGeometry:
     """One input shape's buffer for :func:`block_conv2d`, worked out once: per padded row, the
     columns split by stride phase as in :class:`PhaseGeometry` (the phase of column ``k`` holds
@@ -353,6 +384,8 @@ class GroupedConv2d:
     def __init__(self) -> None:
         # per dtype name: the (phase, block) loops, or False where either cannot be compiled
         self._loops: dict[str, Any] = {}
+        # per (dtype name, kernel size): its lane loop, or False where it cannot be compiled
+        self._lanes: dict[tuple[str, tuple[int, int]], Any] = {}
 
     def ready(self, dtype: Any) -> bool:
         name = np.dtype(dtype).name
@@ -365,28 +398,55 @@ class GroupedConv2d:
             loops = self._loops[name] = (phase, block) if phase and block else False
         return bool(loops)
 
-    geometry = staticmethod(conv_geometry)
+    def lanes_ready(self, dtype: Any, kernel: tuple[int, int]) -> bool:
+        """Whether the lane loop for ``kernel`` runs at ``dtype``: one exists for that size, and
+        it is compiled (or loaded) now, the first time a model has such a convolution."""
+        name = np.dtype(dtype).name
+        if kernel not in LANE_LOOPS or not self.ready(name):
+            return False
+        loop = self._lanes.get((name, kernel))
+        if loop is None:
+            loop = self._lanes[(name, kernel)] = compiled(
+                LANE_LOOPS[kernel], lane_signature, (activate,), args=(name,), slp=True) or False
+        return bool(loop)
 
-    def __call__(self, x, w, bias, y, geometry: PhaseGeometry | BlockGeometry, group: int,
-                 activation=None):
+    def geometry(self, x_shape, w_shape, strides, dilations, begin, end, out,
+                 dtype: Any = None) -> PhaseGeometry | BlockGeometry | LaneGeometry:
+        """The loop for this shape and its buffer's geometry: a lane loop for a depthwise
+        convolution of a kernel size that has one, with at most :data:`LANE_MAX_OUTPUT` output
+        pixels per channel, where it runs at ``dtype`` (the compute type); else as
+        :func:`conv_geometry`."""
+        kernel = tuple(w_shape[2:])
+        if (dtype is not None and w_shape[1] == 1 and w_shape[0] == x_shape[1]
+                and out[0] * out[1] <= LANE_MAX_OUTPUT and kernel in LANE_LOOPS
+                and self.lanes_ready(dtype, kernel)):
+            return lane_geometry(x_shape, w_shape, strides, dilations, begin, out)
+        return conv_geometry(x_shape, w_shape, strides, dilations, begin, end, out)
+
+    def __call__(self, x, w, bias, y, geometry: PhaseGeometry | BlockGeometry | LaneGeometry,
+                 group: int, activation=None):
         """Convolve ``x`` (n, C, H, W) with ``w`` (M, C/group, taps) plus ``bias`` (M,) into
         ``y`` (n, M, oh, ow), all C-contiguous and of one float type, then apply
         ``activation`` (``(kind, p, q)`` as the library's Conv passes it, or None). Call only
-        after :meth:`ready` said yes for that type."""
+        after :meth:`ready` said yes for that type (and, for a lane geometry, made with that
+        type)."""
         mode, p, q = activation_mode(activation)
         g = geometry
-        phase, block = self._loops[y.dtype.name]
         t = y.dtype
+        if type(g) is LaneGeometry:
+            loop = self._lanes[(t.name, g.kernel)]
+            args = (*g.strides, *g.dilations, g.top, g.left, g.rows, g.cols, p, q, mode)
+        elif type(g) is BlockGeometry:
+            loop = self._loops[t.name][1]
+            args = (g.offsets, g.col_pos, g.row_step, g.rows, g.row_len, g.top, p, q, mode)
+        else:
+            loop = self._loops[t.name][0]
+            args = (g.offsets, g.row_base, g.col_first, g.col_count, g.col_dest, g.stride,
+                    g.width, g.length, group, p, q, mode)
         if (x.dtype is t and w.dtype is t and bias.dtype is t and x.flags.c_contiguous
                 and w.flags.c_contiguous and bias.flags.c_contiguous and y.flags.c_contiguous
                 and y.flags.writeable and x.ndim == y.ndim == 4 and w.ndim == 3
                 and bias.ndim == 1):  # as compiled (the geometry's arrays are ours): unchecked
-            phase = getattr(phase, "unchecked", phase)
-            block = getattr(block, "unchecked", block)
-        if type(g) is BlockGeometry:
-            block(x, w, bias, y, g.offsets, g.col_pos, g.row_step, g.rows, g.row_len, g.top, p,
-                  q, mode)
-        else:
-            phase(x, w, bias, y, g.offsets, g.row_base, g.col_first, g.col_count, g.col_dest,
-                  g.stride, g.width, g.length, group, p, q, mode)
+            loop = getattr(loop, "unchecked", loop)
+        loop(x, w, bias, y, *args)
         return y

@@ -19,12 +19,13 @@ vectorized (the compiled Sigmoid ran 1.8 against 0.73 ns an element).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
 import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -119,7 +120,7 @@ def compiled_in_use() -> bool:
 
 
 def _ahead_of_time(py_func: Any, signature: Callable[..., Any], helpers: tuple[Any, ...],
-                   args: tuple[str, ...]) -> Any:
+                   args: tuple[str, ...], slp: bool = False) -> Any:
     """The kernel from its module built ahead of time (:mod:`ep_host_cpu.aot`), or ``None``."""
     from ep_host_cpu import aot
 
@@ -128,12 +129,13 @@ def _ahead_of_time(py_func: Any, signature: Callable[..., Any], helpers: tuple[A
     names = [_named(f) for f in (py_func, signature, *helpers)]
     if any(n is None for n in names):
         return None
-    spec = aot.KernelSpec(names[0], tuple(names[2:]), names[1], args)  # type: ignore[arg-type]
+    spec = aot.KernelSpec(names[0], tuple(names[2:]), names[1], args,  # type: ignore[arg-type]
+                          slp)
     return aot.load(spec, numba_cache_dir())
 
 
 def compiled(py_func: Any, signature: Callable[..., Any], helpers: tuple[Any, ...] = (),
-             args: tuple[str, ...] = ()) -> Any:
+             args: tuple[str, ...] = (), slp: bool = False) -> Any:
     """``py_func`` compiled by numba for ``signature(numba, *args)`` (one signature or a list of
     them; ``args`` strings), one thread, floating-point contraction (FMA) allowed and no other
     fast-math, numpy's division rules (:data:`OPTIONS`): imported from its module built ahead
@@ -142,10 +144,12 @@ def compiled(py_func: Any, signature: Callable[..., Any], helpers: tuple[Any, ..
     (numpy's path) when numba is not wanted, cannot be imported or cannot compile it, the last
     two with a warning. ``helpers``: functions that ``py_func`` and the helpers themselves call
     by name, compiled with it (each a loop the compiler vectorizes better on its own, or a
-    scalar step two modules' loops share)."""
+    scalar step two modules' loops share). ``slp``: compiled with LLVM's SLP vectorizer on,
+    which numba leaves off by default (it turns a loop's runs of like scalar statements into
+    vector ones); each kernel that asks for it is checked against a reference in the tests."""
     if not numba_wanted():
         return None
-    kernel = _ahead_of_time(py_func, signature, helpers, args)
+    kernel = _ahead_of_time(py_func, signature, helpers, args, slp)
     if kernel is not None:
         _LOADED.append(py_func.__qualname__)
         return kernel
@@ -155,7 +159,9 @@ def compiled(py_func: Any, signature: Callable[..., Any], helpers: tuple[Any, ..
     py_func = linked(numba, py_func, helpers, OPTIONS)
     try:
         found = signature(numba, *args)
-        kernel = numba.njit(found if isinstance(found, list) else [found], **OPTIONS)(py_func)
+        with slp_vectorizer(numba, slp):  # numba compiles here, eagerly, for ``found``
+            kernel = numba.njit(found if isinstance(found, list) else [found],
+                                **OPTIONS)(py_func)
     except Exception as exc:  # a numba that cannot compile it: numpy's path, said once
         first = (str(exc).strip().splitlines() or [""])[0][:200]
         warnings.warn(f"CPU EP: numba cannot compile {py_func.__qualname__} "
@@ -164,6 +170,21 @@ def compiled(py_func: Any, signature: Callable[..., Any], helpers: tuple[Any, ..
         return None
     _LOADED.append(py_func.__qualname__)
     return kernel
+
+
+@contextlib.contextmanager
+def slp_vectorizer(numba: Any, on: bool) -> Iterator[None]:
+    """numba's code generator with LLVM's SLP vectorizer on while in the block, when ``on``
+    (its passes read ``numba.config.SLP_VECTORIZE`` each time they are made)."""
+    if not on:
+        yield
+        return
+    before = numba.config.SLP_VECTORIZE
+    numba.config.SLP_VECTORIZE = 1
+    try:
+        yield
+    finally:
+        numba.config.SLP_VECTORIZE = before
 
 
 class CompiledLoop:

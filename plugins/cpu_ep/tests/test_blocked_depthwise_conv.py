@@ -1,14 +1,16 @@
-"""The depthwise loop on blocks of channels (``block_conv2d``) and the per-channel phase loop
-(``phase_conv2d``), each called directly on shapes of both sizes, against a numpy reference
-in float64: strides, dilations, asymmetric pads, channel counts that are not a multiple of the
-block, every fused activation (NaN kept), float32 and float64."""
+"""The depthwise loop on blocks of channels (``block_conv2d``), the lane loops of
+:mod:`ep_host_cpu.lane_conv` and the per-channel phase loop (``phase_conv2d``), each called
+directly on shapes of both sizes, against a numpy reference in float64: strides, dilations,
+asymmetric pads, channel counts that are not a multiple of the block, every fused activation
+(NaN kept), float32 and float64."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 from ep_host_cpu import grouped_conv
-from ep_host_cpu.grouped_conv import BlockGeometry, GroupedConv2d, PhaseGeometry
+from ep_host_cpu.grouped_conv import BlockGeometry, GroupedConv2d, LaneGeometry, PhaseGeometry
+from ep_host_cpu.lane_conv import LANE_LOOPS
 
 from ep_host.kernels.conv_geometry import window_geometry
 
@@ -101,13 +103,39 @@ def test_depthwise_loops_equal_the_definition(rng, loops, loop, dtype, activatio
     np.testing.assert_allclose(y, want, rtol=tol, atol=tol * np.nanmax(np.abs(want)))
 
 
-def test_the_choice_is_made_with_the_geometry(loops):
-    """Depthwise convolutions with small outputs take the blocked loop; larger outputs, and
-    grouped convolutions of several channels per group, the phase loop."""
-    def chosen(x_shape, w_shape, out):
-        return type(loops.geometry(x_shape, w_shape, (1, 1), (1, 1), (1, 1), (1, 1), out))
+# each kernel size's lane loop in float32, and one of them in float64 (each is built apart)
+LANE_CASES = [(shape, dtype) for shape in SHAPES for dtype in (np.float32, np.float64)
+              if shape[3] in LANE_LOOPS and (dtype == np.float32 or shape[3] == (3, 3))]
 
-    assert chosen((1, 576, 7, 7), (576, 1, 3, 3), (7, 7)) is BlockGeometry
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS), ids=str)
+@pytest.mark.parametrize(("shape", "dtype"), LANE_CASES, ids=str)
+def test_lane_loops_equal_the_definition(rng, loops, dtype, activation, shape):
+    batch, channels, size, kernel, strides, dilations, pads = shape
+    x, w, b, begin, end, out = make(rng, dtype, *shape)
+    assert loops.lanes_ready(dtype, kernel)
+    geometry = grouped_conv.lane_geometry(x.shape, w.shape, strides, dilations, begin, out)
+    y = np.full((batch, channels) + out, 7.0, dtype=dtype)
+    x.flags.writeable = False
+    loops(x, w.reshape(channels, 1, -1), b, y, geometry, channels, activation)
+    want = ACTIVATIONS[activation](reference(x, w, b, strides, dilations, begin, end))
+    tol = 1e-4 if dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(y, want, rtol=tol, atol=tol * np.nanmax(np.abs(want)))
+
+
+def test_the_choice_is_made_with_the_geometry(loops):
+    """Depthwise convolutions with small outputs take the lane loop of their kernel size, given
+    the compute type, else the blocked loop; larger outputs, and grouped convolutions of several
+    channels per group, the phase loop."""
+    def chosen(x_shape, w_shape, out, dtype=None):
+        return type(loops.geometry(x_shape, w_shape, (1, 1), (1, 1), (1, 1), (1, 1), out,
+                                   dtype=dtype))
+
+    assert chosen((1, 576, 7, 7), (576, 1, 3, 3), (7, 7), np.float32) is LaneGeometry
+    assert chosen((1, 576, 7, 7), (576, 1, 5, 5), (7, 7), "float32") is LaneGeometry
+    assert chosen((1, 576, 7, 7), (576, 1, 3, 3), (7, 7)) is BlockGeometry  # type unknown
+    assert chosen((1, 576, 7, 7), (576, 1, 1, 3), (7, 7), np.float32) is BlockGeometry
+    assert chosen((1, 576, 14, 14), (576, 1, 3, 3), (14, 14), np.float32) is PhaseGeometry
     assert chosen((1, 144, 56, 56), (144, 1, 3, 3), (56, 56)) is PhaseGeometry
     assert chosen((1, 64, 7, 7), (64, 8, 3, 3), (7, 7)) is PhaseGeometry
     assert chosen((1, 64, 7, 7), (128, 1, 3, 3), (7, 7)) is PhaseGeometry  # multiplier 2
