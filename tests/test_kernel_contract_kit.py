@@ -66,8 +66,9 @@ class Product(Kernel):
         y = x @ self.packed
         if workspace is not None and self.scratch == "assumes zeros":
             acc = workspace[:y.nbytes].view(y.dtype).reshape(y.shape)
-            acc += y  # the bug: the workspace is not zero on the second run
-            return (acc.copy(),)
+            out = acc + y  # the bug: the workspace is not zero on the second run
+            acc[...] = y  # and this run leaves y there (the first run's memory may hold a NaN,
+            return (out,)  # which a sum alone would carry into every run alike)
         return (y,)
 
 
