@@ -308,8 +308,9 @@ def block_conv2d(x, w, bias, y, offsets, col_pos, row_step, rows, row_len, top, 
 
 @dataclass(frozen=True)
 class LaneGeometry:
-    """One input shape's buffer for a :func:`lane_loop`: the kernel size, strides, dilations,
-    where the input's first row and column go (``top``, ``left``) and the padded size."""
+    """One input shape's buffer for a loop of :mod:`ep_host_cpu.lane_conv`: the kernel size,
+    strides, dilations, where the input's first row and column go (``top``, ``left``) and the
+    padded size."""
 
     kernel: tuple[int, int]
     strides: tuple[int, int]
@@ -320,12 +321,18 @@ class LaneGeometry:
     cols: int
 
 
-def lane_geometry(x_shape, w_shape, strides, dilations, begin, out) -> LaneGeometry:
+def padded_size(x_shape, w_shape, strides, dilations, begin, out) -> tuple[int, int]:
+    """The rows and columns of a zero-padded input that hold the input (its first row and
+    column at ``begin``) and every tap of every output."""
     (h, width), (kh, kw), (sh, sw), (dh, dw) = x_shape[2:], w_shape[2:], strides, dilations
-    oh, ow = out
-    rows = max(h + begin[0], (oh - 1) * sh + (kh - 1) * dh + 1)
-    cols = max(width + begin[1], (ow + ow % 2 - 1) * sw + (kw - 1) * dw + 1)  # whole pairs
-    return LaneGeometry((kh, kw), (sh, sw), (dh, dw), begin[0], begin[1], rows, cols)
+    return (max(h + begin[0], (out[0] - 1) * sh + (kh - 1) * dh + 1),
+            max(width + begin[1], (out[1] - 1) * sw + (kw - 1) * dw + 1))
+
+
+def lane_geometry(x_shape, w_shape, strides, dilations, begin, out) -> LaneGeometry:
+    rows, cols = padded_size(x_shape, w_shape, strides, dilations, begin, out)
+    return LaneGeometry(tuple(w_shape[2:]), tuple(strides), tuple(dilations), begin[0],
+                        begin[1], rows, cols)
 
 
 @dataclass(frozen=True)
@@ -346,10 +353,9 @@ class BlockGeometry:
 
 
 def block_geometry(x_shape, w_shape, strides, dilations, begin, out) -> BlockGeometry:
-    (h, width), (kh, kw), (sh, sw), (dh, dw) = x_shape[2:], w_shape[2:], strides, dilations
-    oh, ow = out
-    rows = max(h + begin[0], (oh - 1) * sh + (kh - 1) * dh + 1)
-    wq = -(-max(width + begin[1], (ow - 1) * sw + (kw - 1) * dw + 1) // sw)
+    width, (kh, kw), (sh, sw), (dh, dw) = x_shape[3], w_shape[2:], strides, dilations
+    rows, cols = padded_size(x_shape, w_shape, strides, dilations, begin, out)
+    wq = -(-cols // sw)
     row_len = sw * wq * BLOCK
 
     def column(padded):

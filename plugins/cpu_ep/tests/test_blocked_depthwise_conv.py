@@ -79,13 +79,26 @@ def make(rng, dtype, batch, channels, size, kernel, strides, dilations, pads):
     return x, w, b, begin, end, out
 
 
+def assert_equals_the_definition(loops, geometry, made, shape, activation):
+    """The loop of ``geometry`` on what :func:`make` ``made`` for ``shape`` equals the float64
+    definition, then ``activation``, to float32's or float64's precision."""
+    x, w, b, begin, end, out = made
+    batch, channels, _, _, strides, dilations, _ = shape
+    y = np.full((batch, channels) + out, 7.0, dtype=x.dtype)
+    x.flags.writeable = False
+    loops(x, w.reshape(channels, 1, -1), b, y, geometry, channels, activation)
+    want = ACTIVATIONS[activation](reference(x, w, b, strides, dilations, begin, end))
+    tol = 1e-4 if x.dtype == np.float32 else 1e-10
+    np.testing.assert_allclose(y, want, rtol=tol, atol=tol * np.nanmax(np.abs(want)))
+
+
 @pytest.mark.parametrize("loop", ["chosen", "block", "phase"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("activation", list(ACTIVATIONS), ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_depthwise_loops_equal_the_definition(rng, loops, loop, dtype, activation, shape):
-    batch, channels, size, kernel, strides, dilations, pads = shape
-    x, w, b, begin, end, out = make(rng, dtype, *shape)
+    strides, dilations = shape[4:6]
+    made = x, w, b, begin, end, out = make(rng, dtype, *shape)
     args = (x.shape, w.shape, strides, dilations, begin, end, out)
     if loop == "block":
         geometry = grouped_conv.block_geometry(*args[:5], out)
@@ -95,12 +108,7 @@ def test_depthwise_loops_equal_the_definition(rng, loops, loop, dtype, activatio
         geometry = loops.geometry(*args)
         small = out[0] * out[1] <= grouped_conv.BLOCK_MAX_OUTPUT
         assert isinstance(geometry, BlockGeometry if small else PhaseGeometry)
-    y = np.full((batch, channels) + out, 7.0, dtype=dtype)
-    x.flags.writeable = False
-    loops(x, w.reshape(channels, 1, -1), b, y, geometry, channels, activation)
-    want = ACTIVATIONS[activation](reference(x, w, b, strides, dilations, begin, end))
-    tol = 1e-4 if dtype == np.float32 else 1e-10
-    np.testing.assert_allclose(y, want, rtol=tol, atol=tol * np.nanmax(np.abs(want)))
+    assert_equals_the_definition(loops, geometry, made, shape, activation)
 
 
 # each kernel size's lane loop in float32, and one of them in float64 (each is built apart)
@@ -111,16 +119,11 @@ LANE_CASES = [(shape, dtype) for shape in SHAPES for dtype in (np.float32, np.fl
 @pytest.mark.parametrize("activation", list(ACTIVATIONS), ids=str)
 @pytest.mark.parametrize(("shape", "dtype"), LANE_CASES, ids=str)
 def test_lane_loops_equal_the_definition(rng, loops, dtype, activation, shape):
-    batch, channels, size, kernel, strides, dilations, pads = shape
-    x, w, b, begin, end, out = make(rng, dtype, *shape)
+    kernel, strides, dilations = shape[3:6]
+    made = x, w, _, begin, _, out = make(rng, dtype, *shape)
     assert loops.lanes_ready(dtype, kernel)
     geometry = grouped_conv.lane_geometry(x.shape, w.shape, strides, dilations, begin, out)
-    y = np.full((batch, channels) + out, 7.0, dtype=dtype)
-    x.flags.writeable = False
-    loops(x, w.reshape(channels, 1, -1), b, y, geometry, channels, activation)
-    want = ACTIVATIONS[activation](reference(x, w, b, strides, dilations, begin, end))
-    tol = 1e-4 if dtype == np.float32 else 1e-10
-    np.testing.assert_allclose(y, want, rtol=tol, atol=tol * np.nanmax(np.abs(want)))
+    assert_equals_the_definition(loops, geometry, made, shape, activation)
 
 
 def test_the_choice_is_made_with_the_geometry(loops):
