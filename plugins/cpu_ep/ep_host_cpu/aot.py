@@ -68,7 +68,7 @@ class KernelSpec:
     def from_json(cls, text: str) -> KernelSpec:
         d = json.loads(text)
         return cls(tuple(d["function"]), tuple(tuple(h) for h in d["helpers"]),
-                   tuple(d["signature"]), tuple(d["args"]), bool(d.get("slp", False)))
+                   tuple(d["signature"]), tuple(d["args"]), d["slp"])
 
 
 def aot_wanted() -> bool:

@@ -27,7 +27,8 @@ long run (it cannot tell that the arrays do not overlap, and unrolls short loops
 code), so the block loop keeps its sums in memory and moves each value in and out of the
 channel-innermost layout one at a time (a third of its time at 7 x 7). For the kernel sizes of
 :mod:`ep_host_cpu.lane_conv` (3x3, 5x5, 7x7) the small ones take its lane loops instead, which
-keep the sums in registers (:data:`LANE_MAX_OUTPUT`); the block loop stays for other sizes.
+keep the sums in registers (see :meth:`GroupedConv2d.geometry`); the block loop stays for
+other sizes.
 """
 
 from __future__ import annotations
@@ -39,19 +40,13 @@ import numpy as np
 
 from ep_host_cpu.conv_epilogue import activate, activation_mode
 from ep_host_cpu.jit import compiled, numba_wanted
-from ep_host_cpu.lane_conv import LANE_LOOPS, lane_signature
+from ep_host_cpu.lane_conv import LANE_KERNELS, lane_loop, lane_signature
 
 VECTOR = 8  # float32 lanes of an AVX2 register: each pass computes whole multiples of it
 BLOCK = 16  # channels side by side in :func:`block_conv2d`'s buffer
 # Output planes of up to this many pixels take :func:`block_conv2d` (depthwise only): measured
 # one thread, 7 x 7 outputs ran 1.2-2.5x faster on it, 14 x 14 ones 1.2-2x slower
 BLOCK_MAX_OUTPUT = 64
-# Depthwise convolutions with up to this many output pixels per channel, of a kernel size in
-# :data:`ep_host_cpu.lane_conv.LANE_LOOPS`, take its lane loop where that is compiled: measured
-# one thread against the block loop, the Conv alone in a session, 576 channels 7 x 7 5x5 80-86
-# against 108 us, 960 7 x 7 3x3 88 against 112, 768 7 x 7 7x7 167-170 against 217-220; on
-# 14 x 14 outputs the phase loop stays (240 channels 5x5: 116 against 108-114 us)
-LANE_MAX_OUTPUT = 64
 # Output planes of at least this many pixels take a 3x3 kernel's nine taps in one pass over the
 # first input channel (no pass setting the bias first, none adding the ninth tap alone):
 # measured one thread, depthwise, the loop alone, against passes of four taps: 32 x 112 x 112
@@ -367,13 +362,18 @@ def block_geometry(x_shape, w_shape, strides, dilations, begin, out) -> BlockGeo
                          sh * row_len, rows, row_len, begin[0])
 
 
+def _small_depthwise(x_shape, w_shape, out) -> bool:
+    """A depthwise convolution (one input and one output channel per group) with at most
+    :data:`BLOCK_MAX_OUTPUT` output pixels per channel."""
+    return w_shape[1] == 1 and w_shape[0] == x_shape[1] and out[0] * out[1] <= BLOCK_MAX_OUTPUT
+
+
 def conv_geometry(x_shape, w_shape, strides, dilations, begin, end,
                   out) -> PhaseGeometry | BlockGeometry:
     """The loop for this shape and its buffer's geometry: :func:`block_conv2d` for a depthwise
     convolution (one input and one output channel per group) with at most
     :data:`BLOCK_MAX_OUTPUT` output pixels per channel, else :func:`phase_conv2d`."""
-    depthwise = w_shape[1] == 1 and w_shape[0] == x_shape[1]
-    if depthwise and out[0] * out[1] <= BLOCK_MAX_OUTPUT:
+    if _small_depthwise(x_shape, w_shape, out):
         return block_geometry(x_shape, w_shape, strides, dilations, begin, out)
     return phase_geometry(x_shape, w_shape, strides, dilations, begin, end, out)
 
@@ -408,24 +408,24 @@ class GroupedConv2d:
         """Whether the lane loop for ``kernel`` runs at ``dtype``: one exists for that size, and
         it is compiled (or loaded) now, the first time a model has such a convolution."""
         name = np.dtype(dtype).name
-        if kernel not in LANE_LOOPS or not self.ready(name):
+        if kernel not in LANE_KERNELS or not self.ready(name):
             return False
         loop = self._lanes.get((name, kernel))
         if loop is None:
             loop = self._lanes[(name, kernel)] = compiled(
-                LANE_LOOPS[kernel], lane_signature, (activate,), args=(name,), slp=True) or False
+                lane_loop(kernel), lane_signature, (activate,), args=(name,), slp=True) or False
         return bool(loop)
 
     def geometry(self, x_shape, w_shape, strides, dilations, begin, end, out,
                  dtype: Any = None) -> PhaseGeometry | BlockGeometry | LaneGeometry:
-        """The loop for this shape and its buffer's geometry: a lane loop for a depthwise
-        convolution of a kernel size that has one, with at most :data:`LANE_MAX_OUTPUT` output
-        pixels per channel, where it runs at ``dtype`` (the compute type); else as
-        :func:`conv_geometry`."""
-        kernel = tuple(w_shape[2:])
-        if (dtype is not None and w_shape[1] == 1 and w_shape[0] == x_shape[1]
-                and out[0] * out[1] <= LANE_MAX_OUTPUT and kernel in LANE_LOOPS
-                and self.lanes_ready(dtype, kernel)):
+        """The loop for this shape and its buffer's geometry, as :func:`conv_geometry` chooses,
+        but where that is the block loop, the lane loop of the kernel size if it has one and it
+        runs at ``dtype`` (the compute type). Measured one thread against the block loop, the
+        Conv alone in a session: 576 channels 7 x 7 5x5 80-86 against 108 us, 960 7 x 7 3x3 88
+        against 112, 768 7 x 7 7x7 167-170 against 217-220; on 14 x 14 outputs the lane loop
+        did not beat the phase loop (240 channels 5x5: 116 against 108-114 us)."""
+        if (dtype is not None and _small_depthwise(x_shape, w_shape, out)
+                and self.lanes_ready(dtype, tuple(w_shape[2:]))):
             return lane_geometry(x_shape, w_shape, strides, dilations, begin, out)
         return conv_geometry(x_shape, w_shape, strides, dilations, begin, end, out)
 

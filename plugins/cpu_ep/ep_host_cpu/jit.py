@@ -175,16 +175,20 @@ def compiled(py_func: Any, signature: Callable[..., Any], helpers: tuple[Any, ..
 @contextlib.contextmanager
 def slp_vectorizer(numba: Any, on: bool) -> Iterator[None]:
     """numba's code generator with LLVM's SLP vectorizer on while in the block, when ``on``
-    (its passes read ``numba.config.SLP_VECTORIZE`` each time they are made)."""
+    (its passes read ``numba.config.SLP_VECTORIZE`` each time they are made). numba's compiler
+    lock is held meanwhile, so that a kernel another thread compiles does not get the switch."""
     if not on:
         yield
         return
-    before = numba.config.SLP_VECTORIZE
-    numba.config.SLP_VECTORIZE = 1
-    try:
-        yield
-    finally:
-        numba.config.SLP_VECTORIZE = before
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock:
+        before = numba.config.SLP_VECTORIZE
+        numba.config.SLP_VECTORIZE = 1
+        try:
+            yield
+        finally:
+            numba.config.SLP_VECTORIZE = before
 
 
 class CompiledLoop:

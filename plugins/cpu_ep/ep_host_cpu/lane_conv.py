@@ -1,6 +1,6 @@
 """Depthwise 2-D convolution of small planes on 16 channels at a time, each output pixel's 16
 sums in scalar variables, compiled by numba with LLVM's SLP vectorizer on: the loops
-``xp.grouped_conv2d`` runs for a depthwise convolution of a kernel size in :data:`LANE_LOOPS`
+``xp.grouped_conv2d`` runs for a depthwise convolution of a kernel size in :data:`LANE_KERNELS`
 with a small output (see :mod:`ep_host_cpu.grouped_conv`, which chooses).
 
 The 16 channels of a block are copied side by side into a zero-padded buffer (channel
@@ -130,8 +130,23 @@ def _defined(kh: int, kw: int) -> Any:
     return loop
 
 
-# module attributes, so that a process building one ahead of time imports it by name
-lane_conv2d_3x3 = _defined(3, 3)
-lane_conv2d_5x5 = _defined(5, 5)
-lane_conv2d_7x7 = _defined(7, 7)
-LANE_LOOPS = {(3, 3): lane_conv2d_3x3, (5, 5): lane_conv2d_5x5, (7, 7): lane_conv2d_7x7}
+# the kernel sizes with a lane loop, each generated the first time it is asked for (generating
+# and compiling the three sources took 34 ms, which every process making the CPU EP paid)
+LANE_KERNELS = frozenset({(3, 3), (5, 5), (7, 7)})
+_NAMES = {f"lane_conv2d_{kh}x{kw}": (kh, kw) for kh, kw in LANE_KERNELS}
+
+
+def lane_loop(kernel: tuple[int, int]) -> Any:
+    """The lane loop for ``kernel`` (one of :data:`LANE_KERNELS`), as Python."""
+    return __getattr__("lane_conv2d_{}x{}".format(*kernel))
+
+
+def __getattr__(name: str) -> Any:
+    """``lane_conv2d_3x3`` and its siblings as module attributes, generated on first access,
+    so that a process building one ahead of time imports it by name."""
+    if name not in _NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    found = globals().get(name)
+    if found is None:
+        found = globals()[name] = _defined(*_NAMES[name])
+    return found

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from ep_host_cpu import grouped_conv
 from ep_host_cpu.grouped_conv import BlockGeometry, GroupedConv2d, LaneGeometry, PhaseGeometry
-from ep_host_cpu.lane_conv import LANE_LOOPS
+from ep_host_cpu.lane_conv import LANE_KERNELS
 
 from ep_host.kernels.conv_geometry import window_geometry
 
@@ -113,7 +113,7 @@ def test_depthwise_loops_equal_the_definition(rng, loops, loop, dtype, activatio
 
 # each kernel size's lane loop in float32, and one of them in float64 (each is built apart)
 LANE_CASES = [(shape, dtype) for shape in SHAPES for dtype in (np.float32, np.float64)
-              if shape[3] in LANE_LOOPS and (dtype == np.float32 or shape[3] == (3, 3))]
+              if shape[3] in LANE_KERNELS and (dtype == np.float32 or shape[3] == (3, 3))]
 
 
 @pytest.mark.parametrize("activation", list(ACTIVATIONS), ids=str)
