@@ -283,6 +283,10 @@ class Model:
             self.value_types.setdefault(name, parsed)
 
     def _infer_types(self, with_graphs: list[int] | None = None) -> dict[str, ParsedType]:
+        if not with_graphs and not self.proto.functions:
+            declared = self._declared_types(self.proto, with_graphs)
+            if _every_output_static(self.proto.graph, declared):
+                return declared  # inference has nothing to add (a scikit-learn export's node)
         nodes = len(self.proto.graph.node)
         with memory_stage("shape inference", self.label, nodes):
             light = self._weightless_copy()
@@ -477,6 +481,20 @@ def _opset_imports(proto: ModelProto, label: str) -> dict[str, int]:
                 f"{opsets[domain]} and {o.version}); a model imports each domain once")
         opsets[domain] = o.version
     return opsets
+
+
+def _every_output_static(graph: GraphProto, declared: Mapping[str, ParsedType]) -> bool:
+    """Whether the model declares every value its nodes make as a tensor of known element type
+    and a shape of numbers: onnx's shape inference could then only agree (or warn)."""
+    for node in graph.node:
+        for name in node.output:
+            if not name:
+                continue
+            found = declared.get(name)
+            if (found is None or found[0] != "tensor" or found[1] is None or found[2] is None
+                    or not all(type(d) is int for d in found[2])):
+                return False
+    return True
 
 
 def _validate_structure(

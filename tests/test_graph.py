@@ -71,6 +71,23 @@ def test_shape_inference_propagates_data_through_shape_subgraphs():
     assert reshape.outputs[0].shape == (3, 4, 2)
 
 
+def test_a_model_declaring_every_value_it_makes_skips_shape_inference(monkeypatch):
+    # onnx's inference could only agree with fully declared static types; where a dim is
+    # symbolic (or a value undeclared) it still runs and its findings stand
+    def refuse(*args, **kwargs):
+        raise RuntimeError("inference ran")
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", refuse)
+    declared = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                          [("x", TensorProto.FLOAT, [2, 3])], [("y", TensorProto.FLOAT, [2, 3])])
+    loaded = load_model(declared)
+    assert loaded.warnings == [] and loaded.graph.nodes[0].outputs[0].shape == (2, 3)
+    symbolic = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                          [("x", TensorProto.FLOAT, ["n", 3])],
+                          [("y", TensorProto.FLOAT, ["n", 3])])
+    assert any("inference ran" in w for w in load_model(symbolic).warnings)
+
+
 def test_symbolic_dims_are_strings():
     model = make_model([helper.make_node("Relu", ["x"], ["y"])],
                        [("x", TensorProto.FLOAT, ["batch", 4])], [("y", TensorProto.FLOAT, None)])
