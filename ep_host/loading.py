@@ -158,9 +158,7 @@ def _small_tensor(t: TensorProto) -> bool:
     when they already ask for more (raw data: the type's storage; typed fields: at least a byte
     an element), since ``ByteSize`` walks the whole payload, about 1 ms per megabyte."""
     count = math.prod(t.dims)  # no dim is negative: check_initializer refused those
-    least = count
-    if t.HasField("raw_data"):
-        least = _storage_bytes(t.data_type, count)
+    least = _storage_bytes(t.data_type, count) if t.HasField("raw_data") else count
     return least <= INFERENCE_KEEP_BYTES and t.ByteSize() <= INFERENCE_KEEP_BYTES
 
 
@@ -178,7 +176,6 @@ def _storage_bytes(code: int, count: int) -> int:
     return 0 if known is None else known.storage_bytes(count)
 
 TRIM_AFTER_NODES = 10_000
-
 
 
 # -- The model --------------------------------------------------------------------------------
@@ -283,10 +280,12 @@ class Model:
             self.value_types.setdefault(name, parsed)
 
     def _infer_types(self, with_graphs: list[int] | None = None) -> dict[str, ParsedType]:
-        if not with_graphs and not self.proto.functions:
+        graph = self.proto.graph
+        if (not with_graphs and not self.proto.functions
+                and len(graph.value_info) + len(graph.output) >= len(graph.node)):
             declared = self._declared_types(self.proto, with_graphs)
-            if _every_output_static(self.proto.graph, declared):
-                return declared  # inference has nothing to add (a scikit-learn export's node)
+            if all(_static_tensor(declared.get(o)) for n in graph.node for o in n.output if o):
+                return declared  # inference could only agree (a scikit-learn export's node)
         nodes = len(self.proto.graph.node)
         with memory_stage("shape inference", self.label, nodes):
             light = self._weightless_copy()
@@ -483,18 +482,10 @@ def _opset_imports(proto: ModelProto, label: str) -> dict[str, int]:
     return opsets
 
 
-def _every_output_static(graph: GraphProto, declared: Mapping[str, ParsedType]) -> bool:
-    """Whether the model declares every value its nodes make as a tensor of known element type
-    and a shape of numbers: onnx's shape inference could then only agree (or warn)."""
-    for node in graph.node:
-        for name in node.output:
-            if not name:
-                continue
-            found = declared.get(name)
-            if (found is None or found[0] != "tensor" or found[1] is None or found[2] is None
-                    or not all(type(d) is int for d in found[2])):
-                return False
-    return True
+def _static_tensor(found: ParsedType | None) -> bool:
+    """Whether a value's type is a tensor's with an element type and a shape of numbers."""
+    return (found is not None and found[0] == "tensor" and found[1] is not None
+            and found[2] is not None and all(type(d) is int for d in found[2]))
 
 
 def _validate_structure(

@@ -88,6 +88,23 @@ def test_a_model_declaring_every_value_it_makes_skips_shape_inference(monkeypatc
     assert any("inference ran" in w for w in load_model(symbolic).warnings)
 
 
+def test_attribute_array_reads_lists_of_numbers_as_the_attributes_hold_them():
+    ids = list(range(100, 0, -1))  # long enough to be read through numpy for `attributes` too
+    node = helper.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml",
+                            keys_int64s=ids, values_floats=[i / 3 for i in ids],
+                            default_float=-1.5)
+    model = make_model([node], [("x", TensorProto.INT64, [3])], [("y", TensorProto.FLOAT, [3])],
+                       domains=[("ai.onnx.ml", 2)])
+    view = load_model(model).graph.nodes[0]
+    keys, values = view.attribute_array("keys_int64s"), view.attribute_array("values_floats")
+    assert keys.dtype == np.int64 and keys.tolist() == ids
+    assert values.dtype == np.float32 and values.tolist() == list(view.attributes["values_floats"])
+    assert view.attributes["keys_int64s"] == tuple(ids)
+    assert view.attribute_array("keys_int64s") is keys and not keys.flags.writeable
+    assert view.attribute_array("default_float") == np.float32(-1.5)
+    assert view.attribute_array("keys_strings") is None
+
+
 def test_symbolic_dims_are_strings():
     model = make_model([helper.make_node("Relu", ["x"], ["y"])],
                        [("x", TensorProto.FLOAT, ["batch", 4])], [("y", TensorProto.FLOAT, None)])

@@ -516,15 +516,33 @@ def tree_ensemble(xp, x, *, aggregate_function, leaf_targetids, leaf_weights, n_
 
 BRANCH_MODES = {"BRANCH_LEQ": LEQ, "BRANCH_LT": LT, "BRANCH_GTE": GTE, "BRANCH_GT": GT,
                 "BRANCH_EQ": EQ, "BRANCH_NEQ": NEQ}
+LEAF_CODE = -1
+MODE_CODES = {**BRANCH_MODES, "LEAF": LEAF_CODE}
 AGGREGATE_NAMES = {"AVERAGE": 0, "SUM": 1, "MIN": 2, "MAX": 3}
 
 
-def _either(attrs, name):
-    tensor = attrs.get(name + "_as_tensor")
-    if tensor is not None:
-        return [float(v) for v in tensor.reshape(-1).tolist()]
-    values = attrs.get(name)
-    return None if values is None else list(values)
+def _either(node, name):
+    """``<name>_as_tensor`` where set, else ``<name>``, as float64, or None."""
+    values = node.attribute_array(name + "_as_tensor")
+    if values is None:
+        values = node.attribute_array(name)
+    return None if values is None else values.reshape(-1).astype(np.float64)
+
+
+def _given(node, name):
+    """A table of ids as int64, empty where the node does not set it."""
+    values = node.attribute_array(name)
+    return np.zeros(0, np.int64) if values is None else values.reshape(-1)
+
+
+def _mode_codes(modes):
+    """The node modes as codes: -1 for LEAF, else the BRANCH_MODES code; raises ValueError
+    naming the modes that are neither."""
+    try:  # a C-level lookup per mode: a generator with a default took 4x as long
+        return np.fromiter(map(MODE_CODES.__getitem__, modes), np.int8, len(modes))
+    except KeyError:
+        unknown = sorted({m for m in modes if m not in MODE_CODES})
+        raise ValueError(f"unknown node modes {unknown}") from None
 
 
 class NodeIds:
@@ -585,30 +603,32 @@ def _dense_ids(tree_ids, node_ids):
     return tree_ids[starts], starts, counts
 
 
-def _regressor_layout(attrs):
+def _regressor_layout(node):
     """The node table as interior nodes and leaves (flat indices: interior nodes, then
     leaves), with each tree's root (ordered by tree id); raises ValueError for an inconsistent
-    table."""
-    tree_ids, node_ids = _ids(attrs["nodes_treeids"]), _ids(attrs["nodes_nodeids"])
-    modes = list(attrs["nodes_modes"])
+    table. The tables are read as arrays (``NodeView.attribute_array``): as tuples, converting
+    them took half of a 100-tree forest's check."""
+    attrs = node.attributes
+    tree_ids, node_ids = _given(node, "nodes_treeids"), _given(node, "nodes_nodeids")
+    modes = attrs.get("nodes_modes") or ()
     n = len(node_ids)
     for name in ("nodes_treeids", "nodes_featureids", "nodes_modes", "nodes_truenodeids",
                  "nodes_falsenodeids"):
         if len(attrs.get(name) or ()) != n:
             raise ValueError(f"{name} needs one entry per node ({n})")
-    values = _either(attrs, "nodes_values")
+    values = _either(node, "nodes_values")
     if values is None or len(values) != n:
         raise ValueError(f"nodes_values needs one entry per node ({n})")
-    tracks = attrs.get("nodes_missing_value_tracks_true") or [0] * n
+    tracks = node.attribute_array("nodes_missing_value_tracks_true")
+    if tracks is None:
+        tracks = np.zeros(n, np.int64)
     if len(tracks) != n:
         raise ValueError(f"nodes_missing_value_tracks_true needs one entry per node ({n})")
-    unknown = sorted({m for m in modes if m != "LEAF" and m not in BRANCH_MODES})
-    if unknown:
-        raise ValueError(f"unknown node modes {unknown}")
+    codes = _mode_codes(modes)
     ids = NodeIds(tree_ids, node_ids)
     if (i := ids.repeated()) is not None:
         raise ValueError(f"tree {tree_ids[i]} repeats node id {node_ids[i]}")
-    is_leaf = np.array([m == "LEAF" for m in modes], bool)
+    is_leaf = codes == LEAF_CODE
     interior = np.flatnonzero(~is_leaf)
     n_interior = len(interior)
     flat = np.empty(n, np.intp)
@@ -616,7 +636,7 @@ def _regressor_layout(attrs):
     flat[is_leaf] = n_interior + np.arange(n - n_interior)
 
     def children(ids_name):
-        child_ids = _ids(attrs[ids_name])[interior]
+        child_ids = _given(node, ids_name)[interior]
         found = ids.find(tree_ids[interior], child_ids)
         missing = np.flatnonzero(found < 0)
         if missing.size:
@@ -638,24 +658,25 @@ def _regressor_layout(attrs):
         i = int(roots[order][twice + 1].min())
         raise ValueError(f"tree {tree_ids[i]} has more than one root")
     return {
-        "feature": _ids(attrs["nodes_featureids"])[interior],
-        "modes": np.asarray([BRANCH_MODES[modes[i]] for i in interior.tolist()], np.int8),
-        "values": np.asarray(values, np.float64)[interior], "true": flat[true_],
-        "false": flat[false_], "tracks": np.asarray(tracks, bool)[interior],
+        "feature": _given(node, "nodes_featureids")[interior],
+        "modes": codes[interior], "values": values[interior], "true": flat[true_],
+        "false": flat[false_], "tracks": tracks.astype(bool)[interior],
         "roots": flat[roots[order]], "ids": ids, "is_leaf": is_leaf, "flat": flat,
         "n_interior": n_interior, "n_leaves": n - n_interior,
     }
 
 
 @remembered
-def _layout_and_votes(attrs, prefix):
+def _layout_and_votes(node, prefix):
     """The layout and the (leaf, target, weight) vote arrays of ``<prefix>_treeids/nodeids/
     ids/weights``, leaves counted from 0; raises ValueError for an inconsistent table."""
-    layout = _regressor_layout(attrs)
-    weights = _either(attrs, prefix + "_weights") or []
-    tree_ids = _ids(attrs.get(prefix + "_treeids") or ())
-    node_ids = _ids(attrs.get(prefix + "_nodeids") or ())
-    ids = _ids(attrs.get(prefix + "_ids") or ())
+    layout = _regressor_layout(node)
+    weights = _either(node, prefix + "_weights")
+    if weights is None:
+        weights = np.zeros(0)
+    tree_ids = _given(node, prefix + "_treeids")
+    node_ids = _given(node, prefix + "_nodeids")
+    ids = _given(node, prefix + "_ids")
     if not len(tree_ids) == len(node_ids) == len(ids) == len(weights):
         raise ValueError(f"{prefix}_treeids, {prefix}_nodeids, {prefix}_ids and "
                          f"{prefix}_weights differ in length")
@@ -666,12 +687,12 @@ def _layout_and_votes(attrs, prefix):
         raise ValueError(f"a {prefix} weight is on node {node_ids[k]} of tree {tree_ids[k]}, "
                          f"which is not a LEAF")
     leaves = layout["flat"][at] - layout["n_interior"]
-    return layout, (leaves, ids, np.asarray(weights, np.float64))
+    return layout, (leaves, ids, weights)
 
 
 @remembered
-def _old_forest(attrs, prefix, n_targets, aggregate):
-    layout, votes = _layout_and_votes(attrs, prefix)
+def _old_forest(node, prefix, n_targets, aggregate):
+    layout, votes = _layout_and_votes(node, prefix)
     return Forest(layout["feature"], layout["modes"], layout["values"], layout["true"],
                   layout["false"], layout["tracks"], {}, layout["roots"],
                   max(layout["n_leaves"], 1), votes, n_targets, aggregate)
@@ -685,7 +706,7 @@ def _check_tree_regressor(node, provider):
     attrs = node.attributes
     n_targets = attrs.get("n_targets")
     try:
-        _, votes = _layout_and_votes(attrs, "target")
+        _, votes = _layout_and_votes(node, "target")
     except ValueError as exc:
         deny("TreeEnsembleRegressor: {}", exc, code="attribute")
     require(_aggregate(attrs) is not None, "TreeEnsembleRegressor: aggregate_function must be "
@@ -694,17 +715,18 @@ def _check_tree_regressor(node, provider):
     transform = attrs.get("post_transform", "NONE")
     require(transform in TRANSFORM_NAMES, "TreeEnsembleRegressor: post_transform must be one "
             "of {}, got {!r}", "/".join(TRANSFORM_NAMES), transform, code="attribute")
-    base = _either(attrs, "base_values")
+    base = _either(node, "base_values")
     require(n_targets is not None and n_targets >= 1, "TreeEnsembleRegressor: n_targets is "
             "required", code="attribute")
-    require(not base or len(base) == n_targets, "TreeEnsembleRegressor: {} base_values for {} "
-            "targets", len(base or ()), n_targets, code="attribute")
+    given = 0 if base is None else len(base)
+    require(not given or given == n_targets, "TreeEnsembleRegressor: {} base_values for {} "
+            "targets", given, n_targets, code="attribute")
     targets = votes[1]
     bad = sorted(set(targets[(targets < 0) | (targets >= n_targets)].tolist()))
     require(not bad, "TreeEnsembleRegressor: target_ids {} outside [0, {})", bad[:3], n_targets,
             code="attribute")
     try:
-        forest = _old_forest(attrs, "target", n_targets, _aggregate(attrs))
+        forest = _old_forest(node, "target", n_targets, _aggregate(attrs))
     except ValueError as exc:
         deny("TreeEnsembleRegressor: {}", exc, code="attribute")
     _require_votes(node, _aggregate(attrs), forest.always_voted)
@@ -717,10 +739,10 @@ def _forget_old_forest():
 
 def _regressor_forest(node):
     attrs = node.attributes
-    base = _either(attrs, "base_values")
-    forest = _old_forest(attrs, "target", attrs["n_targets"], _aggregate(attrs))
+    base = _either(node, "base_values")
+    forest = _old_forest(node, "target", attrs["n_targets"], _aggregate(attrs))
     _forget_old_forest()
-    return {"forest": forest, "base": np.asarray(base, np.float64) if base else None,
+    return {"forest": forest, "base": base if base is not None and len(base) else None,
             "kind": TRANSFORM_NAMES[attrs.get("post_transform") or "NONE"]}
 
 
@@ -780,7 +802,7 @@ def _check_tree_classifier(node, provider):
             "classlabels_int64s must be set", op, code="attribute")
     n_classes = len(_class_labels(attrs))
     try:
-        _, votes = _layout_and_votes(attrs, "class")
+        _, votes = _layout_and_votes(node, "class")
     except ValueError as exc:
         deny("{}: {}", op, exc, code="attribute")
     classes = votes[1]
@@ -790,27 +812,28 @@ def _check_tree_classifier(node, provider):
     transform = attrs.get("post_transform", "NONE")
     require(transform in TRANSFORM_NAMES, "{}: post_transform must be one of {}, got {!r}", op,
             "/".join(TRANSFORM_NAMES), transform, code="attribute")
-    base = _either(attrs, "base_values") or []
+    base = _either(node, "base_values")
+    given = 0 if base is None else len(base)
     used = set(classes.tolist())
     if n_classes == 2 and len(used) == 1:
-        require(len(base) <= 1 and used == {0}, "{}: two classes with votes for class {} only "
+        require(given <= 1 and used == {0}, "{}: two classes with votes for class {} only "
                 "and {} base_values: the spec does not say how the second score is formed "
                 "(onnxruntime's rules cover votes for class 0 with at most one base value)",
-                op, sorted(used), len(base), code="attribute")
+                op, sorted(used), given, code="attribute")
         require(transform in ("NONE", "LOGISTIC"), "{}: two classes with one score column "
                 "take post_transform NONE or LOGISTIC (the second column is the complement), "
                 "got {}", op, transform, code="attribute")
     else:
         require(n_classes >= 2, "{}: needs at least two class labels for one score per class, "
                 "got {}", op, n_classes, code="attribute")
-        require(not base or len(base) == n_classes, "{}: {} base_values for {} classes", op,
-                len(base), n_classes, code="attribute")
+        require(not given or given == n_classes, "{}: {} base_values for {} classes", op,
+                given, n_classes, code="attribute")
         require(n_classes > 2, "{}: two classes with votes for both: the spec does not "
                 "define the label (onnxruntime labels these 1 or 0 by the second score's sign, "
                 "whatever the class labels); exporters write one column of votes for class 0",
                 op, code="attribute")
     try:
-        _old_forest(attrs, "class", n_classes, 1)
+        _old_forest(node, "class", n_classes, 1)
     except ValueError as exc:  # a tree that never reaches its leaves
         deny("{}: {}", op, exc, code="attribute")
 
@@ -822,13 +845,16 @@ class ClassifierRule:
     ``voted_targets`` the classes with votes), the base values added to every column (else
     ``None``) and the post transform's number."""
 
-    def __init__(self, attrs, voted_targets):
+    def __init__(self, node, voted_targets):
+        attrs = node.attributes
         labels = _class_labels(attrs)
         self.labels = (np.asarray(labels, dtype=object) if isinstance(labels[0], str)
                        else np.asarray(labels, dtype=np.int64))
         self.n_classes = len(labels)
-        self.base = np.asarray(_either(attrs, "base_values") or [], np.float64)
-        weights = np.asarray(_either(attrs, "class_weights") or [], np.float64)
+        base = _either(node, "base_values")
+        self.base = np.zeros(0) if base is None else base
+        weights = _either(node, "class_weights")
+        weights = np.zeros(0) if weights is None else weights
         self.mixed_signs = bool((weights < 0).any())
         self.one_column = self.n_classes == 2 and voted_targets == {0}
         self.column_base = self.base if self.base.size and not self.one_column else None
@@ -837,9 +863,9 @@ class ClassifierRule:
 
 def _classifier_forest(node):
     attrs = node.attributes
-    forest = _old_forest(attrs, "class", len(_class_labels(attrs)), 1)
+    forest = _old_forest(node, "class", len(_class_labels(attrs)), 1)
     _forget_old_forest()
-    return {"forest": forest, "rule": ClassifierRule(attrs, forest.voted_targets)}
+    return {"forest": forest, "rule": ClassifierRule(node, forest.voted_targets)}
 
 
 def _one_column_scores(xp, score, mixed_signs, transform):
