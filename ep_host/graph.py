@@ -155,6 +155,14 @@ def _dtype_of(code: int) -> DType:
 ParsedType = tuple[str, DType | None, Shape | None]
 
 
+def made_static(graph: GraphProto, types: Mapping[str, ParsedType]) -> bool:
+    """Whether ``types`` give every value ``graph``'s nodes make as a tensor with an element
+    type and a shape of numbers."""
+    made = (types.get(name) for node in graph.node for name in node.output if name)
+    return all(t is not None and t[0] == "tensor" and t[1] is not None and t[2] is not None
+               and all(type(d) is int for d in t[2]) for t in made)
+
+
 def parse_type(tp: TypeProto) -> ParsedType:
     """``(kind, dtype, shape)`` of a value's declared type, as :class:`ValueView` holds them."""
     which = tp.WhichOneof("value")

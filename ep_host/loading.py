@@ -28,6 +28,7 @@ from ep_host.graph import (
     NodeRow,
     ParsedType,
     ValueView,
+    made_static,
     normalize_domain,
     op_schema,
     parse_type,
@@ -42,7 +43,7 @@ from ep_host.held_weights import (
     return_freed_memory,
     split_shared,
 )
-from ep_host.ml_types import ML_DOMAIN, add_ml_types, without_tree_tables
+from ep_host.ml_types import ML_DOMAIN, add_ml_types, ml_typed_copy, without_tree_tables
 from ep_host.prepacked import content_identity
 from ep_host.tensors import (
     check_initializer,
@@ -176,6 +177,7 @@ def _storage_bytes(code: int, count: int) -> int:
     return 0 if known is None else known.storage_bytes(count)
 
 TRIM_AFTER_NODES = 10_000
+TYPED_CHECK_NODES = 64  # a graph this small is checked for declared types even without value infos
 
 
 # -- The model --------------------------------------------------------------------------------
@@ -281,11 +283,14 @@ class Model:
 
     def _infer_types(self, with_graphs: list[int] | None = None) -> dict[str, ParsedType]:
         graph = self.proto.graph
-        if (not with_graphs and not self.proto.functions
-                and len(graph.value_info) + len(graph.output) >= len(graph.node)):
+        if not with_graphs and not self.proto.functions and (
+                len(graph.node) <= TYPED_CHECK_NODES
+                or len(graph.value_info) + len(graph.output) >= len(graph.node)):
             declared = self._declared_types(self.proto, with_graphs)
-            if all(_static_tensor(declared.get(o)) for n in graph.node for o in n.output if o):
-                return declared  # inference could only agree (a scikit-learn export's node)
+            if not made_static(graph, declared) and (typed := ml_typed_copy(graph)) is not None:
+                declared = self._declared_types(typed, with_graphs)  # ai.onnx.ml outputs typed
+            if made_static(graph, declared):  # onnx's inference could only agree
+                return declared  # a scikit-learn export
         nodes = len(self.proto.graph.node)
         with memory_stage("shape inference", self.label, nodes):
             light = self._weightless_copy()
@@ -480,12 +485,6 @@ def _opset_imports(proto: ModelProto, label: str) -> dict[str, int]:
                 f"{opsets[domain]} and {o.version}); a model imports each domain once")
         opsets[domain] = o.version
     return opsets
-
-
-def _static_tensor(found: ParsedType | None) -> bool:
-    """Whether a value's type is a tensor's with an element type and a shape of numbers."""
-    return (found is not None and found[0] == "tensor" and found[1] is not None
-            and found[2] is not None and all(type(d) is int for d in found[2]))
 
 
 def _validate_structure(

@@ -14,7 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto, ValueInfoProto
+from onnx import (
+    AttributeProto,
+    GraphProto,
+    ModelProto,
+    NodeProto,
+    TensorProto,
+    TypeProto,
+    ValueInfoProto,
+)
 
 ML_DOMAIN = "ai.onnx.ml"
 FLOAT = TensorProto.FLOAT
@@ -177,3 +185,23 @@ def add_ml_types(graph: GraphProto) -> list[str]:
             known[name] = tp
             typed.append(name)
     return typed
+
+
+def ml_typed_copy(graph: GraphProto) -> ModelProto | None:
+    """A model holding what typing ``graph`` reads (its nodes without tree tables, inputs,
+    outputs, value infos and its initializers' types, not their data), its ai.onnx.ml outputs
+    typed by :func:`add_ml_types`; ``None`` when no node is of that domain. Where that leaves
+    every value a node makes declared, loading needs no onnx inference (which has none for the
+    ops :data:`RULES` type, and would only agree on the rest)."""
+    if not any(n.domain == ML_DOMAIN for n in graph.node):
+        return None
+    probe = ModelProto()
+    light = probe.graph
+    light.input.extend(graph.input)
+    light.output.extend(graph.output)
+    light.value_info.extend(graph.value_info)
+    light.node.extend(without_tree_tables(graph.node) or graph.node)
+    for t in graph.initializer:
+        light.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)
+    add_ml_types(light)
+    return probe

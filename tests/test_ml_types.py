@@ -12,6 +12,7 @@ from hostkit import make_model
 from onnx import TensorProto, helper
 
 from ep_host import InferenceSession
+from ep_host.loading import load_model
 
 F = TensorProto.FLOAT
 ML = ("ai.onnx.ml", 3)
@@ -123,3 +124,48 @@ def test_a_standard_op_reading_a_tree_ensembles_output_is_typed_and_right():
     x = np.array([[0.0, 0.2, 0, 0], [0.0, 0.9, 0, 0], [0.0, 0.5, 0, 0]], np.float32)
     # x[:, 1] <= 0.5 reaches leaf 1 (weight 1), else leaf 2 (weight -1)
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], [[-1.0], [1.0], [-1.0]])
+
+
+def _ml_case_models():
+    from onnx.backend.test.case.node import collect_testcases
+
+    for case in collect_testcases():
+        if any(n.domain == "ai.onnx.ml" for n in case.model.graph.node):
+            yield case.name, case.model
+    for name, (node, want) in CASES.items():  # static inputs: these skip onnx's inference
+        outputs = [(o, elem, None) for o, (elem, _) in zip(node.output, want, strict=True)]
+        yield name, make_model([node], [("x", F, [2, 4])], outputs, domains=[ML])
+    # a logistic regression's export: scores typed by the rules, read by a Normalizer
+    classifier, _ = CASES["LinearClassifier 3"]
+    normalizer = helper.make_node("Normalizer", ["scores"], ["p"], domain="ai.onnx.ml", norm="L1")
+    yield "pipeline", make_model([classifier, normalizer], [("x", F, [2, 4])],
+                                 [("label", TensorProto.INT64, [2]), ("p", F, [2, 3])],
+                                 domains=[ML])
+
+
+def test_types_found_without_onnx_inference_are_those_inference_finds(monkeypatch):
+    """Where every value is declared or typed by the rules, loading skips onnx's inference;
+    the types are then those of loading with it (the skip made impossible), for every model of
+    onnx's ai.onnx.ml node cases and each rule here."""
+    import ep_host.loading as loading
+
+    skipped = {name: load_model(model).value_types for name, model in _ml_case_models()}
+    monkeypatch.setattr(loading, "made_static", lambda graph, types: False)
+    inferred = {name: load_model(model).value_types for name, model in _ml_case_models()}
+    assert len(skipped) > len(CASES)
+    assert skipped == inferred
+
+
+def test_a_pipeline_of_ml_nodes_loads_without_onnx_inference(monkeypatch):
+    import onnx
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("inference ran")
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", refuse)
+    nodes = [ml_node("Scaler", ["s"], offset=[0.5], scale=[2.0]),
+             helper.make_node("LinearRegressor", ["s"], ["y"], domain="ai.onnx.ml",
+                              coefficients=[0.1] * 4, intercepts=[1.0])]
+    loaded = load_model(make_model(nodes, [("x", F, [3, 4])], [("y", F, [3, 1])], domains=[ML]))
+    assert loaded.warnings == []
+    assert loaded.value_types["s"][2] == (3, 4) and loaded.value_types["y"][2] == (3, 1)
