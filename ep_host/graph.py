@@ -155,10 +155,10 @@ def _dtype_of(code: int) -> DType:
 ParsedType = tuple[str, DType | None, Shape | None]
 
 
-def made_static(graph: GraphProto, types: Mapping[str, ParsedType]) -> bool:
-    """Whether ``types`` give every value ``graph``'s nodes make as a tensor with an element
-    type and a shape of numbers."""
-    made = (types.get(name) for node in graph.node for name in node.output if name)
+def made_static(nodes: Iterable[NodeProto], types: Mapping[str, ParsedType]) -> bool:
+    """Whether ``types`` give every value ``nodes`` make as a tensor with an element type and a
+    shape of numbers."""
+    made = (types.get(name) for node in nodes for name in node.output if name)
     return all(t is not None and t[0] == "tensor" and t[1] is not None and t[2] is not None
                and all(type(d) is int for d in t[2]) for t in made)
 
@@ -384,7 +384,7 @@ class NodeView(_NodeFields):
                     return self._read_array(attr)
                 break
         value = self.attributes.get(name)
-        found = None if value is None else np.array(value)
+        found = None if value is None else np.asarray(value)  # a TENSOR's own array, no copy
         if found is not None:
             found.flags.writeable = False
         self._kept_arrays()[name] = found

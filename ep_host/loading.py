@@ -287,9 +287,10 @@ class Model:
                 len(graph.node) <= TYPED_CHECK_NODES
                 or len(graph.value_info) + len(graph.output) >= len(graph.node)):
             declared = self._declared_types(self.proto, with_graphs)
-            if not made_static(graph, declared) and (typed := ml_typed_copy(graph)) is not None:
+            if not made_static(graph.node, declared) and (
+                    typed := ml_typed_copy(graph, declared)) is not None:
                 declared = self._declared_types(typed, with_graphs)  # ai.onnx.ml outputs typed
-            if made_static(graph, declared):  # onnx's inference could only agree
+            if made_static(graph.node, declared):  # onnx's inference could only agree
                 return declared  # a scikit-learn export
         nodes = len(self.proto.graph.node)
         with memory_stage("shape inference", self.label, nodes):

@@ -11,7 +11,7 @@ shapes stay unknown and are checked at run time as before.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from onnx import (
@@ -23,6 +23,8 @@ from onnx import (
     TypeProto,
     ValueInfoProto,
 )
+
+from ep_host.graph import ParsedType, made_static
 
 ML_DOMAIN = "ai.onnx.ml"
 FLOAT = TensorProto.FLOAT
@@ -187,13 +189,16 @@ def add_ml_types(graph: GraphProto) -> list[str]:
     return typed
 
 
-def ml_typed_copy(graph: GraphProto) -> ModelProto | None:
+def ml_typed_copy(graph: GraphProto, declared: Mapping[str, ParsedType]) -> ModelProto | None:
     """A model holding what typing ``graph`` reads (its nodes without tree tables, inputs,
     outputs, value infos and its initializers' types, not their data), its ai.onnx.ml outputs
-    typed by :func:`add_ml_types`; ``None`` when no node is of that domain. Where that leaves
-    every value a node makes declared, loading needs no onnx inference (which has none for the
-    ops :data:`RULES` type, and would only agree on the rest)."""
-    if not any(n.domain == ML_DOMAIN for n in graph.node):
+    typed by :func:`add_ml_types`; ``None`` unless it has such nodes and ``declared`` already
+    gives every value its other nodes make a static shape (else onnx's inference runs anyway,
+    and these types are worked out again after it). Where the copy leaves every value declared,
+    loading needs no onnx inference (which has none for the ops :data:`RULES` type)."""
+    ml = [n.domain == ML_DOMAIN for n in graph.node]
+    if not any(ml) or not made_static((n for n, is_ml in zip(graph.node, ml, strict=True)
+                                       if not is_ml), declared):
         return None
     probe = ModelProto()
     light = probe.graph

@@ -375,18 +375,18 @@ def _flat_children(ids, is_leaf, n_interior):
 
 
 def remembered(build):
-    """``build(attrs, *args)`` kept for the last node: a kernel's check and its bind ask for
-    the same forest one after the other. The node's attribute mapping (built once per node,
-    never changed) is compared by identity, the other arguments by value; ``forget()`` lets
-    go of it (a bind, once its kernel holds the forest)."""
+    """``build(first, *args)`` kept for the last node: a kernel's check and its bind ask for
+    the same forest one after the other. ``first``, the node or its attribute mapping (each
+    built once per node, never changed), is compared by identity, the other arguments by value;
+    ``forget()`` lets go of it (a bind, once its kernel holds the forest)."""
     last = [None]
 
-    def remembered_build(attrs, *args):
+    def remembered_build(first, *args):
         held = last[0]
-        if held is not None and held[0] is attrs and held[1] == args:
+        if held is not None and held[0] is first and held[1] == args:
             return held[2]
-        result = build(attrs, *args)
-        last[0] = (attrs, args, result)
+        result = build(first, *args)
+        last[0] = (first, args, result)
         return result
 
     remembered_build.forget = lambda: last.__setitem__(0, None)
