@@ -43,7 +43,7 @@ from ep_host.held_weights import (
     return_freed_memory,
     split_shared,
 )
-from ep_host.ml_types import ML_DOMAIN, add_ml_types, ml_typed_copy, without_tree_tables
+from ep_host.ml_types import ML_DOMAIN, add_ml_types, types_without_inference, without_tree_tables
 from ep_host.prepacked import content_identity
 from ep_host.tensors import (
     check_initializer,
@@ -287,11 +287,11 @@ class Model:
                 len(graph.node) <= TYPED_CHECK_NODES
                 or len(graph.value_info) + len(graph.output) >= len(graph.node)):
             declared = self._declared_types(self.proto, with_graphs)
-            if not made_static(graph.node, declared) and (
-                    typed := ml_typed_copy(graph, declared)) is not None:
-                declared = self._declared_types(typed, with_graphs)  # ai.onnx.ml outputs typed
             if made_static(graph.node, declared):  # onnx's inference could only agree
-                return declared  # a scikit-learn export
+                return declared
+            typed = types_without_inference(graph, declared)  # a scikit-learn export
+            if typed is not None:
+                return typed
         nodes = len(self.proto.graph.node)
         with memory_stage("shape inference", self.label, nodes):
             light = self._weightless_copy()
@@ -475,12 +475,12 @@ def _has_unknown_dim(shape: tuple[Any, ...] | None) -> bool:
 
 
 def _opset_imports(proto: ModelProto, label: str) -> dict[str, int]:
-    """Each imported domain's version; a domain imported twice (``""`` and ``"ai.onnx"`` are
-    one domain) is refused, as onnx's checker and onnxruntime refuse it."""
+    """Each imported domain's version. A domain imported twice (``""`` is ``"ai.onnx"``) is
+    one import at one version (skl2onnx 1.20 may write ``""`` twice), refused at two."""
     opsets: dict[str, int] = {}
     for o in proto.opset_import:
         domain = normalize_domain(o.domain)
-        if domain in opsets:
+        if opsets.get(domain, o.version) != o.version:
             raise ModelValidationError(
                 f"{label}: opset_import lists domain {domain!r} twice (versions "
                 f"{opsets[domain]} and {o.version}); a model imports each domain once")

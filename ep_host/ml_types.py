@@ -1,7 +1,8 @@
-"""Output types of ai.onnx.ml nodes that onnx's shape inference leaves untyped (it has no
-inference for Scaler, Normalizer, Binarizer, Imputer, LinearRegressor, LinearClassifier or the
-tree ensembles), worked out from the input's type and the node's attributes as the operator
-specification states them.
+"""Output types of ai.onnx.ml nodes that onnx's shape inference leaves untyped (onnx 1.23 has
+none for Scaler, Normalizer, Imputer or LinearRegressor, nor for the tree ensembles but at
+ai.onnx.ml 3 and 4), worked out from the input's type and the node's attributes as the
+operator specification states them; and, for a graph these types complete, the types loading
+takes without running onnx's inference at all (a scikit-learn export).
 
 A plan that knows every value's type and shape checks a kernel's output with one quick test,
 and a run whose values are all known to be small skips the BLAS thread limit (2-3 us of a
@@ -17,13 +18,13 @@ from typing import Any
 from onnx import (
     AttributeProto,
     GraphProto,
-    ModelProto,
     NodeProto,
     TensorProto,
     TypeProto,
     ValueInfoProto,
 )
 
+from ep_host.dtypes import dtype
 from ep_host.graph import ParsedType, made_static
 
 ML_DOMAIN = "ai.onnx.ml"
@@ -189,24 +190,76 @@ def add_ml_types(graph: GraphProto) -> list[str]:
     return typed
 
 
-def ml_typed_copy(graph: GraphProto, declared: Mapping[str, ParsedType]) -> ModelProto | None:
-    """A model holding what typing ``graph`` reads (its nodes without tree tables, inputs,
-    outputs, value infos and its initializers' types, not their data), its ai.onnx.ml outputs
-    typed by :func:`add_ml_types`; ``None`` unless it has such nodes and ``declared`` already
-    gives every value its other nodes make a static shape (else onnx's inference runs anyway,
-    and these types are worked out again after it). Where the copy leaves every value declared,
-    loading needs no onnx inference (which has none for the ops :data:`RULES` type)."""
+def types_without_inference(graph: GraphProto,
+                            declared: Mapping[str, ParsedType]) -> dict[str, ParsedType] | None:
+    """Every value type of ``graph`` where onnx's shape inference could only agree, with the
+    outputs of its ai.onnx.ml nodes typed by :data:`RULES` as :func:`add_ml_types` types them
+    after inference; ``None`` where inference may tell more (loading then runs it). ``declared``:
+    the types the graph states (no bodies, no functions).
+
+    Two graphs qualify. One whose every value then has a static shape, its other nodes'
+    included (a scikit-learn export with a fixed batch). And one made only of ops :data:`RULES`
+    knows, whatever their dims (a batch dim ``N``, or an open one as scikit-learn exports
+    write it): where onnx infers a shape for them (LinearClassifier, Binarizer, the tree
+    ensembles of ai.onnx.ml 3 and 4) it is the rule's, an open batch dim given a made-up name
+    (``unk__0``) that loading counts as open; so each undeclared output takes its rule's type,
+    and each declared with a shape must equal it (inference would fill in a dim the
+    declaration leaves open)."""
     ml = [n.domain == ML_DOMAIN for n in graph.node]
-    if not any(ml) or not made_static((n for n, is_ml in zip(graph.node, ml, strict=True)
-                                       if not is_ml), declared):
+    if not any(ml):
         return None
-    probe = ModelProto()
-    light = probe.graph
-    light.input.extend(graph.input)
-    light.output.extend(graph.output)
-    light.value_info.extend(graph.value_info)
-    light.node.extend(without_tree_tables(graph.node) or graph.node)
-    for t in graph.initializer:
-        light.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)
-    add_ml_types(light)
-    return probe
+    only_rules = all(ml) and all(n.op_type in RULES for n in graph.node)
+    if not only_rules and not made_static(
+            (n for n, is_ml in zip(graph.node, ml, strict=True) if not is_ml), declared):
+        return None
+    ruled = _rule_types(graph, declared)
+    types = dict(declared)
+    agrees = True
+    for node in graph.node:
+        if node.domain != ML_DOMAIN:
+            continue
+        for name in node.output:
+            if not name:
+                continue
+            rule, stated = ruled.get(name), declared.get(name)
+            if stated is None or (stated[0] == "tensor" and stated[2] is None and (
+                    rule is None or stated[1] in (None, rule[1]))):
+                if rule is None:
+                    agrees = False
+                else:
+                    types[name] = rule  # undeclared, or declared without a shape
+            elif stated != rule:
+                agrees = False  # the declaration stands; inference may have filled it in
+    if made_static(graph.node, types) or (only_rules and agrees):
+        return types
+    return None
+
+
+def _rule_types(graph: GraphProto, declared: Mapping[str, ParsedType]) -> dict[str, ParsedType]:
+    """The type :data:`RULES` give each output of ``graph``'s ai.onnx.ml nodes, in node order:
+    a node's first input typed as declared with a shape (an initializer by its dims), else as
+    an earlier node's rule typed it; rank-2 inputs only, as :func:`add_ml_types`."""
+    ruled: dict[str, ParsedType] = {}
+    initializers: dict[str, Any] | None = None
+    for node in graph.node:
+        rule = RULES.get(node.op_type) if node.domain == ML_DOMAIN else None
+        if rule is None or not node.input or not node.output:
+            continue
+        name = node.input[0]
+        x = declared.get(name)
+        if x is None or x[0] != "tensor" or x[1] is None or x[2] is None:
+            if initializers is None:
+                initializers = {t.name: t for t in graph.initializer}
+            t = initializers.get(name)
+            x = ("tensor", dtype(t.data_type), tuple(t.dims)) if t is not None else ruled.get(name)
+        if x is None or x[2] is None or len(x[2]) != 2:
+            continue
+        outputs = rule(node)
+        if outputs is None or len(outputs) < len(node.output):
+            continue
+        n, features = x[2]
+        for out, (elem, after) in zip(node.output, outputs, strict=False):
+            if out:
+                ruled[out] = ("tensor", x[1] if elem is None else dtype(elem),
+                              (n, *((features,) if after is None else after)))
+    return ruled

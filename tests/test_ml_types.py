@@ -132,28 +132,77 @@ def _ml_case_models():
     for case in collect_testcases():
         if any(n.domain == "ai.onnx.ml" for n in case.model.graph.node):
             yield case.name, case.model
-    for name, (node, want) in CASES.items():  # static inputs: these skip onnx's inference
-        outputs = [(o, elem, None) for o, (elem, _) in zip(node.output, want, strict=True)]
-        yield name, make_model([node], [("x", F, [2, 4])], outputs, domains=[ML])
-    # a logistic regression's export: scores typed by the rules, read by a Normalizer
+    # each rule's node with a batch of 2, a named batch and an unnamed one (scikit-learn's
+    # None), its outputs declared without a shape: these skip onnx's inference. At
+    # ai.onnx.ml 1 onnx infers no shape for the tree ensembles, at 3 it does.
+    for batch in (2, "N", None):
+        for name, (node, want) in CASES.items():
+            outputs = [(o, elem, None) for o, (elem, _) in zip(node.output, want, strict=True)]
+            for version in (1, 3):
+                yield f"{name} {batch} {version}", make_model(
+                    [node], [("x", F, [batch, 4])], outputs, domains=[("ai.onnx.ml", version)])
+    # a logistic regression's export: scores typed by the rules, read by a Normalizer; its
+    # outputs declared as the rules type them, or with a dim left open (onnx fills it in)
     classifier, _ = CASES["LinearClassifier 3"]
     normalizer = helper.make_node("Normalizer", ["scores"], ["p"], domain="ai.onnx.ml", norm="L1")
-    yield "pipeline", make_model([classifier, normalizer], [("x", F, [2, 4])],
-                                 [("label", TensorProto.INT64, [2]), ("p", F, [2, 3])],
-                                 domains=[ML])
+    for batch, classes in ((2, 3), ("N", 3), (None, 3), ("N", None), ("N", "C")):
+        yield f"pipeline {batch} {classes}", make_model(
+            [classifier, normalizer], [("x", F, [batch, 4])],
+            [("label", TensorProto.INT64, [batch]), ("p", F, [batch, classes])], domains=[ML])
+
+
+def counted(calls):
+    import onnx
+
+    infer = onnx.shape_inference.infer_shapes
+
+    def call(*args, **kwargs):
+        calls.append(args)
+        return infer(*args, **kwargs)
+    return call
 
 
 def test_types_found_without_onnx_inference_are_those_inference_finds(monkeypatch):
     """Where every value is declared or typed by the rules, loading skips onnx's inference;
     the types are then those of loading with it (the skip made impossible), for every model of
-    onnx's ai.onnx.ml node cases and each rule here."""
+    onnx's ai.onnx.ml node cases and each rule here, with static and symbolic batches."""
+    import onnx
+
     import ep_host.loading as loading
 
-    skipped = {name: load_model(model).value_types for name, model in _ml_case_models()}
+    calls = []
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", counted(calls))
+
+    def load_all():
+        types, inferred = {}, set()
+        for name, model in _ml_case_models():
+            before = len(calls)
+            types[name] = load_model(model).value_types
+            if len(calls) > before:
+                inferred.add(name)
+        return types, inferred
+
+    skipped, ran = load_all()
+    assert len(skipped) > 6 * len(CASES)
+    # each rule's model, whatever its batch, and the pipeline declared as the rules type it
+    # skip inference; where a declared dim is left open, inference runs
+    assert not ran & {f"{case} {batch} {version}" for case in CASES
+                      for batch in (2, "N", None) for version in (1, 3)}
+    assert not ran & {"pipeline 2 3", "pipeline N 3", "pipeline None 3"}
+    assert {"pipeline N None", "pipeline N C"} <= ran
     monkeypatch.setattr(loading, "made_static", lambda graph, types: False)
-    inferred = {name: load_model(model).value_types for name, model in _ml_case_models()}
-    assert len(skipped) > len(CASES)
-    assert skipped == inferred
+    monkeypatch.setattr(loading, "types_without_inference", lambda graph, types: None)
+    inferred, ran = load_all()
+    assert len(ran) == len(inferred)
+    assert skipped == {name: open_dims(types) for name, types in inferred.items()}
+
+
+def open_dims(types):
+    """``types`` with each dim name onnx's inference makes up for an open dim (``unk__0``) left
+    open, as loading counts it (``_has_unknown_dim``) and as the rules leave it."""
+    return {name: (kind, dt, shape if shape is None else tuple(
+        None if isinstance(d, str) and d.startswith("unk__") else d for d in shape))
+        for name, (kind, dt, shape) in types.items()}
 
 
 def test_a_pipeline_of_ml_nodes_loads_without_onnx_inference(monkeypatch):
