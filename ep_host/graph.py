@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto
 
+from ep_host.attribute_lists import LONG_LIST, LongListAttributes, decoded
 from ep_host.dtypes import DType
 from ep_host.dtypes import dtype as to_dtype
 from ep_host.errors import ModelValidationError
@@ -225,7 +226,6 @@ def _schema_defaults(domain: str, op_type: str, since_version: int) -> Mapping[s
 
 
 _LIST_TYPES = (AttributeProto.INTS, AttributeProto.FLOATS)
-ARRAY_FIRST_LENGTH = 64  # INTS and FLOATS at least this long are read through numpy
 
 
 def _attribute_value(attr: AttributeProto, model: Model | None, parent: GraphView | None) -> Any:
@@ -241,7 +241,7 @@ def _attribute_value(attr: AttributeProto, model: Model | None, parent: GraphVie
     if t == AttributeProto.INTS:
         return tuple(attr.ints[:])
     if t == AttributeProto.STRINGS:
-        return _decoded(attr.strings)
+        return decoded(attr.strings)
     if t == AttributeProto.TENSOR:
         return readonly(tensor_to_array(attr.t, model))
     if t == AttributeProto.TENSORS:
@@ -255,18 +255,6 @@ def _attribute_value(attr: AttributeProto, model: Model | None, parent: GraphVie
     if t == AttributeProto.SPARSE_TENSOR:
         return attr.sparse_tensor
     return None
-
-
-def _decoded(strings: Any) -> tuple[str, ...]:
-    """Each of ``strings`` (bytes) as text; many at once in one decode (a tree ensemble's node
-    modes are thousands), one by one where one holds a NUL, the separator."""
-    if len(strings) < 16:
-        return tuple(s.decode("utf-8", "replace") for s in strings)
-    joined = b"\0".join(strings)
-    texts = joined.decode("utf-8", "replace").split("\0")
-    if len(texts) != len(strings):  # a string with a NUL of its own
-        return tuple(s.decode("utf-8", "replace") for s in strings)
-    return tuple(texts)
 
 
 class _NodeFields:
@@ -338,18 +326,25 @@ class NodeView(_NodeFields):
             out = {}
             if self.since_version is not None:
                 out.update(_schema_defaults(self.domain, self.op_type, self.since_version))
+            makers = {}  # long lists: tuples when read (LongListAttributes)
             for attr in self._proto.attribute:
                 if attr.ref_attr_name:
                     continue  # only inside function bodies, filled by expansion
                 t = attr.type
                 if t in _LIST_TYPES and len(attr.ints if t == AttributeProto.INTS
-                                            else attr.floats) >= ARRAY_FIRST_LENGTH:
-                    # through numpy, which attribute_array keeps: 1.3-1.5x as fast as tuple()
+                                            else attr.floats) >= LONG_LIST:
+                    # read now through numpy (a bad list declines here), which
+                    # attribute_array keeps: its tuple 1.3-1.5x as fast as tuple()
                     found = self._read_array(attr)
-                    out[attr.name] = tuple(found.tolist())
+                    makers[attr.name] = lambda found=found: tuple(found.tolist())
+                elif t == AttributeProto.STRINGS and len(attr.strings) >= LONG_LIST:
+                    makers[attr.name] = lambda attr=attr: decoded(attr.strings)
+                else:
+                    out[attr.name] = _attribute_value(attr, self.graph.model, self.graph)
                     continue
-                out[attr.name] = _attribute_value(attr, self.graph.model, self.graph)
-            object.__setattr__(self, "_attributes", MappingProxyType(out))
+                out[attr.name] = LongListAttributes.later()
+            object.__setattr__(self, "_attributes", LongListAttributes(out, makers) if makers
+                               else MappingProxyType(out))
         return self._attributes
 
     def _kept_arrays(self) -> dict[str, np.ndarray | None]:
@@ -393,7 +388,9 @@ class NodeView(_NodeFields):
     @property
     def subgraphs(self) -> dict[str, GraphView]:
         """The graph-valued attributes (If branches, Loop and Scan bodies)."""
-        out = {}
+        out: dict[str, GraphView] = {}
+        if not self._has_graphs:  # a tree ensemble's tables are not made tuples to find none
+            return out
         for k, v in self.attributes.items():
             if isinstance(v, GraphView):
                 out[k] = v

@@ -105,6 +105,64 @@ def test_attribute_array_reads_lists_of_numbers_as_the_attributes_hold_them():
     assert view.attribute_array("keys_strings") is None
 
 
+def test_long_attribute_lists_are_the_tuples_the_model_holds_in_its_order():
+    """Lists of 64 or more are made tuples when read; the mapping is the same as the others:
+    its keys in order (the schema's defaults first), equal to the dict of its items, read-only."""
+    def attributes(ids):
+        node = helper.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml",
+                                keys_int64s=ids, values_strings=[f"v{i}" for i in ids],
+                                default_string="none")
+        model = make_model([node], [("x", TensorProto.INT64, [3])],
+                           [("y", TensorProto.STRING, [3])], domains=[("ai.onnx.ml", 2)])
+        return load_model(model).graph.nodes[0].attributes
+
+    ids = list(range(100))
+    attrs, short = attributes(ids), attributes(ids[:3])
+    want = {"default_float": -0.0, "default_int64": -1, "default_string": "none",
+            "keys_int64s": tuple(ids), "values_strings": tuple(f"v{i}" for i in ids)}
+    assert {k: attrs[k] for k in want} == want
+    assert type(attrs) is not type(short) and list(attrs) == list(short) == list(dict(short))
+    assert len(attrs) == len(short)
+    assert dict(attrs) == {**dict(attrs), **want} and attrs == dict(attrs)
+    assert "keys_int64s" in attrs and "keys_strings" not in attrs
+    assert attrs.get("keys_strings") is None and attrs.get("keys_strings", 1) == 1
+    assert attrs["keys_int64s"] is attrs.get("keys_int64s")  # made once, then kept
+    assert "v99" in repr(attrs)
+    with pytest.raises(TypeError):
+        attrs["keys_int64s"] = ()  # type: ignore[index]
+
+
+def test_a_tree_ensemble_session_reads_its_tables_as_arrays_only():
+    """Creating and running a tree ensemble's session never makes its tables tuples (which
+    took 150-580 us of a scikit-learn export's creation): the check and the kernel read them
+    as arrays."""
+    from ep_host import InferenceSession
+    from ep_host.attribute_lists import LongListAttributes
+
+    n = 80  # 40 stumps: x[:, 0] <= i / 40 reaches leaf 1 (weight 1), else leaf 2 (weight -1)
+    tree = {"nodes_treeids": [t for t in range(n // 2) for _ in range(3)],
+            "nodes_nodeids": [0, 1, 2] * (n // 2), "nodes_featureids": [0] * (3 * n // 2),
+            "nodes_values": [v for t in range(n // 2) for v in (t / 40, 0.0, 0.0)],
+            "nodes_modes": ["BRANCH_LEQ", "LEAF", "LEAF"] * (n // 2),
+            "nodes_truenodeids": [1, 0, 0] * (n // 2), "nodes_falsenodeids": [2, 0, 0] * (n // 2),
+            "target_treeids": [t for t in range(n // 2) for _ in range(2)],
+            "target_nodeids": [1, 2] * (n // 2), "target_ids": [0] * n,
+            "target_weights": [1.0, -1.0] * (n // 2)}
+    node = helper.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml",
+                            n_targets=1, **tree)
+    model = make_model([node], [("x", TensorProto.FLOAT, [None, 2])],
+                       [("y", TensorProto.FLOAT, [None, 1])], domains=[("ai.onnx.ml", 3)])
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"])
+    x = np.array([[0.0, 0], [0.5, 0], [1.0, 0]], np.float32)
+    # stumps whose threshold t / 40 is at least x vote 1, the others -1
+    want = [[sum(1.0 if v <= t / 40 else -1.0 for t in range(n // 2))] for v in x[:, 0]]
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want)
+    attrs = session._model.graph.nodes[0].attributes
+    assert isinstance(attrs, LongListAttributes)
+    made = [name for name in tree if attrs._values[name] is not LongListAttributes.later()]
+    assert made == ["nodes_modes"]  # read as text, whose codes the table is checked against
+
+
 def test_symbolic_dims_are_strings():
     model = make_model([helper.make_node("Relu", ["x"], ["y"])],
                        [("x", TensorProto.FLOAT, ["batch", 4])], [("y", TensorProto.FLOAT, None)])
@@ -259,7 +317,7 @@ def test_an_opset_newer_than_onnx_knows_is_refused_with_both_numbers():
         load_model(model)
 
 
-@pytest.mark.parametrize("count", [3, 40])
+@pytest.mark.parametrize("count", [3, 40, 70])  # 70: made a tuple when read
 def test_string_list_attributes_decode_each_string(count):
     """Long string lists are decoded in one pass; the answer must be each string's own decode,
     with invalid UTF-8 replaced and a string holding a NUL kept whole."""

@@ -608,13 +608,14 @@ def _regressor_layout(node):
     leaves), with each tree's root (ordered by tree id); raises ValueError for an inconsistent
     table. The tables are read as arrays (``NodeView.attribute_array``): as tuples, converting
     them took half of a 100-tree forest's check."""
-    attrs = node.attributes
     tree_ids, node_ids = _given(node, "nodes_treeids"), _given(node, "nodes_nodeids")
-    modes = attrs.get("nodes_modes") or ()
+    modes = node.attributes.get("nodes_modes") or ()
     n = len(node_ids)
-    for name in ("nodes_treeids", "nodes_featureids", "nodes_modes", "nodes_truenodeids",
+    if len(modes) != n:
+        raise ValueError(f"nodes_modes needs one entry per node ({n})")
+    for name in ("nodes_treeids", "nodes_featureids", "nodes_truenodeids",
                  "nodes_falsenodeids"):
-        if len(attrs.get(name) or ()) != n:
+        if len(_given(node, name)) != n:
             raise ValueError(f"{name} needs one entry per node ({n})")
     values = _either(node, "nodes_values")
     if values is None or len(values) != n:
@@ -758,17 +759,11 @@ def _compare_type(xp, x):
 
 @kernel("TreeEnsembleRegressor", 3, domain=ML, dtypes=NUMBERS, check=_check_tree_regressor,
         bind=_regressor_forest)
-def tree_ensemble_regressor(xp, x, *, aggregate_function, post_transform, base_values=None,
-                            base_values_as_tensor=None, n_targets=None, nodes_falsenodeids=None,
-                            nodes_featureids=None, nodes_hitrates=None,
-                            nodes_hitrates_as_tensor=None, nodes_missing_value_tracks_true=None,
-                            nodes_modes=None, nodes_nodeids=None, nodes_treeids=None,
-                            nodes_truenodeids=None, nodes_values=None,
-                            nodes_values_as_tensor=None, target_ids=None, target_nodeids=None,
-                            target_treeids=None, target_weights=None,
-                            target_weights_as_tensor=None, forest=None, base=None, kind=0):
+def tree_ensemble_regressor(xp, x, *, aggregate_function, post_transform, forest=None,
+                            base=None, kind=0):
     """Thresholds compare in float32 (float64 for float64 input); int inputs become float32;
-    votes sum in float64; the output is float32."""
+    votes sum in float64; the output is float32. The tables, n_targets and base_values are
+    read from the node by ``bind`` (as arrays), not passed as tuples."""
     scores, _ = forest.scores(xp, _compare_type(xp, x if x.ndim == 2 else _rows(x)), base)
     if kind == 0:
         return scores.astype(xp.float32)
@@ -777,13 +772,8 @@ def tree_ensemble_regressor(xp, x, *, aggregate_function, post_transform, base_v
 
 @kernel("TreeEnsembleRegressor", 1, domain=ML, dtypes=NUMBERS, check=_check_tree_regressor,
         bind=_regressor_forest)
-def tree_ensemble_regressor_1(xp, x, *, aggregate_function, post_transform, base_values=None,
-                              n_targets=None, nodes_falsenodeids=None, nodes_featureids=None,
-                              nodes_hitrates=None, nodes_missing_value_tracks_true=None,
-                              nodes_modes=None, nodes_nodeids=None, nodes_treeids=None,
-                              nodes_truenodeids=None, nodes_values=None, target_ids=None,
-                              target_nodeids=None, target_treeids=None, target_weights=None,
-                              forest=None, base=None, kind=0):
+def tree_ensemble_regressor_1(xp, x, *, aggregate_function, post_transform, forest=None,
+                              base=None, kind=0):
     return tree_ensemble_regressor(xp, x, aggregate_function=aggregate_function,
                                    post_transform=post_transform, forest=forest, base=base,
                                    kind=kind)
@@ -904,29 +894,14 @@ def _tree_classifier(xp, x, forest, rule):
 
 @kernel("TreeEnsembleClassifier", 3, domain=ML, dtypes=NUMBERS, check=_check_tree_classifier,
         bind=_classifier_forest)
-def tree_ensemble_classifier(xp, x, *, post_transform, base_values=None,
-                             base_values_as_tensor=None, class_ids=None, class_nodeids=None,
-                             class_treeids=None, class_weights=None,
-                             class_weights_as_tensor=None, classlabels_int64s=None,
-                             classlabels_strings=None, nodes_falsenodeids=None,
-                             nodes_featureids=None, nodes_hitrates=None,
-                             nodes_hitrates_as_tensor=None, nodes_missing_value_tracks_true=None,
-                             nodes_modes=None, nodes_nodeids=None, nodes_treeids=None,
-                             nodes_truenodeids=None, nodes_values=None,
-                             nodes_values_as_tensor=None, forest=None, rule=None):
+def tree_ensemble_classifier(xp, x, *, post_transform, forest=None, rule=None):
     """The label is the class with the highest raw score among those that got a vote (the
-    first on ties); scores are float32 after the post transform."""
+    first on ties); scores are float32 after the post transform. The tables, class labels and
+    base_values are read from the node by ``bind`` (as arrays), not passed as tuples."""
     return _tree_classifier(xp, x, forest, rule)
 
 
 @kernel("TreeEnsembleClassifier", 1, domain=ML, dtypes=NUMBERS, check=_check_tree_classifier,
         bind=_classifier_forest)
-def tree_ensemble_classifier_1(xp, x, *, post_transform, base_values=None, class_ids=None,
-                               class_nodeids=None, class_treeids=None, class_weights=None,
-                               classlabels_int64s=None, classlabels_strings=None,
-                               nodes_falsenodeids=None, nodes_featureids=None,
-                               nodes_hitrates=None, nodes_missing_value_tracks_true=None,
-                               nodes_modes=None, nodes_nodeids=None, nodes_treeids=None,
-                               nodes_truenodeids=None, nodes_values=None, forest=None,
-                               rule=None):
+def tree_ensemble_classifier_1(xp, x, *, post_transform, forest=None, rule=None):
     return _tree_classifier(xp, x, forest, rule)
