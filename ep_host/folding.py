@@ -18,7 +18,6 @@ from ep_host.graph import DEFAULT_DOMAIN
 from ep_host.rewriter import (
     Rewriter,
     copy_node,
-    holds_graph,
     is_op,
     node_attribute,
     node_domain,
@@ -116,7 +115,7 @@ def constant_folding(rw: Rewriter) -> int:
         if node.op_type not in ("Shape", "Size") and not all(
                 rw.is_const(i) for i in node.input if i):
             continue  # neither a shape read nor all-constant inputs: nothing to fold
-        if holds_graph(node):
+        if rw.holds_graph(node):
             continue
         outputs = [o for o in node.output if o]
         if not outputs or any(o in rw.outputs for o in outputs):

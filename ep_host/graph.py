@@ -521,8 +521,8 @@ class GraphView:
         attr = n.attribute[0]
         if attr.type == AttributeProto.TENSOR and n.output and n.output[0]:
             t = attr.t
-            self.values[n.output[0]] = ValueView(
-                n.output[0], "tensor", to_dtype(t.data_type), tuple(t.dims), tensor=t,
+            self.values[n.output[0]] = _ValueFields(
+                n.output[0], "tensor", _dtype_of(t.data_type), tuple(t.dims[:]), tensor=t,
                 model=self.model,
             )
 
@@ -636,18 +636,21 @@ class _ScopedValues(dict):
 # ---------------------------------------------------------------------------------------------
 
 
-# A node's fields, read from the protobuf once: (proto, op_type, domain as written, name,
-# inputs, outputs, whether an attribute holds a graph, whether it has attributes). Reading a
-# protobuf field costs far more than a tuple index, and building views reads most of them
-# several times.
+# A node's fields, read from the protobuf once (a field costs far more than a tuple index):
+# (proto, op_type, domain as written, name, inputs, outputs, whether an attribute holds a
+# graph, whether it has attributes).
 NodeRow = tuple[NodeProto, str, str, str, list[str], list[str], bool, bool]
 _GRAPH_ATTRIBUTES = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+# The ops of onnx's domains with a graph attribute (a test holds this to onnx's schemas); any
+# other op of them onnx knows is refused by validation if it has one, so is not looked into
+GRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+_ONNX_DOMAINS = frozenset({"", "ai.onnx", "ai.onnx.ml"})
 
 
 def _scan_node(n: NodeProto) -> NodeRow:
     has_graphs = False
     attributes = n.attribute
-    if attributes:
+    if attributes and (n.op_type in GRAPH_OPS or n.domain not in _ONNX_DOMAINS):
         for a in attributes:
             if a.type in _GRAPH_ATTRIBUTES:
                 has_graphs = True

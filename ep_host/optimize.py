@@ -211,7 +211,7 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     if aliases:
         rw.unfused = {name: [rw.renamed(n) for n in nodes] for name, nodes in rw.unfused.items()}
     was_initializer = {t.name for t in source.initializer}
-    read = ({aliases.get(i, i) for n in live for i in node_reads(n)}
+    read = ({aliases.get(i, i) for n in live for i in rw.reads(n)}
             | {o.name for o in graph.output})
     for nodes in rw.unfused.values():
         read |= {i for n in nodes for i in node_reads(n)}
@@ -285,7 +285,7 @@ def _sources(model: Model, rw: Rewriter, out: Model) -> dict[str, list[str]]:
         if n.name:
             covers[n.name] = [n.name] if n.name in rw.written else []
     for name in rw.merged:
-        target, _ = resolve_node(out, name)
+        target = _doer(out, name)
         if target in covers and name not in covers[target]:
             covers[target].append(name)
     order = {n.name: i for i, n in enumerate(model.graph.nodes)}
@@ -302,13 +302,7 @@ def resolve_node(model: Model, name: str) -> tuple[str | None, str]:
     """The node of ``model`` doing the work of node ``name`` of the model as written, and a
     note saying what became of it (``""`` when the node is there as written); ``None`` when it
     was folded into a constant."""
-    seen = [name]
-    target: str | None = name
-    while target is not None and target in model.merged:
-        target = model.merged[target]
-        if target in seen:
-            break
-        seen.append(target)
+    target = _doer(model, name)
     if target == name:
         return name, ""
     if target is None:
@@ -316,6 +310,19 @@ def resolve_node(model: Model, name: str) -> tuple[str | None, str]:
                       "(--no-optimize shows the model as written)")
     return target, (f"node {name!r} is part of {target!r} after the graph optimizations "
                     "(--no-optimize shows the model as written)")
+
+
+def _doer(model: Model, name: str) -> str | None:
+    """The node of ``model`` doing the work of node ``name`` (:func:`resolve_node`'s first
+    answer, without its note)."""
+    seen = [name]
+    target: str | None = name
+    while target is not None and target in model.merged:
+        target = model.merged[target]
+        if target in seen:
+            break
+        seen.append(target)
+    return target
 
 
 def source_nodes(model: Model, name: str) -> list[str]:

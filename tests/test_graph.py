@@ -290,6 +290,27 @@ def test_unnamed_nodes_get_unique_names():
     assert [n.name for n in load_model(model).graph.nodes] == ["Neg_0", "Neg_1"]
 
 
+def test_the_ops_looked_into_for_bodies_are_every_op_onnx_gives_a_graph_attribute():
+    """Loading reads the attributes of onnx's own ops for bodies only where the op's schema
+    has a graph attribute (graph.GRAPH_OPS); a newer onnx adding one fails here."""
+    from ep_host.graph import GRAPH_OPS
+
+    kinds = (onnx.defs.OpSchema.AttrType.GRAPH, onnx.defs.OpSchema.AttrType.GRAPHS)
+    with_graphs = {s.name for s in onnx.defs.get_all_schemas_with_history()
+                   if s.domain in ("", "ai.onnx.ml")
+                   and any(a.type in kinds for a in s.attributes.values())}
+    assert with_graphs == GRAPH_OPS
+
+
+def test_a_graph_attribute_on_an_op_without_one_is_refused():
+    body = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "b", [],
+                             [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2])])
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu", body=body)
+    model = make_model([node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])])
+    with pytest.raises(ModelValidationError, match="relu.*attribute 'body'"):
+        load_model(model)
+
+
 def test_control_flow_bodies_are_walked_with_outer_scope_visible():
     def branch(op, inputs, out, name):
         return helper.make_graph([helper.make_node(op, inputs, [out], name=name)], name, [],
