@@ -64,7 +64,9 @@ def _check_common(node, op):
     params = attrs.get("kernel_params") or ()
     require(len(params) in (0, 3), "{}: kernel_params holds gamma, coef0 and degree, got {} "
             "values", op, len(params), code="attribute")
-    require(attrs.get("coefficients"), "{}: coefficients are required", op, code="attribute")
+    coefficients = node.attribute_array("coefficients")  # an array: no tuple of thousands
+    require(coefficients is not None and len(coefficients), "{}: coefficients are required", op,
+            code="attribute")
     require(attrs.get("rho"), "{}: rho is required", op, code="attribute")
     transform = attrs.get("post_transform", "NONE")
     require(transform in TRANSFORM_NAMES, "{}: post_transform must be one of {}, got {!r}", op,
@@ -92,7 +94,7 @@ def _check_classifier(node, provider):
     k = len(_labels(attrs))
     require(k >= 2, "{}: needs at least two class labels, got {}", op, k, code="attribute")
     per_class = list(attrs.get("vectors_per_class") or ())
-    coefficients, rho = attrs["coefficients"], attrs["rho"]
+    coefficients, rho = node.attribute_array("coefficients"), attrs["rho"]
     prob_a, prob_b = attrs.get("prob_a") or (), attrs.get("prob_b") or ()
     require(len(prob_a) == len(prob_b), "{}: prob_a has {} values, prob_b {}", op, len(prob_a),
             len(prob_b), code="attribute")
@@ -110,9 +112,9 @@ def _check_classifier(node, provider):
     require(len(coefficients) == (k - 1) * vectors, "{}: {} coefficients, expected (classes - 1)"
             " x support vectors = {}", op, len(coefficients), (k - 1) * vectors,
             code="attribute")
-    support = attrs.get("support_vectors") or ()
-    require(support and len(support) % vectors == 0, "{}: {} support_vectors values do not "
-            "split into {} vectors", op, len(support), vectors, code="attribute")
+    support = _given(node, "support_vectors")
+    require(len(support) and len(support) % vectors == 0, "{}: {} support_vectors values do "
+            "not split into {} vectors", op, len(support), vectors, code="attribute")
     require(len(rho) == pairs, "{}: rho has {} values for {} class pairs", op, len(rho), pairs,
             code="attribute")
     require(not prob_a or len(prob_a) == pairs, "{}: prob_a has {} values for {} class pairs",
@@ -224,8 +226,26 @@ class ClassifierTables:
         return xp.asarray(self.int_labels)[winner]
 
 
+TABLES = ("coefficients", "support_vectors")
+
+
+def _given(node, name):
+    """Attribute ``name`` of numbers as an array, empty where the node does not set it."""
+    values = node.attribute_array(name)
+    return np.zeros(0, np.float32) if values is None else values
+
+
+def _with_tables(node):
+    """``node.attributes``, its coefficients and support vectors as arrays
+    (``NodeView.attribute_array``) rather than tuples: an SVC export holds thousands."""
+    attrs = node.attributes
+    out = {name: attrs[name] for name in attrs if name not in TABLES}
+    out.update((name, node.attribute_array(name)) for name in TABLES if name in attrs)
+    return out
+
+
 def _bind_classifier(node):
-    return {"tables": ClassifierTables(node.attributes)}
+    return {"tables": ClassifierTables(_with_tables(node))}
 
 
 def pairwise_coupling(r):
@@ -275,13 +295,13 @@ def _probabilities(scores, prob_a, prob_b, pairs, k):
 @kernel("SVMClassifier", 1, domain=ML, dtypes=NUMBERS, check=_check_classifier,
         bind=_bind_classifier)
 def svm_classifier(xp, x, *, kernel_type, post_transform, classlabels_ints=None,
-                   classlabels_strings=None, coefficients=None, kernel_params=None, prob_a=None,
-                   prob_b=None, rho=None, support_vectors=None, vectors_per_class=None,
-                   tables=None):
+                   classlabels_strings=None, kernel_params=None, prob_a=None, prob_b=None,
+                   rho=None, vectors_per_class=None, tables=None):
     """The label is the class with the most one-vs-one votes (the first on ties; a pair's
     decision value above 0 votes for its first class), also when probabilities are asked for.
     Scores: with prob_a/prob_b, the coupled class probabilities; without, the pairs' decision
-    values (two classes: [-d, d], or their logistic); then the post transform."""
+    values (two classes: [-d, d], or their logistic); then the post transform. The
+    coefficients and support vectors are read by ``bind`` as arrays, not passed as tuples."""
     k = tables.k
     if tables.support is None:  # liblinear: one linear score per class
         rows = _features(x, tables.coef.shape[1], "SVMClassifier").astype(np.float64)
@@ -335,19 +355,19 @@ def _check_regressor(node, provider):
             "meaning for one regression value is not specified; only NONE is run", op,
             transform, code="attribute")
     n_supports = attrs.get("n_supports", 0)
-    coefficients = attrs["coefficients"]
+    coefficients = node.attribute_array("coefficients")
     if n_supports > 0:
-        support = attrs.get("support_vectors") or ()
+        support = _given(node, "support_vectors")
         require(len(coefficients) == n_supports, "{}: {} coefficients for {} support vectors",
                 op, len(coefficients), n_supports, code="attribute")
-        require(support and len(support) % n_supports == 0, "{}: {} support_vectors values do "
-                "not split into {} vectors", op, len(support), n_supports, code="attribute")
+        require(len(support) and len(support) % n_supports == 0, "{}: {} support_vectors values "
+                "do not split into {} vectors", op, len(support), n_supports, code="attribute")
     elif n_supports < 0:
         deny("{}: n_supports must not be negative, got {}", op, n_supports, code="attribute")
 
 
 def _bind_regressor(node):
-    attrs = node.attributes
+    attrs = _with_tables(node)
     n_supports = attrs.get("n_supports", 0)
     support = SupportVectors(attrs, n_supports) if n_supports > 0 else None
     coef = _float32_values(attrs["coefficients"])
@@ -360,8 +380,8 @@ def _bind_regressor(node):
 @kernel("SVMRegressor", 1, domain=ML, dtypes=NUMBERS, check=_check_regressor,
         bind=_bind_regressor)
 def svm_regressor(xp, x, *, kernel_type, n_supports, one_class, post_transform,
-                  coefficients=None, kernel_params=None, rho=None, support_vectors=None,
-                  support=None, coef=None, bias=None, decision=None):
+                  kernel_params=None, rho=None, support=None, coef=None, bias=None,
+                  decision=None):
     """Output [N, 1]; with one_class, 1 where the decision value is above 0 and -1 elsewhere."""
     if support is not None:
         rows = _features(x, support.n_features, "SVMRegressor")
