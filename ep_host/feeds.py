@@ -16,26 +16,38 @@ from ep_host.runloop import CURRENT_RUN, PlanRun, read_only
 from ep_host.threads import BlasThreads
 
 
-def _static_inputs(inputs: Sequence[Any]) -> tuple[tuple[str, Any, tuple[int, ...]], ...] | None:
+def _plain_inputs(inputs: Sequence[Any]) -> tuple[tuple[str, Any, tuple[Any, ...]], ...] | None:
     """(name, numpy dtype, shape) of each input when every one is a tensor of known dtype and
-    static shape (feeds of exactly those need no other check); else ``None``."""
+    rank whose dims are numbers, or open (unnamed, or a name no other dim has: a
+    scikit-learn export's batch); feeds of such arrays need no other check. Else ``None``."""
     out = []
+    names: list[str] = []
     for v in inputs:
-        if (v.kind != "tensor" or v.dtype is None or v.dtype.numpy is None or v.shape is None
-                or not all(isinstance(d, int) for d in v.shape)):
+        if v.kind != "tensor" or v.dtype is None or v.dtype.numpy is None or v.shape is None:
             return None
+        names.extend(d for d in v.shape if isinstance(d, str) and d)
         out.append((v.name, v.dtype.numpy, tuple(v.shape)))
-    return tuple(out)
+    return tuple(out) if len(names) == len(set(names)) else None
+
+
+def fits(shape: tuple[int, ...], want: tuple[Any, ...]) -> bool:
+    """Whether an array's ``shape`` has the rank and the numbered dims of ``want``."""
+    if shape == want:
+        return True
+    if len(shape) != len(want):
+        return False
+    return all(w == g or not isinstance(w, int) for w, g in zip(want, shape, strict=True))
 
 
 class FeedChecker:
-    """The checks of one session's feeds; inputs that are all tensors of static shape and
-    known dtype take a short path when the feeds are exactly such arrays."""
+    """The checks of one session's feeds; inputs that are all plain tensors (known dtype and
+    rank, dims numbers or open: ``_plain_inputs``) take a short path when the feeds are exactly
+    such arrays."""
 
     def __init__(self, model: Model, max_tensor_bytes: int | None):
         self.model = model
         self.max_tensor_bytes = max_tensor_bytes
-        self.plain = _static_inputs(model.graph.inputs)
+        self.plain = _plain_inputs(model.graph.inputs)
 
     def check(self, feed: Mapping[str, Any],
               on_device: Mapping[str, Device] | None = None) -> dict[str, Any]:
@@ -48,7 +60,7 @@ class FeedChecker:
                 for name, dtype, shape in fast:  # what the checks below would let through
                     array = feed.get(name)
                     if (array.__class__ is not np.ndarray or array.dtype != dtype
-                            or array.shape != shape or not array.flags.c_contiguous):
+                            or not fits(array.shape, shape) or not array.flags.c_contiguous):
                         break
                     out[name] = read_only(array)
                 else:
@@ -127,7 +139,7 @@ def plain_runner(checker: FeedChecker, runner: PlanRun, threads: BlasThreads,
     limits the pool), its outputs through ``hand_out``. The function returns ``None``, having
     run nothing, for feeds the short check does not take (the full path then checks them and
     says what is wrong) and inside a cancellable run. ``None`` where no run can take it: inputs
-    not all of static shape, a size limit, a plan with arenas or outer values.
+    not all plain (``_plain_inputs``), a size limit, a plan with arenas or outer values.
 
     The layers a run otherwise passes through (the checker, the plan's runner, the thread
     limit) cost a small model's run several microseconds (the corpus's one-row scikit-learn
@@ -150,7 +162,8 @@ def plain_runner(checker: FeedChecker, runner: PlanRun, threads: BlasThreads,
         values = {}
         for name, slot, dtype, shape in inputs:
             array = feed.get(name)
-            if (array.__class__ is not nd or array.dtype != dtype or array.shape != shape
+            if (array.__class__ is not nd or array.dtype != dtype
+                    or (array.shape != shape and not fits(array.shape, shape))
                     or not array.flags.c_contiguous):
                 return None
             values[slot] = read_only(array)

@@ -73,6 +73,8 @@ def _output(value: Any) -> Any:
     if isinstance(value, np.generic):
         return np.asarray(value)
     if isinstance(value, list):
+        if all(v.__class__ is dict for v in value):  # ZipMap's maps, handed over as they were
+            return list(value)
         return [v.copy() if isinstance(v, np.ndarray) else _output(v) for v in value]
     return value
 

@@ -154,6 +154,36 @@ def test_plain_runs_take_one_function_and_give_what_the_full_path_gives(host, te
     assert tensors.x.flags.writeable and tensors.y.flags.writeable
 
 
+@pytest.mark.parametrize("batch", [None, "n"])
+def test_an_open_batch_takes_the_plain_path_and_wrong_feeds_the_full_one(host, batch):
+    """Inputs whose dims are numbers or open (a scikit-learn export's None batch, a name no
+    other dim has) take the one-function path at any batch; a feed of another rank or a wrong
+    numbered dim falls through to the full path, which says what is wrong."""
+    model = make_model([helper.make_node("Relu", ["x"], ["out"], name="relu")],
+                       [("x", TensorProto.FLOAT, [batch, 3])],
+                       [("out", TensorProto.FLOAT, [batch, 3])])
+    session = _session(host, model, InlineProvider("cpu", ops=("Relu",)))
+    assert session._fast is not None
+    for rows in (1, 4, 0):
+        x = np.arange(rows * 3, dtype=np.float32).reshape(rows, 3) - 2
+        assert session._fast({"x": x}) is not None
+        (out,) = session.run(None, {"x": x})
+        np.testing.assert_array_equal(out, np.maximum(x, 0))
+    for wrong, words in ((np.ones((2, 4), np.float32), "dim 1 must be 3"),
+                         (np.ones((2, 3, 1), np.float32), "must have rank 2")):
+        assert session._fast({"x": wrong}) is None
+        with pytest.raises(InputError, match=words):
+            session.run(None, {"x": wrong})
+
+
+def test_a_dim_name_two_inputs_share_keeps_the_full_check(host):
+    model = make_model([helper.make_node("Add", ["x", "y"], ["out"], name="add")],
+                       [("x", TensorProto.FLOAT, ["n", 3]), ("y", TensorProto.FLOAT, ["n", 3])],
+                       [("out", TensorProto.FLOAT, ["n", 3])])
+    session = _session(host, model, InlineProvider("cpu", ops=("Add",)))
+    assert session._fast is None  # the full path binds "n" once for both
+
+
 def test_a_kernel_that_raises_names_node_and_provider(host, tensors):
     class Breaks(InlineProvider):
         @hookimpl

@@ -315,6 +315,17 @@ def test_logistic_regression_with_zip_map_end_to_end(rng, strings):
     m.graph.output.append(zip_map_output(TensorProto.STRING if strings else TensorProto.INT64))
     label, probabilities, zipped = assert_same(m, rows(rng, 20))
     assert len(zipped) == 20 and list(zipped[0].values()) == pytest.approx(probabilities[0])
+    # each run hands out a list and maps of its own: changing one run's leaves the next alone
+    from ep_host import InferenceSession
+
+    session = InferenceSession(m.SerializeToString(), providers=["cpu"])
+    x = rows(rng, 3)
+    first = session.run(None, {"x": x})[2]
+    expected = [dict(d) for d in first]
+    first[0].clear()
+    first.append("mine")
+    second = session.run(None, {"x": x})[2]
+    assert second is not first and second == expected
 
 
 def test_zip_map_refuses_scores_that_do_not_fit_the_labels(rng):
