@@ -107,3 +107,26 @@ def test_the_default_is_one_thread_on_small_machines(monkeypatch):
 def test_a_negative_count_is_refused():
     with pytest.raises(ValueError, match="intra_op_num_threads"):
         BlasThreads(-1)
+
+
+def test_a_plan_of_ops_the_cpu_ep_runs_without_blas_leaves_the_pool_alone_at_any_batch():
+    """A tree ensemble with an open batch: no kernel of ep-host's CPU
+    EP in it calls BLAS, so no run limits the pool; a linear model's scores are a BLAS GEMM,
+    whose threads an open batch may raise, so its runs keep the limit."""
+    ml = [("ai.onnx.ml", 3)]
+    tree = helper.make_node(
+        "TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml", n_targets=1,
+        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+        nodes_values=[0.5, 0.0, 0.0], nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+        nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0], target_treeids=[0, 0],
+        target_nodeids=[1, 2], target_ids=[0, 0], target_weights=[1.0, -1.0])
+    linear = helper.make_node("LinearRegressor", ["x"], ["y"], domain="ai.onnx.ml",
+                              coefficients=[1.0, 2.0], intercepts=[0.5])
+    x = np.array([[0.0, 1.0], [1.0, 1.0]], np.float32)
+    for node, limited, want in ((tree, 0, [[1.0], [-1.0]]), (linear, 1, [[2.5], [3.5]])):
+        model = make_model([node], [("x", TensorProto.FLOAT, [None, 2])],
+                           [("y", TensorProto.FLOAT, [None, 1])], domains=ml)
+        session = InferenceSession(model.SerializeToString(), providers=["cpu"],
+                                   intra_op_num_threads=1)
+        assert session._run_threads.threads == limited
+        np.testing.assert_allclose(session.run(None, {"x": x})[0], want)
