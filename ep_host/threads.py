@@ -178,8 +178,13 @@ BLAS_FREE_OPS = frozenset({
         "ArrayFeatureExtractor", "Normalizer", "Scaler", "Binarizer", "Imputer", "LabelEncoder",
         "OneHotEncoder", "CategoryMapper", "FeatureVectorizer", "DictVectorizer")),
     "Cast", "CastLike", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat",
-    "Slice", "Gather", "Transpose", "ArgMax", "ArgMin", "Softmax", "Add", "Sub", "Mul", "Div",
-    "Neg", "Abs", "Relu", "Sigmoid", "Exp", "Log", "Sqrt", "Less", "Greater", "Equal", "Not",
-    "Where", "ReduceSum", "ReduceMean", "ReduceMax",
+    "Slice", "Gather", "GatherElements", "Transpose", "Split", "Expand", "Tile", "Pad", "Shape",
+    "Size", "ConstantOfShape", "Range", "OneHot", "Dropout", "ArgMax", "ArgMin", "TopK",
+    "Softmax", "LogSoftmax", "Add", "Sub", "Mul", "Div", "Mod", "Pow", "Neg", "Abs", "Sign",
+    "Reciprocal", "Floor", "Ceil", "Round", "Clip", "Max", "Min", "Sum", "Mean", "Relu",
+    "LeakyRelu", "Sigmoid", "HardSigmoid", "Softplus", "Tanh", "Erf", "Exp", "Log", "Sqrt",
+    "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "Not", "And", "Or", "Xor",
+    "IsNaN", "IsInf", "Where", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
+    "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
 })
 
