@@ -279,7 +279,7 @@ def pairwise_coupling(r):
     return p
 
 
-def _probabilities(scores, prob_a, prob_b, pairs, k):
+def _probabilities(xp, scores, prob_a, prob_b, pairs, k):
     a = np.asarray(prob_a, dtype=np.float32)
     b = np.asarray(prob_b, dtype=np.float32)
     fapb = scores.astype(np.float32) * a + b
@@ -289,6 +289,9 @@ def _probabilities(scores, prob_a, prob_b, pairs, k):
     for p, (i, j) in enumerate(pairs):
         r[:, i, j] = pairwise[:, p]
         r[:, j, i] = 1 - pairwise[:, p]
+    compiled = getattr(xp, "compiled_pairwise_coupling", None)  # the CPU EP's, numba
+    if compiled is not None and compiled.ready():
+        return compiled(r)
     return pairwise_coupling(r)
 
 
@@ -326,7 +329,7 @@ def svm_classifier(xp, x, *, kernel_type, post_transform, classlabels_ints=None,
         votes += tables.second_votes  # whole numbers: exact in any order
         label = tables.label_array(xp, votes.argmax(axis=1))
     if prob_a:
-        out = _probabilities(scores, prob_a, prob_b, tables.pairs, k).astype(np.float64)
+        out = _probabilities(xp, scores, prob_a, prob_b, tables.pairs, k).astype(np.float64)
         out = transform_scores(xp, out, TRANSFORM_NAMES[post_transform])
     elif k == 2:
         d = scores[:, 0].astype(np.float64)

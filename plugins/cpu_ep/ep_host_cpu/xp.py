@@ -13,6 +13,7 @@ import numpy as np
 
 from ep_host_cpu.average_pool import CompiledAveragePool3x3s1
 from ep_host_cpu.conv_epilogue import ConvEpilogue
+from ep_host_cpu.coupling import CompiledPairwiseCoupling
 from ep_host_cpu.erf import erf
 from ep_host_cpu.fast_gelu import CompiledFastGelu
 from ep_host_cpu.gelu import BiasGeluFloat32, GeluFloat32
@@ -64,6 +65,7 @@ def numpy_namespace() -> SimpleNamespace:
     ns.compiled_taps = CompiledTaps()  # numba's, for Resize's linear and cubic taps (float32)
     ns.compiled_tree_walk = CompiledTreeWalk()  # numba's, for a few rows of a tree ensemble
     ns.compiled_svm_decisions = CompiledSvmDecisions()  # numba's, for a few rows of an SVM
+    ns.compiled_pairwise_coupling = CompiledPairwiseCoupling()  # numba's, SVM probabilities
     ns.compiled_linear_scores = CompiledLinearScores()  # numba's, for a few rows of a linear model
     ns.compiled_scaler = CompiledScaler()  # numba's one pass, for a float32 Scaler
     ns.compiled_normalizer = CompiledNormalizer()  # numba's one pass, for a float32 Normalizer
