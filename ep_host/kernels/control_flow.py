@@ -66,9 +66,75 @@ def _stack(xp: Any, values: list[Any], view: Any) -> Any:
     return xp.zeros((0, *rest), dtype=dtype)
 
 
+# values of one Sub and square made at a time by the distances' loop (a chunk of C's rows)
+DISTANCE_CHUNK = 1 << 20
+
+
+def squared_distances_scan(node: NodeView) -> bool:
+    """Whether Scan ``node`` is skl2onnx's squared Euclidean distances (its cdist, in
+    KNeighbors and KMeans-like exports): one state X handed on unchanged, one scan input C,
+    default axes and directions, and a body of Identity(X), Sub(X, c), ReduceSumSquare over
+    axis 1 without kept dims and Identity: scan output t is the squared distance of each row
+    of X to row t of C."""
+    a = node.attributes
+    body = node.subgraphs.get("body")
+    if (a.get("num_scan_inputs") != 1 or len(node.inputs) != 2 or len(node.outputs) != 2
+            or body is None or len(body.inputs) != 2 or len(body.outputs) != 2
+            or sorted(n.op_type for n in body.nodes) != [
+                "Identity", "Identity", "ReduceSumSquare", "Sub"]
+            or any(n.domain != "ai.onnx" for n in body.nodes)
+            or any(a.get(k) and any(a[k]) for k in (
+                "scan_input_axes", "scan_input_directions", "scan_output_axes",
+                "scan_output_directions"))):
+        return False
+    state, row = body.inputs
+    ops = {n.op_type: n for n in body.nodes}
+    sub, square = ops["Sub"], ops["ReduceSumSquare"]
+    if [v.name if v else None for v in sub.inputs] != [state.name, row.name]:
+        return False
+    axes = square.attributes.get("axes")
+    if len(square.inputs) > 1 and square.inputs[1] is not None:
+        axes = square.inputs[1].value if square.inputs[1].is_constant else None
+    if (square.inputs[0] is None or square.inputs[0].name != sub.outputs[0].name
+            or square.attributes.get("keepdims", 1) != 0 or axes is None
+            or [int(v) for v in axes] not in ([1], [-1])):
+        return False
+    passed = {n.inputs[0].name: n.outputs[0].name for n in body.nodes
+              if n.op_type == "Identity" and n.inputs[0] is not None}
+    return (passed.get(state.name) == body.outputs[0].name
+            and passed.get(square.outputs[0].name) == body.outputs[1].name)
+
+
 class ScanKernel(BodyKernel):
+    def __init__(self, xp: Any, node: NodeView, context: ProviderContext, **attrs: Any):
+        super().__init__(xp, node, context, **attrs)
+        self.distances = squared_distances_scan(node)
+
+    def _distances(self, x: Any, c: Any) -> list[Any] | None:
+        """:func:`squared_distances_scan`'s Scan in one pass per chunk of C's rows, the same
+        float steps as the body's kernels per (row of C, row of X): X - c, then the sum of
+        squares over the last axis; ``None`` (the body runs) for other ranks or types."""
+        from ep_host.kernels.reduce import reduce_sum_square
+
+        xp = self.xp
+        if (x.ndim != 2 or c.ndim != 2 or x.shape[1] != c.shape[1] or x.dtype != c.dtype
+                or x.dtype not in (xp.float32, xp.float64) or not c.shape[0]):
+            return None
+        out = xp.empty((c.shape[0], x.shape[0]), dtype=x.dtype)
+        step = max(1, DISTANCE_CHUNK // max(x.size, 1))
+        last = xp.asarray([-1], dtype=xp.int64)
+        for start in range(0, c.shape[0], step):
+            diff = x[None, :, :] - c[start:start + step, None, :]
+            out[start:start + step] = reduce_sum_square(xp, diff, last, keepdims=0,
+                                                        noop_with_empty_axes=0)
+        return [x, out]
+
     def run(self, *inputs: Any, scope: Any = None) -> list[Any]:
         xp = self.xp
+        if self.distances:
+            found = self._distances(*inputs)
+            if found is not None:
+                return found
         a = self.attrs
         m = a["num_scan_inputs"]
         n = len(inputs) - m
