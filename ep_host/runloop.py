@@ -531,9 +531,13 @@ class CompiledSteps:
         ``called``: the value came from ``Kernel.call``, which may return a tuple."""
         full = f"chk1({i}, v{s})" if called else f"chk({i}, {j}, v{s})"
         dtype, shape, kind = expect
-        if not self._check_all and expect == (None, None, None):
-            # nothing known (ZipMap's list of maps): the full check passes a list as it is
-            self._emit(f"{indent}if v{s}.__class__ is not list: v{s} = {full}", i, own=True)
+        if not self._check_all and dtype is None and shape is None and kind in (None,
+                                                                                ANY_VALUE):
+            # nothing known (ZipMap's list of maps, skl2onnx's untyped ArrayFeatureExtractor and
+            # ReduceProd): the full check passes an array (and any value a list) as it is
+            test = f"v{s}.__class__ is not nd" + (
+                f" and v{s}.__class__ is not list" if kind is None else "")
+            self._emit(f"{indent}if {test}: v{s} = {full}", i, own=True)
             return
         if self._check_all or kind is not np.ndarray:
             # no quick test but on the host (a sequence, a device's array): the full check
