@@ -17,7 +17,6 @@ in the project's venv, one thread on both sides, creations and runs alternating.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import statistics
@@ -28,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))  # bench/ is not a package: its scripts import each other by name
 DEFAULT_OUT = BENCH / ".sklearn"
 FEATURES, ROWS, SEED = 8, 7, 0
 
@@ -174,47 +174,30 @@ def same(want: Any, have: Any) -> str | None:
 
 
 def check_one(path: Path, repeat: int) -> dict[str, Any]:
-    import onnxruntime
-
-    from ep_host import InferenceSession
+    """One export: outputs compared, then creations and runs timed as bench/models.py times
+    them (its sessions, one thread each; its creations; runs of 20 alternating)."""
+    import models
 
     feeds = {"X": rows(ROWS, seed=1)}
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    makers = {
-        "ep-host": lambda: InferenceSession(str(path), providers=["cpu"],
-                                            intra_op_num_threads=1),
-        "onnxruntime": lambda: onnxruntime.InferenceSession(
-            str(path), options, providers=["CPUExecutionProvider"]),
-    }
     row: dict[str, Any] = {"model": path.stem}
-    sessions = {}
-    for runtime, make in makers.items():
+    runs, outputs = {}, {}
+    for runtime in models.RUNTIMES:
         try:
-            sessions[runtime] = make()
-            outputs = sessions[runtime].run(None, feeds)
+            runs[runtime] = models.make_session(runtime, str(path))
+            outputs[runtime] = runs[runtime](feeds)
         except Exception as exc:  # noqa: BLE001 (reported as the row's result)
             row["result"] = f"{runtime} failed: {type(exc).__name__}: {str(exc).splitlines()[0]}"
             return row
-        row.setdefault("outputs", {})[runtime] = outputs
-    faults = [same(w, h) for w, h in zip(row["outputs"]["onnxruntime"],
-                                         row.pop("outputs")["ep-host"], strict=True)]
-    fault = next((f for f in faults if f), None)
+    fault = next((f for f in map(same, outputs["onnxruntime"], outputs["ep-host"]) if f), None)
     row["result"] = "match" if fault is None else f"mismatch: {fault}"
-    created: dict[str, list[float]] = {r: [] for r in makers}
-    ran: dict[str, list[float]] = {r: [] for r in makers}
+    created = models.measure_creation(str(path), repeat)
+    ran: dict[str, list[float]] = {r: [] for r in models.RUNTIMES}
     for i in range(repeat):
-        for runtime in (list(makers) if i % 2 == 0 else list(makers)[::-1]):
-            gc.collect()
-            makers[runtime]()  # untimed: the collection emptied the caches
-            started = time.perf_counter()
-            makers[runtime]()
-            created[runtime].append(time.perf_counter() - started)
-            run = sessions[runtime].run
+        for runtime in models.RUNTIMES[::-1] if i % 2 else models.RUNTIMES:
+            run = runs[runtime]
             started = time.perf_counter()
             for _ in range(20):
-                run(None, feeds)
+                run(feeds)
             ran[runtime].append((time.perf_counter() - started) / 20)
     for key, times in (("creation", created), ("latency", ran)):
         row[f"{key}_ms"] = {r: statistics.median(v) * 1e3 for r, v in times.items()}
@@ -222,11 +205,9 @@ def check_one(path: Path, repeat: int) -> dict[str, Any]:
     return row
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
-
-
 def check(args: argparse.Namespace) -> None:
+    from models import geomean
+
     paths = sorted(Path(args.out).glob("*.onnx"))
     if not paths:
         sys.exit(f"no exports in {args.out}: run `python3 bench/sklearn_exports.py build`")
@@ -260,7 +241,6 @@ def main() -> None:
     parser.add_argument("--json", help="check: write the rows here")
     args = parser.parse_args()
     if args.command == "build":
-        sys.path.insert(0, str(BENCH))
         import corpus
 
         python = corpus.ensure_venv(Path(args.venv) if args.venv else corpus.DEFAULT_VENV)

@@ -36,6 +36,9 @@ class Kernel:
     (see ``ProviderContext.subgraphs``).
 
     Set ``thread_safe = False`` when ``run`` keeps per-call state; the host then serialises calls.
+    Set ``uses_blas = False`` when ``run`` never calls numpy's BLAS (no matmul, dot, einsum,
+    linalg): a plan of such kernels alone runs without the session holding the BLAS pool at
+    its thread count, which costs microseconds a run.
 
     Two optional fast paths the host uses when present:
 
@@ -48,6 +51,7 @@ class Kernel:
     """
 
     thread_safe: bool = True
+    uses_blas: bool = True
     call: Any = None
     inplace: tuple[int, ...] = ()
 

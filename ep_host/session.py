@@ -18,7 +18,7 @@ from ep_host import capability
 from ep_host.declared_types import declare_output_types
 from ep_host.device_graphs import OPTION as GRAPH_OPTION
 from ep_host.device_graphs import PartitionCapture
-from ep_host.discovery import OWN_DISTRIBUTIONS, Host, shared_host
+from ep_host.discovery import Host, shared_host
 from ep_host.errors import (
     HostError,
     InputError,
@@ -57,7 +57,7 @@ from ep_host.provider import HOST, Device, ProviderContext
 from ep_host.runloop import PlanRun, RunToken, StepChecks
 from ep_host.sole import hand_out
 from ep_host.subgraph import PartitionView
-from ep_host.threads import BLAS_FREE_OPS, BlasThreads, blas_stays_single, default_threads
+from ep_host.threads import BlasThreads, blas_stays_single, default_threads
 from ep_host.tracing import Tracer
 
 ProviderOptions = Mapping[str, Mapping[str, Any]] | Sequence[Mapping[str, Any]]
@@ -401,14 +401,12 @@ class InferenceSession:
         return plain_runner(self._feeds, self._run, self._run_threads, hand_out)
 
     def _threads_for(self, plan: Plan) -> BlasThreads:
-        """The BLAS limit runs of ``plan`` take: none where every value it makes is small
-        enough that OpenBLAS runs each call on one thread anyway (``blas_stays_single``)."""
+        """The BLAS limit runs of ``plan`` take: none where no kernel of it calls BLAS
+        (``Kernel.uses_blas``), or every value it makes is small enough that OpenBLAS runs each
+        call on one thread anyway (``blas_stays_single``)."""
         if not self._threads.threads:
             return self._threads
-        records = self._host.records
-        if all(step.kind == "node" and step.op in BLAS_FREE_OPS
-               and records[step.provider].distribution in OWN_DISTRIBUTIONS  # our CPU EP's
-               for step in plan.steps):
+        if all(step.kind == "node" and not step.kernel.uses_blas for step in plan.steps):
             return NO_LIMIT
         if self._feeds.plain is None:
             return self._threads

@@ -167,24 +167,3 @@ def blas_stays_single(shapes: Iterable[Sequence[Any] | None]) -> bool:
             return False
     return True
 
-
-# The ops whose kernels in ep-host's CPU EP call no BLAS at all (numpy's ufuncs, reductions and
-# indexing, the tree walks, the compiled ML loops): a plan of them alone runs on one thread
-# whatever the pool holds, at any batch (a scikit-learn tree export's open batch: setting and
-# restoring the pool took 3-4 us of its 10 us run). Qualified as plan steps name them.
-BLAS_FREE_OPS = frozenset({
-    *(f"ai.onnx.ml::{op}" for op in (
-        "TreeEnsembleRegressor", "TreeEnsembleClassifier", "TreeEnsemble", "ZipMap",
-        "ArrayFeatureExtractor", "Normalizer", "Scaler", "Binarizer", "Imputer", "LabelEncoder",
-        "OneHotEncoder", "CategoryMapper", "FeatureVectorizer", "DictVectorizer")),
-    "Cast", "CastLike", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat",
-    "Slice", "Gather", "GatherElements", "Transpose", "Split", "Expand", "Tile", "Pad", "Shape",
-    "Size", "ConstantOfShape", "Range", "OneHot", "Dropout", "ArgMax", "ArgMin", "TopK",
-    "Softmax", "LogSoftmax", "Add", "Sub", "Mul", "Div", "Mod", "Pow", "Neg", "Abs", "Sign",
-    "Reciprocal", "Floor", "Ceil", "Round", "Clip", "Max", "Min", "Sum", "Mean", "Relu",
-    "LeakyRelu", "Sigmoid", "HardSigmoid", "Softplus", "Tanh", "Erf", "Exp", "Log", "Sqrt",
-    "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "Not", "And", "Or", "Xor",
-    "IsNaN", "IsInf", "Where", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
-    "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
-})
-

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ep_host import Kernel, ModelValidationError, NodeView, ProviderContext, require
+from ep_host.kernels.reduce import reduce_sum_square
 from ep_host.kernels.registry import kernel
 
 
@@ -114,8 +115,6 @@ class ScanKernel(BodyKernel):
         """:func:`squared_distances_scan`'s Scan in one pass per chunk of C's rows, the same
         float steps as the body's kernels per (row of C, row of X): X - c, then the sum of
         squares over the last axis; ``None`` (the body runs) for other ranks or types."""
-        from ep_host.kernels.reduce import reduce_sum_square
-
         xp = self.xp
         if (x.ndim != 2 or c.ndim != 2 or x.shape[1] != c.shape[1] or x.dtype != c.dtype
                 or x.dtype not in (xp.float32, xp.float64) or not c.shape[0]):

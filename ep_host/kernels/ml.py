@@ -40,6 +40,13 @@ TRANSFORM_NAMES = {"NONE": 0, "SOFTMAX": 1, "LOGISTIC": 2, "SOFTMAX_ZERO": 3, "P
 SHORT_ROW = 8
 
 
+def given_array(node, name):
+    """Attribute ``name`` of numbers as a flat read-only array (``NodeView.attribute_array``:
+    no Python object per number), empty where the node does not set it."""
+    values = node.attribute_array(name)
+    return np.zeros(0, np.int64) if values is None else values.reshape(-1)
+
+
 def transform_scores(xp, scores, kind):
     """Scores [rows, k] (float64) through a post transform, by its number in TRANSFORM_NAMES.
 

@@ -127,6 +127,30 @@ def _sharing_key(kwargs: Mapping[str, Any]) -> tuple[Any, ...] | None:
     return tuple(key)
 
 
+# The ops whose functions here call no BLAS at all (numpy's ufuncs, reductions and indexing,
+# the tree walks, a provider's compiled ML loops): their kernels say ``uses_blas = False``, and
+# a plan of them alone runs on one thread whatever the pool holds, at any batch (a
+# scikit-learn tree export's open batch: setting and restoring the pool took 3-4 us of its
+# 10 us run).
+BLAS_FREE_OPS = frozenset({
+    *(("ai.onnx.ml", op) for op in (
+        "TreeEnsembleRegressor", "TreeEnsembleClassifier", "TreeEnsemble", "ZipMap",
+        "ArrayFeatureExtractor", "Normalizer", "Scaler", "Binarizer", "Imputer", "LabelEncoder",
+        "OneHotEncoder", "CategoryMapper", "FeatureVectorizer", "DictVectorizer")),
+    *((DEFAULT_DOMAIN, op) for op in (
+        "Cast", "CastLike", "Identity", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Concat",
+        "Slice", "Gather", "GatherElements", "Transpose", "Split", "Expand", "Tile", "Pad",
+        "Shape", "Size", "ConstantOfShape", "Range", "OneHot", "Dropout", "ArgMax", "ArgMin",
+        "TopK", "Softmax", "LogSoftmax", "Add", "Sub", "Mul", "Div", "Mod", "Pow", "Neg", "Abs",
+        "Sign", "Reciprocal", "Floor", "Ceil", "Round", "Clip", "Max", "Min", "Sum", "Mean",
+        "Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "Softplus", "Tanh", "Erf", "Exp", "Log",
+        "Sqrt", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Equal", "Not", "And", "Or",
+        "Xor", "IsNaN", "IsInf", "Where", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
+        "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSum",
+        "ReduceLogSumExp")),
+})
+
+
 class RegistryKernel(FunctionKernel):
     """A registry function bound to ``xp`` and the node's attributes.
 
@@ -141,6 +165,7 @@ class RegistryKernel(FunctionKernel):
         super().__init__(spec.fn, n_outputs=n_outputs,
                          name=f"{spec.op_type}-{spec.since_version}")
         self.inplace = spec.inplace
+        self.uses_blas = (spec.domain, spec.op_type) not in BLAS_FREE_OPS
         self._bind()
 
     def _bind(self) -> None:

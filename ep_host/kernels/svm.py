@@ -9,7 +9,7 @@ import numpy as np
 
 from ep_host import deny, require
 from ep_host.kernels.helpers import object_array
-from ep_host.kernels.ml import ML, NUMBERS, TRANSFORM_NAMES, transform_scores
+from ep_host.kernels.ml import ML, NUMBERS, TRANSFORM_NAMES, given_array, transform_scores
 from ep_host.kernels.registry import kernel
 
 KERNELS = ("LINEAR", "POLY", "RBF", "SIGMOID")
@@ -112,7 +112,7 @@ def _check_classifier(node, provider):
     require(len(coefficients) == (k - 1) * vectors, "{}: {} coefficients, expected (classes - 1)"
             " x support vectors = {}", op, len(coefficients), (k - 1) * vectors,
             code="attribute")
-    support = _given(node, "support_vectors")
+    support = given_array(node, "support_vectors")
     require(len(support) and len(support) % vectors == 0, "{}: {} support_vectors values do "
             "not split into {} vectors", op, len(support), vectors, code="attribute")
     require(len(rho) == pairs, "{}: rho has {} values for {} class pairs", op, len(rho), pairs,
@@ -227,12 +227,6 @@ class ClassifierTables:
 
 
 TABLES = ("coefficients", "support_vectors")
-
-
-def _given(node, name):
-    """Attribute ``name`` of numbers as an array, empty where the node does not set it."""
-    values = node.attribute_array(name)
-    return np.zeros(0, np.float32) if values is None else values
 
 
 def _with_tables(node):
@@ -360,7 +354,7 @@ def _check_regressor(node, provider):
     n_supports = attrs.get("n_supports", 0)
     coefficients = node.attribute_array("coefficients")
     if n_supports > 0:
-        support = _given(node, "support_vectors")
+        support = given_array(node, "support_vectors")
         require(len(coefficients) == n_supports, "{}: {} coefficients for {} support vectors",
                 op, len(coefficients), n_supports, code="attribute")
         require(len(support) and len(support) % n_supports == 0, "{}: {} support_vectors values "

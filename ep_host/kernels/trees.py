@@ -15,6 +15,7 @@ from ep_host.kernels.ml import (
     ML,
     NUMBERS,
     TRANSFORM_NAMES,
+    given_array,
     input_type,
     tensor_type,
     transform_scores,
@@ -529,12 +530,6 @@ def _either(node, name):
     return None if values is None else values.reshape(-1).astype(np.float64)
 
 
-def _given(node, name):
-    """A table of ids as int64, empty where the node does not set it."""
-    values = node.attribute_array(name)
-    return np.zeros(0, np.int64) if values is None else values.reshape(-1)
-
-
 def _mode_codes(modes):
     """The node modes as codes: -1 for LEAF, else the BRANCH_MODES code; raises ValueError
     naming the modes that are neither."""
@@ -608,14 +603,14 @@ def _regressor_layout(node):
     leaves), with each tree's root (ordered by tree id); raises ValueError for an inconsistent
     table. The tables are read as arrays (``NodeView.attribute_array``): as tuples, converting
     them took half of a 100-tree forest's check."""
-    tree_ids, node_ids = _given(node, "nodes_treeids"), _given(node, "nodes_nodeids")
+    tree_ids, node_ids = given_array(node, "nodes_treeids"), given_array(node, "nodes_nodeids")
     modes = node.attributes.get("nodes_modes") or ()
     n = len(node_ids)
     if len(modes) != n:
         raise ValueError(f"nodes_modes needs one entry per node ({n})")
     for name in ("nodes_treeids", "nodes_featureids", "nodes_truenodeids",
                  "nodes_falsenodeids"):
-        if len(_given(node, name)) != n:
+        if len(given_array(node, name)) != n:
             raise ValueError(f"{name} needs one entry per node ({n})")
     values = _either(node, "nodes_values")
     if values is None or len(values) != n:
@@ -637,7 +632,7 @@ def _regressor_layout(node):
     flat[is_leaf] = n_interior + np.arange(n - n_interior)
 
     def children(ids_name):
-        child_ids = _given(node, ids_name)[interior]
+        child_ids = given_array(node, ids_name)[interior]
         found = ids.find(tree_ids[interior], child_ids)
         missing = np.flatnonzero(found < 0)
         if missing.size:
@@ -659,7 +654,7 @@ def _regressor_layout(node):
         i = int(roots[order][twice + 1].min())
         raise ValueError(f"tree {tree_ids[i]} has more than one root")
     return {
-        "feature": _given(node, "nodes_featureids")[interior],
+        "feature": given_array(node, "nodes_featureids")[interior],
         "modes": codes[interior], "values": values[interior], "true": flat[true_],
         "false": flat[false_], "tracks": tracks.astype(bool)[interior],
         "roots": flat[roots[order]], "ids": ids, "is_leaf": is_leaf, "flat": flat,
@@ -675,9 +670,9 @@ def _layout_and_votes(node, prefix):
     weights = _either(node, prefix + "_weights")
     if weights is None:
         weights = np.zeros(0)
-    tree_ids = _given(node, prefix + "_treeids")
-    node_ids = _given(node, prefix + "_nodeids")
-    ids = _given(node, prefix + "_ids")
+    tree_ids = given_array(node, prefix + "_treeids")
+    node_ids = given_array(node, prefix + "_nodeids")
+    ids = given_array(node, prefix + "_ids")
     if not len(tree_ids) == len(node_ids) == len(ids) == len(weights):
         raise ValueError(f"{prefix}_treeids, {prefix}_nodeids, {prefix}_ids and "
                          f"{prefix}_weights differ in length")
