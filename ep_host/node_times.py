@@ -199,7 +199,7 @@ def apply(host: Any, table: Any, nodes: Iterable[NodeView]) -> int:
     if os.environ.get("EP_HOST_NODE_TIMES", "1") == "0":
         return 0
     kept = store()
-    if not kept.path.exists():
+    if not kept.exists():
         return 0
     keys = {}
     for provider in table.providers:

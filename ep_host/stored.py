@@ -13,6 +13,8 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
+from ep_host.calibration import PLATFORM_CACHE_VARIABLES
+
 
 def key_digest(key: Hashable) -> str:
     """A stable name for ``key`` across processes: a digest of its ``repr`` (tuples of strings,
@@ -31,6 +33,7 @@ class AnswerStore:
 
     def __init__(self, path: Path | str, limit: int = 100_000):
         self.path = Path(path)
+        self._fspath = os.fspath(self.path)
         self.limit = limit
         self.lock = threading.Lock()
         self._records: dict[str, dict[str, Any]] | None = None
@@ -55,6 +58,11 @@ class AnswerStore:
                 pass
             return {}
         return records
+
+    def exists(self) -> bool:
+        """Whether the file is there (a session asks on every creation: ``Path.exists`` took
+        7 us of a call, this 2)."""
+        return os.path.exists(self._fspath)
 
     def get(self, key: Hashable) -> dict[str, Any] | None:
         with self.lock:
@@ -86,12 +94,38 @@ class CacheDirStores:
     def __init__(self, *parts: object):
         self.name = "-".join(re.sub(r"[^A-Za-z0-9.]+", "_", str(p)) for p in parts) + ".jsonl"
         self.stores: dict[Path, AnswerStore] = {}
+        # by the variables the cache directory is worked out from, as ``os.environ`` keeps them
+        self._by_settings: dict[tuple[Any, ...], AnswerStore] = {}
 
     def current(self) -> AnswerStore:
-        from ep_host.calibration import cache_dir
-
-        folder = cache_dir()
-        found = self.stores.get(folder)
+        settings = _cache_settings()
+        found = self._by_settings.get(settings)
         if found is None:
-            found = self.stores[folder] = AnswerStore(folder / self.name)
+            from ep_host.calibration import cache_dir
+
+            folder = cache_dir()
+            found = self.stores.get(folder)
+            if found is None:
+                found = self.stores[folder] = AnswerStore(folder / self.name)
+            if len(self._by_settings) >= 16:  # settings that keep changing: start afresh
+                self._by_settings.clear()
+            self._by_settings[settings] = found
         return found
+
+
+# the variables ``ep_host.calibration.cache_dir`` reads (its override, then platformdirs')
+CACHE_VARIABLES = ("EP_HOST_CACHE_DIR", *PLATFORM_CACHE_VARIABLES)
+try:  # as ``os.environ`` keys its own dict (bytes on POSIX)
+    _CACHE_KEYS: tuple[Any, ...] | None = tuple(
+        os.environ.encodekey(name) for name in CACHE_VARIABLES)  # type: ignore[attr-defined]
+except AttributeError:
+    _CACHE_KEYS = None
+
+
+def _cache_settings() -> tuple[Any, ...]:
+    """The values of :data:`CACHE_VARIABLES` now, read from ``os.environ``'s own dict where it
+    has one (``os.environ.get`` of five variables took 4 us, the cache directory's path more)."""
+    data = getattr(os.environ, "_data", None)
+    if type(data) is dict and _CACHE_KEYS is not None:
+        return tuple(map(data.get, _CACHE_KEYS))
+    return tuple(map(os.environ.get, CACHE_VARIABLES))

@@ -24,11 +24,13 @@ def _check_zip_map(node, provider):
 @kernel("ZipMap", 1, domain=ML, dtypes={"float32"}, containers=True, check=_check_zip_map)
 def zip_map(xp, x, *, classlabels_int64s=None, classlabels_strings=None):
     """One dict per row of [N, C] scores, keyed by the C class labels in order."""
-    labels = list(classlabels_strings) if classlabels_strings else list(classlabels_int64s)
+    labels = classlabels_strings or classlabels_int64s
     if x.ndim != 2 or x.shape[1] != len(labels):
         raise ValueError(f"ZipMap: takes [N, {len(labels)}] scores (one per class label), got "
                          f"shape {tuple(x.shape)}")
-    return [dict(zip(labels, row, strict=True)) for row in x.tolist()]
+    # each row as long as the labels (checked above): no strict zip, a check per row (7 rows
+    # of 3 scores: 4.3 -> 2.8 us)
+    return [dict(zip(labels, row)) for row in x.tolist()]  # noqa: B905
 
 
 def _check_dict_vectorizer(node, provider):
