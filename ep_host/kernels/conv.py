@@ -748,7 +748,7 @@ def conv_plan(xp, x_shape, w_shape, group, auto_pad, dilations, pads, strides, w
     ShuffleNet: 16 for 56), each plan 30-45 us to make. The oldest go past ``PLANS_KEPT``."""
     key = (id(xp), tuple(x_shape), tuple(w_shape), group, auto_pad,
            None if dilations is None else tuple(dilations), None if pads is None else tuple(pads),
-           None if strides is None else tuple(strides), str(work))
+           None if strides is None else tuple(strides), work)  # a dtype (or numpy type)
     found = _PLANS.get(key)
     # held with the plan, ``xp`` keeps its id from being reused
     if found is not None and found[0] is xp and found[1].still_holds(work):

@@ -378,6 +378,9 @@ def conv_geometry(x_shape, w_shape, strides, dilations, begin, end,
     return phase_geometry(x_shape, w_shape, strides, dilations, begin, end, out)
 
 
+_NAMES: dict[Any, str] = {}  # a dtype (or its name, or a numpy type) -> its name
+
+
 class GroupedConv2d:
     """``xp.grouped_conv2d``: :meth:`ready` says at plan time whether the compiled loops are
     used for a dtype (numba installed and wanted, float32 or float64), :meth:`geometry` works out
@@ -394,7 +397,9 @@ class GroupedConv2d:
         self._lanes: dict[tuple[str, tuple[int, int]], Any] = {}
 
     def ready(self, dtype: Any) -> bool:
-        name = np.dtype(dtype).name
+        name = _NAMES.get(dtype)  # a dtype's name is worked out in Python each time asked
+        if name is None:
+            name = _NAMES[dtype] = np.dtype(dtype).name
         if name not in self.DTYPES or not numba_wanted():
             return False
         loops = self._loops.get(name)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 NUMBA_SWITCH = "EP_HOST_NUMBA"
+FLOAT32 = np.dtype(np.float32)
 # numba's disk cache does not key compiled code by these options: a change of them needs a new
 # ``CACHE_TAG`` (the cache's folder), or an old cache compiled under other options is read back
 OPTIONS: dict[str, Any] = {"cache": True, "nogil": True, "error_model": "numpy",
@@ -246,4 +247,5 @@ class LoopOnceCompiledInUse(CompiledLoop):
     the dtype it would run on."""
 
     def ready(self, dtype: Any = np.float32) -> bool:
-        return np.dtype(dtype) == np.float32 and compiled_in_use() and super().ready()
+        return (dtype is FLOAT32 or dtype is np.float32 or np.dtype(dtype) == FLOAT32) and (
+            compiled_in_use() and super().ready())
