@@ -270,11 +270,19 @@ def category_mapper(xp, x, *, default_int64, default_string, cats_int64s=(), cat
 
 
 def _feature_indices(xp, y):
-    """ArrayFeatureExtractor's indices as int64, with their smallest and largest value."""
+    """ArrayFeatureExtractor's indices as int64, with their smallest and largest value (of a
+    few, from a list: numpy's min and max cost a reduction's set-up each, 2-3 us of a
+    scikit-learn classifier's label lookup)."""
     index = y.reshape(-1).astype(xp.int64)
     if not index.size:
         return index, 0, -1
+    if index.size <= FEW_INDICES:
+        values = index.tolist()
+        return index, min(values), max(values)
     return index, int(index.min()), int(index.max())
+
+
+FEW_INDICES = 64
 
 
 def _prepare_feature_indices(xp, constants, **_):

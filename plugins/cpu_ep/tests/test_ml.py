@@ -217,6 +217,22 @@ def test_array_feature_extractor(rng, shape):
     assert_same(model, {"x": x, "i": np.array([4, 1], np.int64)})
 
 
+@pytest.mark.parametrize("count", [2, 64, 65])  # fed indices: bounds from a list up to 64
+@pytest.mark.parametrize("bad", [None, 5, -1])
+def test_array_feature_extractor_fed_indices_are_checked(rng, count, bad):
+    model = ml_model("ArrayFeatureExtractor", [("x", F, [3, 5]), ("i", I64, [count])],
+                     [("y", F, [3, count])])
+    x = rng.standard_normal((3, 5)).astype(np.float32)
+    i = rng.integers(0, 5, count).astype(np.int64)
+    if bad is None:
+        (y,) = run_ep_host(model, {"x": x, "i": i})
+        np.testing.assert_array_equal(y, x[:, i])
+        return
+    i[count // 2] = bad
+    with pytest.raises(Exception, match="out of range for a last axis of 5"):
+        run_ep_host(model, {"x": x, "i": i})
+
+
 @pytest.mark.parametrize("indices, fits", [([4, 1], True), ([0, 5], False), ([-1], False),
                                             ([2], True), ([1, 2, 3], True), ([3, 4, 5], False)])
 def test_array_feature_extractor_constant_indices(rng, indices, fits):

@@ -107,6 +107,20 @@ def test_reshape_moves_no_bytes_and_reads_its_shape_on_the_host():
     assert answer.cost.bytes_moved == 0
 
 
+@pytest.mark.parametrize(("shape", "allowzero", "prepared"), [
+    ([4, -1], 0, (4, -1)), ([-1], 1, (-1,)), ([3, 0], 1, (3, 0)),
+    ([0, -1], 0, None),  # a 0 copies the input's dim: read per run
+    ([-1, -1], 0, None), ([2, -2], 0, None),  # refused by the run, with its error
+])
+def test_a_constant_reshape_shape_is_worked_out_once_where_the_run_takes_it_as_it_is(
+        shape, allowzero, prepared):
+    from ep_host.kernels.shape import _prepare_reshape
+
+    got = _prepare_reshape(np, {1: np.array(shape, np.int64)}, allowzero=allowzero)
+    assert got.get("dims") == prepared
+    assert _prepare_reshape(np, {}, allowzero=0) == {}  # a shape fed at run time
+
+
 def test_reshape_with_two_minus_ones_fails():
     x = np.ones((2, 3), np.float32)
     model = one_node("Reshape", ["x", "s"], {"x": x}, {"s": np.array([-1, -1])}, opset=14)
