@@ -7,6 +7,7 @@ compares every node once and follows the chosen children.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -110,6 +111,8 @@ class Forest:
         self.fast = (not member_sets and bool(np.isin(self.modes, (LEQ, LT, GTE, GT)).all())
                      and not bool(np.isnan(self.splits[:n_interior]).any()))
         self._tables = {}
+        # per input dtype: (the base it was bound with, the provider's bound walk, the walk)
+        self._bound: dict[Any, tuple[Any, Any, Any]] = {}
         self._votes(*votes)
         self.always_voted = always_voted(tree, leaf - n_interior, self.has)
 
@@ -284,13 +287,20 @@ class Forest:
         if x.shape[1] <= self.max_feature:
             raise ValueError(f"a node reads feature {self.max_feature}, the input has "
                              f"{x.shape[1]}")
+        bound = self._bound.get(x.dtype)
+        if (bound is not None and bound[0] is base and x.ndim == 2 and x.flags.c_contiguous
+                and rows * len(self.roots) <= bound[2].MAX_PAIRS):  # as _compiled_walk asks
+            return bound[1](x)
         x = xp.ascontiguousarray(x)
         walk = self._compiled_walk(xp, x)
         if walk is not None:
             table = self._table(x.dtype)
-            return walk(x, table.splits, table.nodes(self.feature), self.roots, self.weights,
-                        self.has, self.depth, self.n_interior, not self.always_voted,
-                        self.divisor, base)
+            args = (table.splits, table.nodes(self.feature), self.roots, self.weights,
+                    self.has, self.depth, self.n_interior, not self.always_voted,
+                    self.divisor, base)
+            if hasattr(walk, "bind") and x.ndim == 2:  # the next inputs of this type: at once
+                self._bound[x.dtype] = (base, walk.bind(x.dtype, *args), walk)
+            return walk(x, *args)
         step = max(1, PAIRS_PER_STEP // max(len(self.roots), 1))
         if rows <= step:
             scores, hit = self._chunk_scores(xp, x)

@@ -108,6 +108,28 @@ class CompiledTreeWalk:
             self._compiled[np.dtype(dtype)] = self._compiled[dtype] = found
         return bool(found)
 
+    def bind(self, dtype, splits, nodes, roots, weights, has, depth: int, n_interior: int,
+             track: bool, divisor: float = 1.0, base=None):
+        """:meth:`__call__` with every argument but ``x`` bound, for a forest that walks many
+        inputs of ``dtype`` (after :meth:`ready` said yes for it): ``walk(x)``, ``x`` a
+        C-contiguous matrix of ``dtype`` the caller checked, of at most :data:`MAX_PAIRS`
+        (row, tree) pairs. The checks and look-ups of a call took 2-3 us of a 10-tree
+        ensemble's 12 on one row."""
+        kernel = self._compiled[np.dtype(dtype)]
+        targets = weights.shape[1]
+        base = NO_BASE if base is None else base
+        zeros = np.zeros
+
+        def walk(x):
+            rows = x.shape[0]
+            scores = zeros((rows, targets))
+            hit = zeros((rows, targets), dtype=bool) if track else NO_HIT
+            kernel(x, splits, nodes, roots, weights, has, depth, n_interior, divisor, base,
+                   scores, hit)
+            return scores, (hit if track else None)
+
+        return walk
+
     def __call__(self, x, splits, nodes, roots, weights, has, depth: int, n_interior: int,
                  track: bool, divisor: float = 1.0, base=None):
         """``(scores, hit)`` of ``x`` [rows, features]: float64 [rows, targets] sums of the

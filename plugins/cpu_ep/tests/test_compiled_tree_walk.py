@@ -52,6 +52,32 @@ def test_the_walk_scores_as_numpy_bit_for_bit(rng, monkeypatch, dtype):
                 np.testing.assert_array_equal(compiled[1], passes[1], err_msg=label)
 
 
+def test_a_forest_walks_again_through_its_bound_walk_as_asked(rng, monkeypatch):
+    # after a first compiled walk, later inputs of the type go to the walk bound with the
+    # forest's tables, while the batch fits (MAX_PAIRS) and the base is the same
+    forest = forest_of(regressor(rng, 3, targets=2, tracks=True, trees=6, depth=4))
+    base = rng.normal(size=forest.n_targets)
+    x = inputs(rng, rows=5, nan=True)
+    first = forest.scores(numpy_xp, x, base)
+    assert np.dtype(np.float32) in forest._bound
+    calls = []
+    bound = forest._bound[np.dtype(np.float32)]
+    forest._bound[np.dtype(np.float32)] = (bound[0], lambda v: calls.append(v) or bound[1](v),
+                                           bound[2])
+    again = forest.scores(numpy_xp, x, base)
+    assert len(calls) == 1 and np.array_equal(first[0], again[0])
+    np.testing.assert_array_equal(first[1], again[1])
+    with monkeypatch.context() as patched:
+        patched.setattr(CompiledTreeWalk, "MAX_PAIRS", 0)  # too many pairs: numpy's passes
+        passes = forest.scores(numpy_xp, x, base)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(first[0], passes[0])
+    forest.scores(numpy_xp, np.asfortranarray(x), base)  # not C-contiguous: as before
+    assert len(calls) == 1
+    forest.scores(numpy_xp, x, base + 0)  # another base: walked as before, then bound anew
+    assert len(calls) == 1 and forest._bound[np.dtype(np.float32)][1] is not bound[1]
+
+
 def test_forests_the_walk_is_not_asked_for(rng):
     walk = numpy_xp.compiled_tree_walk
     x = inputs(rng, rows=1)
