@@ -612,8 +612,18 @@ def _fold(fn, xs):
     return out
 
 
-@kernel("Sum", 13, dtypes=FLOATS_BF16, family="elementwise")
-@kernel("Sum", 8, dtypes=FLOATS, family="elementwise")
+def _two_alike(node):
+    """``"add"`` for a Sum of two inputs of one type of 4 bytes or more (what :func:`sum_`
+    computes with ``xp.add`` alone), else ``None``."""
+    inputs = node.inputs
+    if len(inputs) != 2 or any(v is None or v.dtype is None for v in inputs):
+        return None
+    a, b = (v.dtype for v in inputs)
+    return "add" if a == b and a.name in ("float32", "float64") else None
+
+
+@kernel("Sum", 13, dtypes=FLOATS_BF16, family="elementwise", direct_when=_two_alike)
+@kernel("Sum", 8, dtypes=FLOATS, family="elementwise", direct_when=_two_alike)
 def sum_(xp, *xs):
     if len(xs) == 2:  # the common case, without the fold's lists (a third of a tiny sum)
         x, y = xs

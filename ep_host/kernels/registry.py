@@ -54,7 +54,9 @@ class KernelSpec:
     shape); the function then gets ``out=`` that array and returns it filled, as numpy's ufuncs
     do.
     ``direct``: the function is exactly ``xp.<direct>(*inputs)`` (with no attributes), so the
-    kernel calls that function itself, one Python call less per run.
+    kernel calls that function itself, one Python call less per run. ``direct_when(node)``: the
+    same for some nodes only, the name of that function for them, else ``None`` (a Sum of two
+    inputs of one type is ``xp.add``).
     ``family``: the op family whose calibrated factors a provider prices the kernel with
     ("conv", "matmul", "elementwise", ...), or ``None`` (never calibrated).
     ``workspace(xp, inputs, **kwargs)``: the :class:`ep_host.Workspace` the kernel needs for
@@ -79,6 +81,7 @@ class KernelSpec:
     prepare: Callable[..., Mapping[str, Any]] | None = None
     inplace: tuple[int, ...] = ()
     direct: str | None = None
+    direct_when: Callable[[NodeView], str | None] | None = None
     family: str | None = None
     workspace: Callable[..., Workspace | None] | None = None
 
@@ -89,19 +92,21 @@ class KernelSpec:
             kwargs.update(self.bind(node))
         if self.kernel_class is not None:
             return self.kernel_class(xp, node, context, **kwargs)
+        direct = self.direct_when(node) if self.direct_when is not None else None
         if self.prepare is None:  # nothing per node: nodes with equal attributes share one
             key = _sharing_key(kwargs)
             if key is not None:
                 # the entry holds ``xp`` itself, so its id names it while the entry lives
-                key = (self, id(xp), len(node.outputs), key)
+                key = (self, id(xp), len(node.outputs), direct, key)
                 try:
                     held = _SHARED.get(key)
                 except TypeError:  # a spec that cannot be hashed: not shared
-                    return RegistryKernel(self, xp, kwargs, len(node.outputs))
+                    return RegistryKernel(self, xp, kwargs, len(node.outputs), direct)
                 if held is None:
-                    held = _SHARED[key] = (xp, RegistryKernel(self, xp, kwargs, len(node.outputs)))
+                    held = _SHARED[key] = (xp, RegistryKernel(self, xp, kwargs,
+                                                              len(node.outputs), direct))
                 return held[1]
-        return RegistryKernel(self, xp, kwargs, len(node.outputs))
+        return RegistryKernel(self, xp, kwargs, len(node.outputs), direct)
 
 
 _SHARED: dict[tuple[Any, ...], tuple[Any, RegistryKernel]] = {}
@@ -158,10 +163,12 @@ class RegistryKernel(FunctionKernel):
     wraps it. A function returning a tuple has several outputs. numpy scalars become 0-d arrays.
     """
 
-    def __init__(self, spec: KernelSpec, xp: Any, kwargs: dict[str, Any], n_outputs: int):
+    def __init__(self, spec: KernelSpec, xp: Any, kwargs: dict[str, Any], n_outputs: int,
+                 direct: str | None = None):
         self.spec = spec
         self.xp = xp
         self.kwargs = kwargs
+        self.direct = direct or spec.direct  # the xp function it is, where it is one
         super().__init__(spec.fn, n_outputs=n_outputs,
                          name=f"{spec.op_type}-{spec.since_version}")
         self.inplace = spec.inplace
@@ -171,8 +178,8 @@ class RegistryKernel(FunctionKernel):
     def _bind(self) -> None:
         fn, xp, kwargs = self.spec.fn, self.xp, self.kwargs
         generic = xp.generic if hasattr(xp, "generic") else ()
-        if self.spec.direct is not None and not kwargs:
-            call = getattr(xp, self.spec.direct)
+        if self.direct is not None and not kwargs:
+            call = getattr(xp, self.direct)
         else:  # an in-place kernel also takes out=, a dead input the host hands over
             call = partial(fn, xp, **kwargs)
 
@@ -288,6 +295,7 @@ class Registry:
         direct: str | None = None,
         family: str | None = None,
         workspace: Callable[..., Workspace | None] | None = None,
+        direct_when: Callable[[NodeView], str | None] | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register ``fn`` for ``op_type`` at each listed ``since_version``; stackable.
 
@@ -307,7 +315,7 @@ class Registry:
                     bind=bind, attributes=attributes, required=required,
                     kernel_class=kernel_class, containers=containers or subgraphs,
                     prepare=prepare, inplace=tuple(inplace), direct=direct, family=family,
-                    workspace=workspace,
+                    workspace=workspace, direct_when=direct_when,
                 ))
             return fn
 

@@ -61,3 +61,23 @@ def test_kernels_that_prepare_constants_are_not_shared():
     assert made[0] is not made[1]
     x = np.array([[1.0, 2.0, 3.0]], np.float32)
     np.testing.assert_array_equal(session.run(None, {"x": x})[0], x * 6)
+
+
+def test_a_sum_of_two_inputs_of_one_type_is_numpys_add_itself():
+    # KernelSpec.direct_when: a Sum of two float32 (or float64) inputs calls xp.add with no
+    # Python function between; three inputs, or float16 ones, keep Sum's own function; the
+    # direct kernel and the other are not one shared kernel
+    nodes = [helper.make_node("Sum", ["x", "x"], ["two"], name="two"),
+             helper.make_node("Sum", ["two", "x", "x"], ["three"], name="three"),
+             helper.make_node("Cast", ["three"], ["h"], to=TensorProto.FLOAT16, name="to16"),
+             helper.make_node("Sum", ["h", "h"], ["y"], name="half")]
+    model = make_model(nodes, [("x", F, [3])], [("y", TensorProto.FLOAT16, [3])])
+    session = ep_host.InferenceSession(model.SerializeToString(), providers=["cpu"],
+                                       optimizations=())
+    by_name = {s.nodes[0].name: s.kernel for s in session._steps}
+    assert by_name["two"].call is np.add
+    assert by_name["three"].call is not np.add and by_name["half"].call is not np.add
+    x = np.array([1.5, -2.0, 1e-3], np.float32)
+    (y,) = session.run(None, {"x": x})
+    want = ((x + x) + x + x).astype(np.float16)
+    np.testing.assert_array_equal(y, want + want)
