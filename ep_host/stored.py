@@ -13,7 +13,7 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
-from ep_host.calibration import PLATFORM_CACHE_VARIABLES
+from ep_host.calibration import cache_dir
 
 
 def key_digest(key: Hashable) -> str:
@@ -94,38 +94,10 @@ class CacheDirStores:
     def __init__(self, *parts: object):
         self.name = "-".join(re.sub(r"[^A-Za-z0-9.]+", "_", str(p)) for p in parts) + ".jsonl"
         self.stores: dict[Path, AnswerStore] = {}
-        # by the variables the cache directory is worked out from, as ``os.environ`` keeps them
-        self._by_settings: dict[tuple[Any, ...], AnswerStore] = {}
 
     def current(self) -> AnswerStore:
-        settings = _cache_settings()
-        found = self._by_settings.get(settings)
+        folder = cache_dir()
+        found = self.stores.get(folder)
         if found is None:
-            from ep_host.calibration import cache_dir
-
-            folder = cache_dir()
-            found = self.stores.get(folder)
-            if found is None:
-                found = self.stores[folder] = AnswerStore(folder / self.name)
-            if len(self._by_settings) >= 16:  # settings that keep changing: start afresh
-                self._by_settings.clear()
-            self._by_settings[settings] = found
+            found = self.stores[folder] = AnswerStore(folder / self.name)
         return found
-
-
-# the variables ``ep_host.calibration.cache_dir`` reads (its override, then platformdirs')
-CACHE_VARIABLES = ("EP_HOST_CACHE_DIR", *PLATFORM_CACHE_VARIABLES)
-try:  # as ``os.environ`` keys its own dict (bytes on POSIX)
-    _CACHE_KEYS: tuple[Any, ...] | None = tuple(
-        os.environ.encodekey(name) for name in CACHE_VARIABLES)  # type: ignore[attr-defined]
-except AttributeError:
-    _CACHE_KEYS = None
-
-
-def _cache_settings() -> tuple[Any, ...]:
-    """The values of :data:`CACHE_VARIABLES` now, read from ``os.environ``'s own dict where it
-    has one (``os.environ.get`` of five variables took 4 us, the cache directory's path more)."""
-    data = getattr(os.environ, "_data", None)
-    if type(data) is dict and _CACHE_KEYS is not None:
-        return tuple(map(data.get, _CACHE_KEYS))
-    return tuple(map(os.environ.get, CACHE_VARIABLES))

@@ -34,7 +34,6 @@ class _Pools:
         self.saved: list[int] = []  # each library's threads before the first run began
         self.current: list[int] = []  # and what they are now
         self.modules = -1  # how many modules were imported when the libraries were found
-        self.single: tuple[Callable[[], int], Callable[[int], Any]] | None = None  # one library
 
     def _find(self) -> None:
         self.modules = -1
@@ -46,7 +45,6 @@ class _Pools:
             self.libraries = list(
                 ThreadpoolController().select(user_api="blas").lib_controllers)
         self.calls = [_calls(lib) for lib in self.libraries]
-        self.single = self.calls[0] if len(self.calls) == 1 else None
         self.modules = len(sys.modules)
 
     def enter(self, limit: int) -> None:
@@ -57,16 +55,17 @@ class _Pools:
             if self.libraries is None or (not active and len(sys.modules) != self.modules):
                 self._find()
             if not active:
-                single = self.single
-                if single is not None:  # numpy's one BLAS (the common case), read and set here
-                    n = single[0]()
+                calls = self.calls
+                if len(calls) == 1:  # numpy's one BLAS (the common case), read and set here
+                    read, write = calls[0]
+                    n = read()
                     self.saved = [n]
                     if n != limit:
-                        single[1](limit)
+                        write(limit)
                     self.current = [limit]
                     active[limit] = 1
                     return
-                saved = self.saved = [read() for read, _ in self.calls]
+                saved = self.saved = [read() for read, _ in calls]
                 self.current = saved.copy()
                 active[limit] = 1
                 for n in saved:  # pools already at the limit (the common case): nothing to set
@@ -89,9 +88,9 @@ class _Pools:
             if active:
                 self._set(max(active))
             elif self.current != self.saved:  # the last run: the pools as they were
-                single = self.single
-                if single is not None:
-                    single[1](self.saved[0])
+                calls = self.calls
+                if len(calls) == 1:
+                    calls[0][1](self.saved[0])
                     self.current = [self.saved[0]]
                 else:
                     self._set(None)

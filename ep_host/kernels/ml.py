@@ -269,6 +269,9 @@ def category_mapper(xp, x, *, default_int64, default_string, cats_int64s=(), cat
 # ---------------------------------------------------------------------------------------------
 
 
+FEW_INDICES = 64  # fed indices up to this many are bounds-checked as a list
+
+
 def _feature_indices(xp, y):
     """ArrayFeatureExtractor's indices as int64, with their smallest and largest value (of a
     few, from a list: numpy's min and max cost a reduction's set-up each, 2-3 us of a
@@ -280,9 +283,6 @@ def _feature_indices(xp, y):
         values = index.tolist()
         return index, min(values), max(values)
     return index, int(index.min()), int(index.max())
-
-
-FEW_INDICES = 64
 
 
 def _prepare_feature_indices(xp, constants, **_):

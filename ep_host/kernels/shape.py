@@ -66,9 +66,14 @@ def _reshape(data, shape, allowzero, dims=None):
                 if i >= data.ndim:
                     raise ValueError(f"shape {dims} copies dim {i} of an input of rank {data.ndim}")
                 dims[i] = data.shape[i]
-    if dims.count(-1) > 1 or any(d < -1 for d in dims):
+    if _bad_dims(dims):
         raise ValueError(f"shape {dims} has more than one -1 or a dim below -1")
     return data.reshape(tuple(dims))
+
+
+def _bad_dims(dims):
+    """Whether a Reshape's ``dims`` have more than one -1 or a dim below -1."""
+    return dims.count(-1) > 1 or any(d < -1 for d in dims)
 
 
 def _prepare_reshape(xp, constants, *, allowzero=0, **_):
@@ -79,7 +84,7 @@ def _prepare_reshape(xp, constants, *, allowzero=0, **_):
     if shape is None:
         return {}
     dims = int_list(shape)
-    if dims.count(-1) > 1 or any(d < -1 for d in dims) or (not allowzero and 0 in dims):
+    if _bad_dims(dims) or (not allowzero and 0 in dims):
         return {}
     return {"dims": tuple(dims)}
 

@@ -298,7 +298,8 @@ class Forest:
             args = (table.splits, table.nodes(self.feature), self.roots, self.weights,
                     self.has, self.depth, self.n_interior, not self.always_voted,
                     self.divisor, base)
-            if hasattr(walk, "bind") and x.ndim == 2:  # the next inputs of this type: at once
+            if (hasattr(walk, "bind") and x.ndim == 2  # the next inputs of this type: at once
+                    and (bound is None or bound[0] is not base)):
                 self._bound[x.dtype] = (base, walk.bind(x.dtype, *args), walk)
             return walk(x, *args)
         step = max(1, PAIRS_PER_STEP // max(len(self.roots), 1))

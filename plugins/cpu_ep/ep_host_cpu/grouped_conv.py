@@ -381,6 +381,15 @@ def conv_geometry(x_shape, w_shape, strides, dilations, begin, end,
 _NAMES: dict[Any, str] = {}  # a dtype (or its name, or a numpy type) -> its name
 
 
+def _name(dtype: Any) -> str:
+    """``np.dtype(dtype).name``, looked up once per dtype (numpy builds the name in Python each
+    time it is asked)."""
+    name = _NAMES.get(dtype)
+    if name is None:
+        name = _NAMES[dtype] = np.dtype(dtype).name
+    return name
+
+
 class GroupedConv2d:
     """``xp.grouped_conv2d``: :meth:`ready` says at plan time whether the compiled loops are
     used for a dtype (numba installed and wanted, float32 or float64), :meth:`geometry` works out
@@ -397,9 +406,7 @@ class GroupedConv2d:
         self._lanes: dict[tuple[str, tuple[int, int]], Any] = {}
 
     def ready(self, dtype: Any) -> bool:
-        name = _NAMES.get(dtype)  # a dtype's name is worked out in Python each time asked
-        if name is None:
-            name = _NAMES[dtype] = np.dtype(dtype).name
+        name = _name(dtype)
         if name not in self.DTYPES or not numba_wanted():
             return False
         loops = self._loops.get(name)
@@ -412,7 +419,7 @@ class GroupedConv2d:
     def lanes_ready(self, dtype: Any, kernel: tuple[int, int]) -> bool:
         """Whether the lane loop for ``kernel`` runs at ``dtype``: one exists for that size, and
         it is compiled (or loaded) now, the first time a model has such a convolution."""
-        name = np.dtype(dtype).name
+        name = _name(dtype)
         if kernel not in LANE_KERNELS or not self.ready(name):
             return False
         loop = self._lanes.get((name, kernel))
