@@ -21,7 +21,7 @@ import numpy as np
 
 from ep_host.errors import address_space_left
 
-HOLD_MIN_BYTES = 64 * 1024  # smaller initializers stay in the protobuf
+HOLD_MIN_BYTES = 1024  # smaller initializers stay in the protobuf
 # Smaller files are parsed as they are. Splitting takes protobuf's copy of each weight out of
 # session creation: MobileNetV2 (13 MB) 36 -> 28 ms, SqueezeNet (4.7 MB) 11.5 -> 10.8 ms
 SPLIT_MIN_FILE_BYTES = 1 * 2**20

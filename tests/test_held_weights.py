@@ -21,7 +21,8 @@ RNG = np.random.default_rng(0)
 
 def big_model(path, *, odd_names=False):
     """Three MatMuls by 1200 x 1200 weights (5.8 MB each: the file passes the split size), a
-    small bias and a shape initializer that stay in protobuf, and a float64 weight."""
+    bias (held too: past HOLD_MIN_BYTES), a float scale and a shape initializer that stay in
+    protobuf, and a float64 weight."""
     n = 1200
     weights = {f"w{i}{'é' * i if odd_names else ''}": RNG.standard_normal((n, n)).astype(
         np.float32) for i in range(3)}
@@ -32,11 +33,13 @@ def big_model(path, *, odd_names=False):
              helper.make_node("MatMul", ["h0", names[1]], ["h1"]),
              helper.make_node("Add", ["h1", "bias"], ["h2"]),
              helper.make_node("MatMul", ["h2", names[2]], ["h3"]),
-             helper.make_node("Reshape", ["h3", "shape"], ["y"]),
+             helper.make_node("Mul", ["h3", "scale"], ["h3s"]),
+             helper.make_node("Reshape", ["h3s", "shape"], ["y"]),
              helper.make_node("Cast", ["h3"], ["h3d"], to=TensorProto.DOUBLE),
              helper.make_node("MatMul", ["h3d", "wide"], ["z"])]
     inits = [numpy_helper.from_array(w, name) for name, w in weights.items()]
-    inits += [numpy_helper.from_array(bias, "bias"),
+    scale = np.array([0.5], np.float32)
+    inits += [numpy_helper.from_array(bias, "bias"), numpy_helper.from_array(scale, "scale"),
               numpy_helper.from_array(np.array([2, n // 2], np.int64), "shape"),
               numpy_helper.from_array(wide, "wide")]
     graph = helper.make_graph(
@@ -46,7 +49,7 @@ def big_model(path, *, odd_names=False):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.save(model, str(path))
     assert path.stat().st_size >= SPLIT_MIN_FILE_BYTES
-    return model, {**weights, "bias": bias, "wide": wide}
+    return model, {**weights, "bias": bias, "scale": scale, "wide": wide}
 
 
 def test_big_weights_are_views_of_one_aligned_buffer_and_read_exactly(tmp_path):
@@ -55,7 +58,7 @@ def test_big_weights_are_views_of_one_aligned_buffer_and_read_exactly(tmp_path):
     model = load_model(str(path))
     assert model.held is not None
     big = {name for name, a in arrays.items() if a.nbytes >= HOLD_MIN_BYTES}
-    assert set(model.held.spans) == big == {"w0", "w1", "w2", "wide"}
+    assert set(model.held.spans) == big == {"w0", "w1", "w2", "bias", "wide"}
     assert model.proto.ByteSize() < 64 * 1024  # protobuf holds the small tensors only
     for name, want in arrays.items():
         got = model.graph.values[name].value
