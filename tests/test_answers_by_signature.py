@@ -93,3 +93,35 @@ def test_a_session_of_a_signature_provider_runs_right():
     np.testing.assert_array_equal(y, np.maximum(np.concatenate([n, x], 1).reshape(1, 8), 0))
     np.testing.assert_array_equal(w8, np.concatenate([n, x], 1).reshape(8))
     np.testing.assert_array_equal(z24, z.reshape(2, 4))
+
+
+def test_the_cpu_ep_prices_a_signature_once_per_calibration(monkeypatch):
+    import ep_host_cpu.provider as cpu
+
+    from ep_host import calibration
+    from ep_host.discovery import shared_host
+
+    checked = []
+
+    def counting_check(spec, node, provider):
+        checked.append(node.name)
+        return check_node(spec, node, provider)
+
+    check_node = cpu.check_node
+    monkeypatch.setattr(cpu, "check_node", counting_check)
+    monkeypatch.setattr(cpu, "_CHECKED_SIGNATURES", {})  # what earlier tests priced: forgotten
+    host = shared_host()
+    model_bytes = chain_model().SerializeToString()
+    first = walk(host, load_model(model_bytes), ["cpu"]).answers
+    asked = list(checked)
+    assert "relu0" in asked and "relu_wide" in asked  # each signature checked once
+    checked.clear()
+    again = walk(host, load_model(model_bytes), ["cpu"]).answers  # another session's views
+    assert checked == []  # nothing checked again: each signature's answer kept
+    for name, row in first.items():
+        assert again[name]["cpu"] == row["cpu"], name
+    calibration.reload()  # a new calibration prices every signature afresh
+    fresh = walk(host, load_model(model_bytes), ["cpu"]).answers
+    assert sorted(checked) == sorted(asked)
+    for name, row in first.items():
+        assert fresh[name]["cpu"].cost.total_us == row["cpu"].cost.total_us, name

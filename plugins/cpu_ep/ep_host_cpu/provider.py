@@ -102,26 +102,35 @@ def ep_host_provider_info() -> ProviderInfo:
                         answers_by_signature=True)
 
 
-# the kernel spec each node passed its checks for in supports_op, and each signature (this EP
-# answers by signature: its checks read nothing else): creating the kernel of such a node, or
-# of another node of that signature, does not check again (a tree ensemble's checks walk every
-# tree, a millisecond or more; a Conv's take 20 us)
+# the kernel spec each node passed its checks for in supports_op, and per signature that spec
+# with the answer it got (this EP answers by signature: its checks and its price read nothing
+# else): creating the kernel of such a node, or of another node of that signature, does not
+# check again (a tree ensemble's checks walk every tree, a millisecond or more; a Conv's take
+# 20 us), nor does a later session's walk ask again what a node of that signature costs
 _CHECKED: weakref.WeakKeyDictionary[NodeView, KernelSpec] = weakref.WeakKeyDictionary()
-_CHECKED_SIGNATURES: dict[tuple[Any, ...], KernelSpec] = {}
+# (spec, answer, the machine profile and calibration that priced it: a new one prices afresh)
+_CHECKED_SIGNATURES: dict[tuple[Any, ...], tuple[KernelSpec, KernelMatch, Any, Any]] = {}
 SIGNATURES_KEPT = 8192  # SSD-lite asks about 1,511
 
 
 @hookimpl
 def ep_host_supports_op(node: NodeView, context: ProviderContext) -> KernelMatch:
     spec = REGISTRY.lookup(node, NAME)
+    signature = known_signature(node)
+    if signature is not None:
+        kept = _CHECKED_SIGNATURES.get(signature)
+        if (kept is not None and kept[0] is spec and kept[2] is machine_profile()
+                and kept[3] is family_factors("cpu")):
+            _CHECKED[node] = spec
+            return kept[1]
     check_node(spec, node, NAME)
     _CHECKED[node] = spec
-    signature = known_signature(node)
+    answer = CLAIMS.answer(spec, node)
     if signature is not None:
         if len(_CHECKED_SIGNATURES) >= SIGNATURES_KEPT:  # the oldest go
             _CHECKED_SIGNATURES.pop(next(iter(_CHECKED_SIGNATURES)), None)
-        _CHECKED_SIGNATURES[signature] = spec
-    return CLAIMS.answer(spec, node)
+        _CHECKED_SIGNATURES[signature] = spec, answer, machine_profile(), family_factors("cpu")
+    return answer
 
 
 @hookimpl
@@ -135,4 +144,5 @@ def ep_host_create_kernel(node: NodeView, context: ProviderContext) -> Kernel:
 
 def _checked_signature(node: NodeView) -> KernelSpec | None:
     signature = known_signature(node)
-    return None if signature is None else _CHECKED_SIGNATURES.get(signature)
+    kept = None if signature is None else _CHECKED_SIGNATURES.get(signature)
+    return None if kept is None else kept[0]
