@@ -15,7 +15,17 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, GraphProto, NodeProto, TensorProto, TypeProto
 
-from ep_host.attribute_lists import LONG_LIST, LongListAttributes, decoded
+from ep_host.attribute_lists import (
+    LONG_LIST,
+    SHARED_ATTRIBUTES,
+    LongListAttributes,
+    attributes_key,
+    captured_names,
+    decoded,
+    list_array,
+    node_reads,
+    share_attributes,
+)
 from ep_host.dtypes import DType
 from ep_host.dtypes import dtype as to_dtype
 from ep_host.errors import ModelValidationError
@@ -323,6 +333,11 @@ class NodeView(_NodeFields):
                     _schema_defaults(self.domain, self.op_type, self.since_version))
                 object.__setattr__(self, "_attributes", attributes)
                 return attributes
+            key = attributes_key(self)  # nodes of equal plain attributes share one mapping
+            shared = SHARED_ATTRIBUTES.get(key)
+            if shared is not None:
+                object.__setattr__(self, "_attributes", shared)
+                return shared
             out = {}
             if self.since_version is not None:
                 out.update(_schema_defaults(self.domain, self.op_type, self.since_version))
@@ -343,8 +358,11 @@ class NodeView(_NodeFields):
                     out[attr.name] = _attribute_value(attr, self.graph.model, self.graph)
                     continue
                 out[attr.name] = LongListAttributes.later()
-            object.__setattr__(self, "_attributes", LongListAttributes(out, makers) if makers
-                               else MappingProxyType(out))
+            attributes = (LongListAttributes(out, makers) if makers
+                          else MappingProxyType(out))
+            object.__setattr__(self, "_attributes", attributes)
+            if not makers:
+                share_attributes(key, attributes, self._proto.attribute)
         return self._attributes
 
     def _kept_arrays(self) -> dict[str, np.ndarray | None]:
@@ -358,10 +376,7 @@ class NodeView(_NodeFields):
         arrays = self._kept_arrays()
         found = arrays.get(attr.name)
         if found is None:
-            found = (np.array(attr.ints, dtype=np.int64) if attr.type == AttributeProto.INTS
-                     else np.array(attr.floats, dtype=np.float32))
-            found.flags.writeable = False
-            arrays[attr.name] = found
+            found = arrays[attr.name] = list_array(attr)
         return found
 
     def attribute_array(self, name: str) -> np.ndarray | None:
@@ -585,7 +600,7 @@ class GraphView:
 
     def outer_names(self) -> set[str]:
         """The outer-scope names this graph reads (values of the graphs it is nested in)."""
-        return _captured(self._proto)
+        return captured_names(self._proto)
 
     def walk(self) -> Iterator[NodeView]:
         """Every node of this graph and of the bodies nested in it, depth first."""
@@ -666,32 +681,6 @@ def scan_nodes(g: GraphProto) -> list[NodeRow]:
 
 def _row_reads(row: NodeRow) -> list[str]:
     return node_reads(row[0]) if row[6] else [x for x in row[4] if x]
-
-
-def node_reads(n: NodeProto) -> list[str]:
-    """Names a node reads: its inputs plus outer-scope names its subgraphs capture."""
-    reads = [x for x in n.input if x]
-    for attr in n.attribute:
-        if attr.type == AttributeProto.GRAPH:
-            reads.extend(_captured(attr.g))
-        elif attr.type == AttributeProto.GRAPHS:
-            for g in attr.graphs:
-                reads.extend(_captured(g))
-    return reads
-
-
-def _captured(g: GraphProto) -> set[str]:
-    """The outer-scope names ``g`` reads (``GraphView.outer_names``; the session still imports
-    this name until it switches to that method)."""
-    local = ({vi.name for vi in g.input} | {t.name for t in g.initializer}
-             | {sp.values.name for sp in g.sparse_initializer})
-    for n in g.node:
-        local.update(o for o in n.output if o)
-    out = set()
-    for n in g.node:
-        out.update(x for x in node_reads(n) if x not in local)
-    out.update(vi.name for vi in g.output if vi.name not in local)
-    return out
 
 
 def _kahn(deps: list[list[int]], names: list[str], label: str) -> list[int]:

@@ -37,6 +37,35 @@ def test_default_domain_is_normalised_and_attributes_get_schema_defaults():
         node.attributes["alpha"] = 2.0
 
 
+def test_nodes_with_the_same_plain_attributes_share_one_mapping_across_models():
+    def conv_model(pads, opset=17):
+        nodes = [helper.make_node("Conv", ["x", "w"], ["y"], pads=pads, strides=[1, 1]),
+                 helper.make_node("Conv", ["y", "w"], ["z"], pads=[0, 0, 0, 0], strides=[1, 1]),
+                 helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(
+                     np.ones(2, np.float32)))]
+        return make_model(nodes, [("x", TensorProto.FLOAT, [1, 1, 6, 6]),
+                                  ("w", TensorProto.FLOAT, [1, 1, 3, 3])],
+                          [("z", TensorProto.FLOAT, None), ("c", TensorProto.FLOAT, None)],
+                          opset=opset)
+
+    first = load_model(conv_model([1, 1, 1, 1])).graph.nodes
+    again = load_model(conv_model([1, 1, 1, 1])).graph.nodes
+    other = load_model(conv_model([0, 0, 0, 0])).graph.nodes
+    older = load_model(conv_model([1, 1, 1, 1], opset=10)).graph.nodes
+    assert again[0].attributes is first[0].attributes  # another model, the same attributes
+    assert other[0].attributes is first[1].attributes  # another node with those attributes
+    assert other[0].attributes is not first[0].attributes
+    assert older[0].since_version != first[0].since_version  # its own schema's defaults
+    assert older[0].attributes is not first[0].attributes
+    assert first[0].attributes["pads"] == (1, 1, 1, 1)
+    assert first[0].attributes["strides"] == (1, 1)
+    assert first[1].attributes["pads"] == (0, 0, 0, 0)
+    # a tensor attribute is read per model: its array is that model's own
+    assert again[2].attributes is not first[2].attributes
+    with pytest.raises(TypeError):
+        first[0].attributes["pads"] = (0,)
+
+
 def test_values_carry_dtype_shape_and_inferred_types():
     node_add, node_relu = load_model(add_relu_model()).graph.nodes
     x, y = node_add.inputs
