@@ -259,3 +259,25 @@ def test_a_process_forked_while_the_weights_are_read_reads_them_itself(tmp_path,
     assert os.WEXITSTATUS(status) == 0
     for name, want in arrays.items():
         np.testing.assert_array_equal(model.graph.values[name].value, want)
+
+
+def test_shape_inference_reads_the_split_model_itself_without_a_copy(tmp_path, monkeypatch):
+    """Every float initializer of HOLD_MIN_BYTES or more is held, and loading keeps in protobuf
+    only what inference reads whole: it runs on the parsed model, not a copy without weights."""
+    path = tmp_path / "big.onnx"
+    model, _ = big_model(path)
+    del model.graph.output[:]  # outputs untyped: loading has to infer them
+    model.graph.output.extend([helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                               helper.make_tensor_value_info("z", TensorProto.DOUBLE, None)])
+    onnx.save(model, str(path))
+    inferred = []
+    infer = onnx.shape_inference.infer_shapes
+
+    def recording(proto, *args, **kwargs):
+        inferred.append(proto)
+        return infer(proto, *args, **kwargs)
+
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", recording)
+    loaded = load_model(str(path))
+    assert loaded.held is not None and inferred and inferred[0] is loaded.proto
+    assert loaded.graph.values["y"].shape == (2, 600)
