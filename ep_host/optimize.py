@@ -45,7 +45,7 @@ provider claims it, the capability walk places those nodes instead, as it does a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import onnx
@@ -273,29 +273,53 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
     out.optimizations = applied
     out.unfused = rw.unfused
     out.merged = {**model.merged, **rw.merged}
-    out.sources = _sources(model, rw, out)
+    # worked out when first asked (``why``, a report), not at every session's creation
+    out.sources = WrittenSources(
+        [n.name for n in rw.live()], rw.written, rw.merged, out.merged,
+        [n.name for n in model.graph.nodes], model.sources)
     return out
 
 
-def _sources(model: Model, rw: Rewriter, out: Model) -> dict[str, list[str]]:
-    """Each node of ``out`` that is not simply itself of the model as written: the names, as
-    written, of the nodes whose work it does (a fused node: every node it fused)."""
-    covers: dict[str, list[str]] = {}
-    for n in rw.live():
-        if n.name:
-            covers[n.name] = [n.name] if n.name in rw.written else []
-    for name in rw.merged:
-        target = _doer(out, name)
-        if target in covers and name not in covers[target]:
-            covers[target].append(name)
-    order = {n.name: i for i, n in enumerate(model.graph.nodes)}
-    sources = {}
-    for target, names in covers.items():
-        names.sort(key=lambda name: order.get(name, len(order)))
-        written = [w for name in names for w in model.sources.get(name, [name])]
-        if written != [target]:
-            sources[target] = list(dict.fromkeys(written))
-    return sources
+class WrittenSources(Mapping[str, list[str]]):
+    """Each node of a rewritten model that is not simply itself of the model as written: the
+    names, as written, of the nodes whose work it does (a fused node: every node it fused).
+    Worked out on first use from the names a rewrite leaves (no graph or model kept)."""
+
+    def __init__(self, live: list[str], written: frozenset[str], merged: dict[str, str | None],
+                 all_merged: dict[str, str | None], order: list[str],
+                 before: Mapping[str, list[str]]):
+        self._args: tuple[Any, ...] | None = (live, written, merged, all_merged, order, before)
+        self._found: dict[str, list[str]] = {}
+
+    def _sources(self) -> dict[str, list[str]]:
+        args = self._args
+        if args is not None:  # made whole, then published: a second thread makes it again
+            live, written, merged, all_merged, order, before = args
+            found: dict[str, list[str]] = {}
+            covers: dict[str, list[str]] = {name: [name] if name in written else []
+                                            for name in live if name}
+            for name in merged:
+                target = _doer_in(all_merged, name)
+                if target in covers and name not in covers[target]:
+                    covers[target].append(name)
+            at = {name: i for i, name in enumerate(order)}
+            for target, names in covers.items():
+                names.sort(key=lambda name: at.get(name, len(at)))
+                was = [w for name in names for w in before.get(name, [name])]
+                if was != [target]:
+                    found[target] = list(dict.fromkeys(was))
+            self._found = found
+            self._args = None
+        return self._found
+
+    def __getitem__(self, name: str) -> list[str]:
+        return self._sources()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sources())
+
+    def __len__(self) -> int:
+        return len(self._sources())
 
 
 def resolve_node(model: Model, name: str) -> tuple[str | None, str]:
@@ -315,10 +339,14 @@ def resolve_node(model: Model, name: str) -> tuple[str | None, str]:
 def _doer(model: Model, name: str) -> str | None:
     """The node of ``model`` doing the work of node ``name`` (:func:`resolve_node`'s first
     answer, without its note)."""
+    return _doer_in(model.merged, name)
+
+
+def _doer_in(merged: Mapping[str, str | None], name: str) -> str | None:
     seen = [name]
     target: str | None = name
-    while target is not None and target in model.merged:
-        target = model.merged[target]
+    while target is not None and target in merged:
+        target = merged[target]
         if target in seen:
             break
         seen.append(target)
