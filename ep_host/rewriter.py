@@ -63,9 +63,22 @@ class Rewriter:
     def index(self) -> None:
         self.producer: dict[str, NodeProto] = {}
         self.consumers: dict[str, list[NodeProto]] = {}
+        producer, consumers, views = self.producer, self.consumers, self.views
+        fresh = not self.aliases and not self.constants  # no rewrite yet: the views say it all
         for n in self.nodes:
-            if n is not None:
+            if n is None:
+                continue
+            view = views.get(id(n)) if fresh else None
+            if view is None or view.has_subgraphs:
                 self._link(n)
+                continue
+            # what _link reads of the protobuf, from the loaded view (a third of the time)
+            for v in view.outputs:
+                if v is not None:
+                    producer[v.name] = n
+            for v in view.inputs:
+                if v is not None and v._tensor is None:  # not a constant: see _link
+                    consumers.setdefault(v.name, []).append(n)
 
     def _link(self, n: NodeProto) -> None:
         for name in n.output:

@@ -785,3 +785,34 @@ def test_no_pass_edits_the_nodes_it_was_given(name):
     before = [n.SerializeToString() for n in loaded.proto.graph.node]
     optimize(loaded)
     assert [n.SerializeToString() for n in loaded.proto.graph.node] == before
+
+
+def test_the_rewriters_first_index_is_the_one_its_nodes_give():
+    """The index built from the loaded views (producers; readers of values that are not
+    constants) is the one reading each node's protobuf gives: a Constant's output, a value
+    read twice by one node, an omitted output and a body reading an outer value."""
+    from ep_host.rewriter import Rewriter
+
+    then = helper.make_graph([helper.make_node("Add", ["m", "x"], ["t"])], "then", [],
+                             [helper.make_tensor_value_info("t", F, [2])])
+    other = helper.make_graph([helper.make_node("Neg", ["x"], ["e"])], "else", [],
+                              [helper.make_tensor_value_info("e", F, [2])])
+    nodes = [helper.make_node("Constant", [], ["k"], value=const("kv", [1.0, 2.0])),
+             helper.make_node("Mul", ["x", "x"], ["m"]),
+             helper.make_node("Add", ["m", "k"], ["a"]),
+             helper.make_node("Dropout", ["a"], ["d", ""]),
+             helper.make_node("ReduceSum", ["d"], ["s"], keepdims=0),
+             helper.make_node("Greater", ["s", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    model = make_model(nodes, [("x", F, [2])], [("y", F, [2])],
+                       initializers=[const("zero", 0.0)])
+    rw = Rewriter(load_model(model))
+    fast = dict(rw.producer), {k: [id(n) for n in v] for k, v in rw.consumers.items()}
+    rw.producer, rw.consumers = {}, {}
+    for n in rw.nodes:
+        rw._link(n)
+    assert fast[0].keys() == rw.producer.keys()
+    assert all(fast[0][k] is rw.producer[k] for k in fast[0])
+    assert fast[1] == {k: [id(n) for n in v] for k, v in rw.consumers.items()}
+    assert len(fast[1]["x"]) == 4  # Mul twice, the If once per branch reading it
+    assert "k" not in fast[1] and "zero" not in fast[1]  # constants: no readers kept
