@@ -500,7 +500,7 @@ def _validate_structure(
     the main graph is the optimizer's rewrite of a validated one; only its nodes' bodies."""
     scans: list[tuple[NodeProto, str, int]] = []
     schemas: dict[tuple[str, str], SchemaRules | None] = {}
-    passed: set[tuple[tuple[str, str], int, int]] = set()  # attribute-less nodes found valid
+    passed: set[tuple[Any, ...]] = set()  # op, counts, attribute names and types found valid
     stack: list[tuple[GraphProto, int, list[NodeRow] | None]] = [(main, 0, rows)]
     while stack:
         g, depth, g_rows = stack.pop()
@@ -508,7 +508,7 @@ def _validate_structure(
             raise ModelValidationError(
                 f"{label}: control-flow bodies are nested deeper than {MAX_GRAPH_DEPTH} levels "
                 f"(graph {g.name!r})")
-        defined: dict[str, str] = {}
+        defined: dict[str, str | tuple[str]] = {}
         for vi in g.input:
             defined[vi.name] = "a graph input"
         for t in g.initializer:
@@ -538,11 +538,11 @@ def _validate_structure(
                                         else schema_rules(key[0], op_type, opsets[key[0]]))
             if rules is not None:
                 node_label = name or f"{op_type}_{i}"
-                counts = (key, len(inputs), len(outputs))
-                if has_attributes or counts not in passed:
+                attrs = tuple([(a.name, a.type) for a in n.attribute]) if has_attributes else ()
+                counts = (key, len(inputs), len(outputs), attrs)
+                if counts not in passed:
                     _check_node(n, rules, node_label, inputs, outputs, has_attributes, label)
-                    if not has_attributes:  # its counts alone decided: the same pass again
-                        passed.add(counts)
+                    passed.add(counts)
                 if has_graphs and key[0] == DEFAULT_DOMAIN:
                     _check_body_counts(n, rules, node_label, label)
                     if op_type == "Scan":
@@ -551,11 +551,13 @@ def _validate_structure(
                 if out in defined:
                     if not out:
                         continue
+                    was = defined[out]  # a text, or (the node that wrote it first,)
                     raise ModelValidationError(
                         f"{label}: value {out!r} is written by node "
-                        f"{name or f'{op_type}_{i}'!r} ({op_type}) and is also {defined[out]}; "
+                        f"{name or f'{op_type}_{i}'!r} ({op_type}) and is also "
+                        f"{was if isinstance(was, str) else f'written by node {was[0]!r}'}; "
                         "every value has one producer")
-                defined[out] = f"written by node {name or f'{op_type}_{i}'!r}"
+                defined[out] = (name or f"{op_type}_{i}",)
             if has_graphs:
                 for a in n.attribute:
                     if a.type == AttributeProto.GRAPH:
@@ -652,15 +654,11 @@ def _type_name(code: int) -> str:
         return f"type {code}"
 
 
-def _graphs(n: NodeProto) -> dict[str, GraphProto]:
-    return {a.name: a.g for a in n.attribute if a.type == AttributeProto.GRAPH}
-
-
 def _check_body_counts(n: NodeProto, rules: SchemaRules, node_label: str, label: str) -> None:
     """If, Loop and Scan: their bodies' input and output counts against the node's."""
     op = rules.op.rsplit("-", 1)[0]
     where = f"{label}: node {node_label!r} ({rules.op})"
-    graphs = _graphs(n)
+    graphs = {a.name: a.g for a in n.attribute if a.type == AttributeProto.GRAPH}
     outs = len(n.output)
     fault = None
     if op == "If" and "then_branch" in graphs and "else_branch" in graphs:

@@ -212,6 +212,26 @@ def test_a_node_after_valid_nodes_of_its_op_is_still_checked():
              "'relu_alpha'", "'alpha'")
 
 
+def test_a_node_after_valid_nodes_of_its_attributes_is_still_checked():
+    """Nodes of one op, counts and attribute names and types are checked once: one whose
+    attribute has another type, or that lacks a required one, after them is refused."""
+    def flatten(name, **attrs):
+        return helper.make_node("Flatten", ["x"], [name], name=name, **attrs)
+
+    good = [flatten(f"f{i}", axis=1) for i in range(3)]
+    outputs = [vi(f"f{i}", F, None) for i in range(3)]
+    bad_type = helper.make_node("Flatten", ["x"], ["y"], name="flat_float")
+    bad_type.attribute.append(helper.make_attribute("axis", 1.5))
+    m = _model([*good, bad_type], [vi("x", F, [2, 3])], [*outputs, vi("y", F, None)])
+    assert _refused_by_onnxruntime(m)
+    _refused(m, "'flat_float'", "'axis'", "FLOAT")
+    casts = [helper.make_node("Cast", ["x"], [f"c{i}"], name=f"c{i}", to=F) for i in range(2)]
+    bare = helper.make_node("Cast", ["x"], ["y"], name="cast_bare")
+    m = _model([*casts, bare], [vi("x", F, [2, 3])],
+               [vi("c0", F, None), vi("c1", F, None), vi("y", F, None)])
+    _refused(m, "'cast_bare'", "'to'")
+
+
 def test_reduce_sum_11_with_an_axes_attribute_runs():
     m = _model([helper.make_node("ReduceSum", ["x"], ["y"], name="rs", axes=[0], keepdims=0)],
                [vi("x", F, [2, 3])], [vi("y", F, None)], opsets=(("", 11),))
