@@ -62,6 +62,7 @@ INFERENCE_READ_TYPES = frozenset({TensorProto.INT64, TensorProto.INT32})
 MAX_PROTOBUF_BYTES = 2**31 - 1  # protobuf cannot parse a message larger than this
 MAX_GRAPH_DEPTH = 32  # control-flow bodies nested in bodies, to this depth
 PARSED_BYTES_PER_BYTE = 12  # a parsed graph's memory per byte of its protobuf, at most
+NEWEST_OPSET = onnx.defs.onnx_opset_version()  # of ai.onnx in the installed onnx
 
 
 def load_model(
@@ -215,7 +216,7 @@ class Model:
         self.merged: dict[str, str | None] = {}  # a node rewritten away -> who does its work
         self.sources: dict[str, list[str]] = {}  # a rewritten node -> the names it stands for
         self.opset_imports = _opset_imports(proto, self.label)
-        newest = onnx.defs.onnx_opset_version()
+        newest = NEWEST_OPSET
         opset = self.opset_imports.get(DEFAULT_DOMAIN, 0)
         if opset > newest:
             raise ModelValidationError(

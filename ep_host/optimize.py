@@ -163,13 +163,21 @@ def passes_that_may_apply(graph: GraphView, names: list[str]) -> list[str]:
     neither copied nor walked once per pass."""
     if not graph.nodes:
         return []
-    ops = {node.op_type for node in graph.nodes if node.domain == DEFAULT_DOMAIN}
-    return [name for name in names
-            if (_may_fold(graph, ops) if name == "constant_folding"
-                else all(not group.isdisjoint(ops) for group in PASS_OPS[name]))]
+    ops = frozenset([node.op_type for node in graph.nodes if node.domain == DEFAULT_DOMAIN])
+    key = (ops, tuple(names))
+    found = _MAY_APPLY.get(key)  # by the graph's ops, but constant_folding, asked per graph
+    if found is None:
+        if len(_MAY_APPLY) >= 256:
+            _MAY_APPLY.clear()
+        found = _MAY_APPLY[key] = [name for name in names if name == "constant_folding" or all(
+            not group.isdisjoint(ops) for group in PASS_OPS[name])]
+    return [name for name in found if name != "constant_folding" or _may_fold(graph, ops)]
 
 
-def _may_fold(graph: GraphView, ops: set[str]) -> bool:
+_MAY_APPLY: dict[tuple[frozenset[str], tuple[str, ...]], list[str]] = {}
+
+
+def _may_fold(graph: GraphView, ops: frozenset[str]) -> bool:
     """Whether constant_folding may find a node to fold: a Shape or Size, a node whose inputs
     are all constants, or a Constant node (constant_lifting may make constants of forms the
     loaded views do not show as constant)."""
