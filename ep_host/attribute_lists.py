@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from onnx import AttributeProto, GraphProto, NodeProto
 
-from ep_host.signatures import _SIGNATURES
+from ep_host.signatures import known_signature
 
 if TYPE_CHECKING:
     from ep_host.graph import NodeView
@@ -92,7 +92,7 @@ _PLAIN_TYPES = frozenset({AttributeProto.INT, AttributeProto.FLOAT, AttributePro
 def attributes_key(node: NodeView) -> tuple[str, str, int | None, bytes]:
     """``node``'s op and its attributes' bytes: the signature's, where the capability walk
     worked it out, else serialized here."""
-    found = _SIGNATURES.get(node)
+    found = known_signature(node)
     encoded = (found[4] if found is not None
                else b"".join([a.SerializeToString() for a in node._proto.attribute]))
     return node.domain, node.op_type, node.since_version, encoded
@@ -100,7 +100,8 @@ def attributes_key(node: NodeView) -> tuple[str, str, int | None, bytes]:
 
 def share_attributes(key: tuple[str, str, int | None, bytes], attributes: Mapping[str, Any],
                      protos: Sequence[AttributeProto]) -> None:
-    """Keep ``attributes`` for the nodes of ``key`` where they are all plain."""
+    """Keep ``attributes`` for the nodes of ``key`` where they are all plain (checked here, on
+    a miss only: a node finding its mapping does not look at its protobuf again)."""
     if len(key[3]) <= SHARED_ATTRIBUTE_BYTES and all(
             a.type in _PLAIN_TYPES and not a.ref_attr_name for a in protos):
         if len(SHARED_ATTRIBUTES) >= SHARED_ATTRIBUTES_KEPT:  # the oldest go (sessions made

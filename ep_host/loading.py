@@ -216,11 +216,10 @@ class Model:
         self.merged: dict[str, str | None] = {}  # a node rewritten away -> who does its work
         self.sources: dict[str, list[str]] = {}  # a rewritten node -> the names it stands for
         self.opset_imports = _opset_imports(proto, self.label)
-        newest = NEWEST_OPSET
         opset = self.opset_imports.get(DEFAULT_DOMAIN, 0)
-        if opset > newest:
+        if opset > NEWEST_OPSET:
             raise ModelValidationError(
-                f"{self.label}: the model uses ai.onnx opset {opset}, newer than {newest}, "
+                f"{self.label}: the model uses ai.onnx opset {opset}, newer than {NEWEST_OPSET}, "
                 f"the newest this onnx {onnx.__version__} knows"
             )
         self.functions = {(normalize_domain(f.domain), f.name): f for f in proto.functions}
@@ -537,8 +536,8 @@ def _validate_structure(
             if rules is schemas:
                 rules = schemas[key] = (None if key in functions
                                         else schema_rules(key[0], op_type, opsets[key[0]]))
+            node_label = name or f"{op_type}_{i}"
             if rules is not None:
-                node_label = name or f"{op_type}_{i}"
                 attrs = tuple([(a.name, a.type) for a in n.attribute]) if has_attributes else ()
                 counts = (key, len(inputs), len(outputs), attrs)
                 if counts not in passed:
@@ -553,12 +552,12 @@ def _validate_structure(
                     if not out:
                         continue
                     was = defined[out]  # a text, or (the node that wrote it first,)
+                    was = was if isinstance(was, str) else f"written by node {was[0]!r}"
                     raise ModelValidationError(
-                        f"{label}: value {out!r} is written by node "
-                        f"{name or f'{op_type}_{i}'!r} ({op_type}) and is also "
-                        f"{was if isinstance(was, str) else f'written by node {was[0]!r}'}; "
+                        f"{label}: value {out!r} is written by node {node_label!r} ({op_type}) "
+                        f"and is also {was}; "
                         "every value has one producer")
-                defined[out] = (name or f"{op_type}_{i}",)
+                defined[out] = (node_label,)
             if has_graphs:
                 for a in n.attribute:
                     if a.type == AttributeProto.GRAPH:

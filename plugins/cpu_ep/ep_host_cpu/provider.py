@@ -102,11 +102,12 @@ def ep_host_provider_info() -> ProviderInfo:
                         answers_by_signature=True)
 
 
-# the kernel spec each node passed its checks for in supports_op, and per signature that spec
-# with the answer it got (this EP answers by signature: its checks and its price read nothing
-# else): creating the kernel of such a node, or of another node of that signature, does not
-# check again (a tree ensemble's checks walk every tree, a millisecond or more; a Conv's take
-# 20 us), nor does a later session's walk ask again what a node of that signature costs
+# per signature, the kernel spec its node passed its checks for in supports_op, with the answer
+# it got (this EP answers by signature: its checks and its price read nothing else); per node,
+# the spec of one that has no signature kept (a node holding a graph). Creating the kernel of
+# such a node, or of another node of that signature, does not check again (a tree ensemble's
+# checks walk every tree, a millisecond or more; a Conv's take 20 us), nor does a later
+# session's walk ask again what a node of that signature costs
 _CHECKED: weakref.WeakKeyDictionary[NodeView, KernelSpec] = weakref.WeakKeyDictionary()
 # (spec, answer, the machine profile and calibration that priced it: a new one prices afresh)
 _CHECKED_SIGNATURES: dict[tuple[Any, ...], tuple[KernelSpec, KernelMatch, Any, Any]] = {}
@@ -117,19 +118,20 @@ SIGNATURES_KEPT = 8192  # SSD-lite asks about 1,511
 def ep_host_supports_op(node: NodeView, context: ProviderContext) -> KernelMatch:
     spec = REGISTRY.lookup(node, NAME)
     signature = known_signature(node)
+    profile, calibration = machine_profile(), family_factors("cpu")
     if signature is not None:
         kept = _CHECKED_SIGNATURES.get(signature)
-        if (kept is not None and kept[0] is spec and kept[2] is machine_profile()
-                and kept[3] is family_factors("cpu")):
-            _CHECKED[node] = spec
+        if (kept is not None and kept[0] is spec and kept[2] is profile
+                and kept[3] is calibration):
             return kept[1]
     check_node(spec, node, NAME)
-    _CHECKED[node] = spec
     answer = CLAIMS.answer(spec, node)
-    if signature is not None:
-        if len(_CHECKED_SIGNATURES) >= SIGNATURES_KEPT:  # the oldest go
-            _CHECKED_SIGNATURES.pop(next(iter(_CHECKED_SIGNATURES)), None)
-        _CHECKED_SIGNATURES[signature] = spec, answer, machine_profile(), family_factors("cpu")
+    if signature is None:
+        _CHECKED[node] = spec
+        return answer
+    if len(_CHECKED_SIGNATURES) >= SIGNATURES_KEPT:  # the oldest go (walks on threads too)
+        _CHECKED_SIGNATURES.pop(next(iter(_CHECKED_SIGNATURES), None), None)
+    _CHECKED_SIGNATURES[signature] = spec, answer, profile, calibration
     return answer
 
 
