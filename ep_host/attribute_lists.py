@@ -82,27 +82,28 @@ def decoded(strings: Any) -> tuple[str, ...]:
 # attributes' bytes: the same for every node that has them, in any model of the process (a
 # tensor or a graph is read per model, a long list lazily per node). ShuffleNet's 149 nodes
 # read theirs in 0.7 ms, SSD-lite's 2,351 in 6.8 (2.6-4.7 us a node).
-SHARED_ATTRIBUTES: dict[tuple[str, str, int | None, bytes], Mapping[str, Any]] = {}
+AttributesKey = tuple[str, str, "int | None", "bytes | tuple[str, int, bytes]"]
+SHARED_ATTRIBUTES: dict[AttributesKey, Mapping[str, Any]] = {}
 SHARED_ATTRIBUTES_KEPT = 4096
 SHARED_ATTRIBUTE_BYTES = 1024
 _PLAIN_TYPES = frozenset({AttributeProto.INT, AttributeProto.FLOAT, AttributeProto.STRING,
                           AttributeProto.INTS, AttributeProto.FLOATS, AttributeProto.STRINGS})
 
 
-def attributes_key(node: NodeView) -> tuple[str, str, int | None, bytes]:
+def attributes_key(node: NodeView) -> AttributesKey:
     """``node``'s op and its attributes' bytes: the signature's, where the capability walk
-    worked it out, else serialized here."""
+    worked it out (big attributes there stand as their digest), else serialized here."""
     found = known_signature(node)
     encoded = (found[4] if found is not None
                else b"".join([a.SerializeToString() for a in node._proto.attribute]))
     return node.domain, node.op_type, node.since_version, encoded
 
 
-def share_attributes(key: tuple[str, str, int | None, bytes], attributes: Mapping[str, Any],
+def share_attributes(key: AttributesKey, attributes: Mapping[str, Any],
                      protos: Sequence[AttributeProto]) -> None:
     """Keep ``attributes`` for the nodes of ``key`` where they are all plain (checked here, on
     a miss only: a node finding its mapping does not look at its protobuf again)."""
-    if len(key[3]) <= SHARED_ATTRIBUTE_BYTES and all(
+    if isinstance(key[3], bytes) and len(key[3]) <= SHARED_ATTRIBUTE_BYTES and all(
             a.type in _PLAIN_TYPES and not a.ref_attr_name for a in protos):
         if len(SHARED_ATTRIBUTES) >= SHARED_ATTRIBUTES_KEPT:  # the oldest go (sessions made
             SHARED_ATTRIBUTES.pop(next(iter(SHARED_ATTRIBUTES), None), None)  # on threads too)

@@ -3,6 +3,7 @@ hashable key, worked out once per node."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -22,7 +23,10 @@ _INDEX_TYPES = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", 
 
 
 _SIGNATURES: weakref.WeakKeyDictionary[NodeView, tuple[Any, ...]] = weakref.WeakKeyDictionary()
-SIGNATURE_KEPT_BYTES = 4096  # a node's signature is kept while its attributes take at most this
+SIGNATURE_ATTRIBUTE_BYTES = 4096
+"""A node's attributes are in its signature as their bytes up to this size; bigger ones (a
+tree ensemble's, a support-vector machine's) as ``("blake2b", size, 32-byte digest)``, so a
+signature stays small enough to keep and to look up, whatever the node holds."""
 
 
 def node_signature(node: NodeView) -> tuple[Any, ...] | None:
@@ -38,9 +42,7 @@ def node_signature(node: NodeView) -> tuple[Any, ...] | None:
         return found
     if node._has_graphs:
         return None
-    signature = _signature(node)
-    if len(signature[4]) <= SIGNATURE_KEPT_BYTES:
-        _SIGNATURES[node] = signature
+    signature = _SIGNATURES[node] = _signature(node)
     return signature
 
 
@@ -53,8 +55,12 @@ def known_signature(node: NodeView) -> tuple[Any, ...] | None:
 
 
 def _signature(node: NodeView) -> tuple[Any, ...]:
-    attributes = (b"".join(a.SerializeToString() for a in node._proto.attribute)
-                  if node._has_attributes else b"")
+    attributes: bytes | tuple[str, int, bytes] = (
+        b"".join([a.SerializeToString() for a in node._proto.attribute])
+        if node._has_attributes else b"")
+    if len(attributes) > SIGNATURE_ATTRIBUTE_BYTES:
+        attributes = ("blake2b", len(attributes),
+                      hashlib.blake2b(attributes, digest_size=32).digest())  # type: ignore[arg-type]
     inputs = []
     for v in node.inputs:
         if v is None:

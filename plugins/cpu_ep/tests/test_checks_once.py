@@ -71,3 +71,64 @@ def test_a_node_whose_signature_was_never_checked_is_checked():
     assert node_signature(leaky) is not None and known_signature(leaky) is not None
     with pytest.raises(Decline):  # known, but no supports_op passed it
         provider.ep_host_create_kernel(node=leaky, context=None)
+
+
+def big_regressor(weight):
+    """A 4-tree, depth-5 TreeEnsembleRegressor: its attributes take more than
+    SIGNATURE_ATTRIBUTE_BYTES, and ``weight`` is its first leaf's vote."""
+    rows = [(t, k, k % 3, 0.1 * k, "BRANCH_LEQ" if k < 31 else "LEAF",
+             2 * k + 1 if k < 31 else 0, 2 * k + 2 if k < 31 else 0)
+            for t in range(4) for k in range(63)]
+    leaves = [r for r in rows if r[4] == "LEAF"]
+    node = helper.make_node(
+        "TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml", name="trees",
+        nodes_treeids=[r[0] for r in rows], nodes_nodeids=[r[1] for r in rows],
+        nodes_featureids=[r[2] for r in rows], nodes_values=[r[3] for r in rows],
+        nodes_modes=[r[4] for r in rows], nodes_truenodeids=[r[5] for r in rows],
+        nodes_falsenodeids=[r[6] for r in rows],
+        target_treeids=[r[0] for r in leaves], target_nodeids=[r[1] for r in leaves],
+        target_ids=[0] * len(leaves),
+        target_weights=[weight] + [0.01 * i for i in range(1, len(leaves))], n_targets=1)
+    graph = helper.make_graph(
+        [node], "trees", [helper.make_tensor_value_info("x", F, [None, 3])],
+        [helper.make_tensor_value_info("y", F, [None, 1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                   helper.make_opsetid("ai.onnx.ml", 3)])
+
+
+def test_a_node_with_big_attributes_is_checked_once_across_sessions(monkeypatch):
+    """Attributes over SIGNATURE_ATTRIBUTE_BYTES stand in the signature as their digest, so a
+    tree ensemble's signature is kept, and a later session of the same model does not walk its
+    trees in a check again; another weight is another signature, checked and run on its own."""
+    import numpy as np
+
+    from ep_host import InferenceSession
+    from ep_host.attribute_lists import SHARED_ATTRIBUTES, attributes_key
+    from ep_host.signatures import SIGNATURE_ATTRIBUTE_BYTES, known_signature, node_signature
+
+    model = big_regressor(5.0)
+    node = load_model(model).graph.nodes[0]
+    size = sum(len(a.SerializeToString()) for a in model.graph.node[0].attribute)
+    assert size > SIGNATURE_ATTRIBUTE_BYTES
+    signature = node_signature(node)
+    assert signature[4][:2] == ("blake2b", size) and len(signature[4][2]) == 32
+    assert known_signature(node) == signature  # kept, whatever the node's size
+
+    calls = []
+    real = provider.check_node
+    monkeypatch.setattr(provider, "check_node",
+                        lambda spec, node, name: calls.append(node.name) or real(spec, node, name))
+    x = np.linspace(-3, 3, 30, dtype=np.float32).reshape(10, 3)
+    first = InferenceSession(model.SerializeToString(), providers=["cpu"]).run(None, {"x": x})
+    second = InferenceSession(model.SerializeToString(), providers=["cpu"]).run(None, {"x": x})
+    assert calls == ["trees"]  # the second session found the first one's check by signature
+    np.testing.assert_array_equal(first[0], second[0])
+
+    other = big_regressor(-5.0)  # the same size, one weight apart: another digest
+    other_node = load_model(other).graph.nodes[0]
+    assert node_signature(other_node) != signature
+    third = InferenceSession(other.SerializeToString(), providers=["cpu"]).run(None, {"x": x})
+    assert calls == ["trees", "trees"]
+    assert not np.array_equal(first[0], third[0])
+    # a digest key is never shared as plain attributes between nodes
+    assert attributes_key(node) not in SHARED_ATTRIBUTES
