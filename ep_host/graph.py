@@ -400,6 +400,14 @@ class NodeView(_NodeFields):
         self._kept_arrays()[name] = found
         return found
 
+    def attribute_strings(self, name: str) -> tuple[bytes, ...] | None:
+        """STRINGS attribute ``name`` as the model's bytes, not made text (a tree ensemble's
+        thousands of node modes are looked up as bytes); ``None`` where the node has none."""
+        for attr in self._proto.attribute:
+            if attr.name == name and attr.type == AttributeProto.STRINGS:
+                return None if attr.ref_attr_name else tuple(attr.strings)
+        return None
+
     @property
     def subgraphs(self) -> dict[str, GraphView]:
         """The graph-valued attributes (If branches, Loop and Scan bodies)."""

@@ -308,6 +308,23 @@ def test_a_tree_with_a_cycle_declines(rng):
     assert "does not reach its leaves" in answer.reason
 
 
+
+@pytest.mark.parametrize("modes, named", [
+    (["BRANCH_LEQ", "BRANCH_LE", "LEAF"], "['BRANCH_LE']"),
+    (["BRANCH_LEQ", "LEAF", "leaf"], "['leaf']"),  # the names are case-sensitive
+    (["BRANCH_LEQ", "LEAF"], "nodes_modes needs one entry per node (3)")])
+def test_a_node_mode_outside_the_spec_declines_naming_it(modes, named):
+    node = helper.make_node(
+        "TreeEnsembleRegressor", ["x"], ["y"], domain=ML, nodes_treeids=[0, 0, 0],
+        nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0], nodes_values=[0.0, 0.0, 0.0],
+        nodes_modes=modes, nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+        target_treeids=[0], target_nodeids=[2], target_ids=[0], target_weights=[1.0],
+        n_targets=1)
+    answer = cpu_answer(ml_model(node, [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, [None, 1])], 3))
+    assert not answer.is_supported and answer.code == "attribute"
+    assert named in answer.reason, answer.reason
+
 def neq_stump(tracks):
     """One tree: x0 != 0.5 ? leaf 1 (weight 1) : leaf 2 (weight 2)."""
     node = helper.make_node(
