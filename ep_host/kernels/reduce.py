@@ -361,13 +361,16 @@ def _top_one_int(xp, x, k, axis, largest):
     if not 0 <= k <= n:
         raise ValueError(f"K={k} is outside [0, {n}] for axis {axis} of shape {x.shape}")
     keys = upcast(xp, x)
+    before = (slice(None),) * axis  # slices, not flip and take (a few us each on small inputs)
     if largest:  # a stable ascending sort of the reversed axis, read backwards
-        order = xp.flip(xp.argsort(xp.flip(keys, axis=axis), axis=axis, kind="stable"), axis=axis)
-        order = n - 1 - order
+        backwards = (*before, slice(None, None, -1))
+        order = n - 1 - xp.argsort(keys[backwards], axis=axis, kind="stable")[backwards]
     else:
         order = xp.argsort(keys, axis=axis, kind="stable")
-    index = xp.take(order, xp.arange(k), axis=axis)
-    return xp.take_along_axis(x, index, axis=axis), index.astype(xp.int64)
+    index = order[(*before, slice(0, k))].astype(xp.int64)
+    grid = tuple(index if d == axis else xp.arange(size).reshape((1,) * d + (size,) + (1,) * (
+        x.ndim - d - 1)) for d, size in enumerate(index.shape))  # take_along_axis's checks: 6 us
+    return x[grid], index
 
 
 def _one_int(values):
