@@ -716,11 +716,11 @@ def convolve(xp, x, w, b=None, *, auto_pad, group, dilations, pads, strides, pac
         # hand it to the next kernel to write into (an in-place SiLU, Add; a view it may not)
         y = xp.empty((n, m) + out, dtype=xp.result_type(weights.gemm.dtype, picked.dtype))
         columns = picked.reshape(n, group, c // group, math.prod(out))
+        rows = y.reshape(n, group, m // group, math.prod(out))
         if weights.same_rows():
-            y.reshape(n, group, m // group, math.prod(out))[...] = xp.matmul(
-                weights.gemm[:, :1], columns)
+            rows[...] = xp.matmul(weights.gemm[:, :1], columns)
         else:
-            xp.matmul(weights.gemm, columns, out=y.reshape(n, group, m // group, math.prod(out)))
+            xp.matmul(weights.gemm, columns, out=rows)
     elif variant == "depthwise":
         y = _conv_depthwise(xp, x, weights, plan)
     elif variant == "shifted":

@@ -1,5 +1,6 @@
-"""Array and shape helpers that several kernel families share: axes, int lists, zero fills,
-padding, broadcast shapes, the float32 upcast of narrow floats, and object arrays of strings.
+"""Array and shape helpers that several kernel families share: axes, int lists, index grids
+along an axis, zero fills, padding, broadcast shapes, the float32 upcast of narrow floats, and
+object arrays of strings.
 Each takes the array namespace ``xp`` where it makes arrays; none names an op."""
 
 from __future__ import annotations
@@ -44,6 +45,15 @@ def normalize_axis(axis, rank, what="axis"):
     if not -rank <= axis < rank:
         raise ValueError(f"{what} {axis} is out of range for rank {rank}")
     return axis % rank
+
+
+def along_axis(xp, index, axis):
+    """The index tuple that pairs each entry of ``index`` (a position along ``axis``) with its
+    own position along every other axis: ``x[along_axis(xp, index, axis)]`` is
+    ``take_along_axis`` without its checks (6 us of a small TopK)."""
+    rank = index.ndim
+    return tuple(index if d == axis else xp.arange(n).reshape((1,) * d + (n,) + (1,) * (
+        rank - d - 1)) for d, n in enumerate(index.shape))
 
 
 # -- broadcasting -----------------------------------------------------------------------------

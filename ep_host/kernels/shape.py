@@ -18,6 +18,7 @@ import numpy as np
 
 from ep_host import check_allocation, deny, dtype, element_count, require
 from ep_host.kernels.helpers import (
+    along_axis,
     broadcast_shape,
     int_list,
     normalize_axis,
@@ -730,15 +731,12 @@ def _element_index(xp, indices, data, axis):
     rank = indices.ndim
     if rank != data.ndim:
         raise ValueError(f"indices of rank {rank} for data of rank {data.ndim}")
-    index = []
     for d, n in enumerate(indices.shape):
         if d == axis:
-            index.append(_in_range(xp, indices, data.shape[axis]))
+            positions = _in_range(xp, indices, data.shape[axis])
         elif n > data.shape[d]:
             raise IndexError(f"indices dim {d} ({n}) exceeds the data's ({data.shape[d]})")
-        else:
-            index.append(xp.arange(n).reshape((1,) * d + (n,) + (1,) * (rank - d - 1)))
-    return tuple(index)
+    return along_axis(xp, positions, axis)
 
 
 @kernel("GatherElements", 11, 13, dtypes=MOVABLE, family="data_movement")

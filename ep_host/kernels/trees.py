@@ -547,8 +547,8 @@ _MODE_BYTES = {name.encode(): code for name, code in MODE_CODES.items()}
 def _mode_codes(node):
     """``nodes_modes`` as codes: -1 for LEAF, else the BRANCH_MODES code; raises ValueError
     naming the modes that are neither. Read from the protobuf's bytes, one C-level look-up per
-    mode: made text first (``node.attributes``), a 1,500-node forest's modes took 2-3x as
-    long."""
+    mode: made text first (``node.attributes``), a 1,500-node forest's modes took about
+    twice as long."""
     modes = node.attribute_strings("nodes_modes") or ()
     try:
         return np.fromiter(map(_MODE_BYTES.__getitem__, modes), np.int8, len(modes))
