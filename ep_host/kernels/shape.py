@@ -717,12 +717,22 @@ def pad_1(xp, data, *, paddings, mode, value):
 # ---------------------------------------------------------------------------------------------
 
 
+FEW_INDICES = 64  # index arrays up to this size are range-checked in Python
+
+
 def _in_range(xp, indices, dim):
     """``indices`` with negative values counted from the end; raises outside ``[-dim, dim)``."""
     idx = indices.astype(xp.int64, copy=False)
-    if idx.size and (int(idx.min()) < -dim or int(idx.max()) >= dim):
+    if not idx.size:
+        return idx
+    if idx.size <= FEW_INDICES and idx.__class__ is np.ndarray:
+        values = idx.ravel().tolist()  # a numpy reduction costs 2 us to set up, twice
+        low, high = min(values), max(values)
+    else:
+        low, high = int(xp.min(idx)), int(xp.max(idx))
+    if low < -dim or high >= dim:
         raise IndexError(f"an index lies outside [-{dim}, {dim - 1}]")
-    return xp.where(idx < 0, idx + dim, idx)
+    return xp.where(idx < 0, idx + dim, idx) if low < 0 else idx
 
 
 def _element_index(xp, indices, data, axis):

@@ -876,11 +876,18 @@ def _one_column_scores(xp, score, mixed_signs, transform):
     signs without a transform."""
     positive = score > 0 if mixed_signs else score > 0.5
     if transform == TRANSFORM_NAMES["LOGISTIC"]:
-        p = transform_scores(xp, score[:, None], 2)[:, 0]
-        return positive, xp.stack([1 - p, p], axis=1)
-    if mixed_signs:
-        return positive, xp.stack([-score, score], axis=1)
-    return positive, xp.stack([1 - score, score], axis=1)
+        score = transform_scores(xp, score[:, None], 2)[:, 0]
+    elif mixed_signs:
+        return positive, _pair(xp, xp.negative(score), score)
+    return positive, _pair(xp, 1 - score, score)
+
+
+def _pair(xp, first, second):
+    """Two columns [rows, 2] (``stack`` costs 7 us on a few rows, two assignments 1)."""
+    out = xp.empty((first.shape[0], 2), dtype=xp.result_type(first, second))
+    out[:, 0] = first
+    out[:, 1] = second
+    return out
 
 
 def _tree_classifier(xp, x, forest, rule):

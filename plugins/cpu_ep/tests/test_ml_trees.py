@@ -185,11 +185,12 @@ def test_classifier_binary_one_column_like_a_random_forest(rng, signs):
         np.testing.assert_allclose(scores.sum(axis=1), 1.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("rows", [200, 7])  # 7: the logistic one score at a time in Python
 @pytest.mark.parametrize("signs", ["positive", "mixed"])
-def test_classifier_binary_logistic_like_gradient_boosting(rng, signs):
+def test_classifier_binary_logistic_like_gradient_boosting(rng, signs, rows):
     model = classifier(rng, 2, [0], transform="LOGISTIC", base=(-0.3,), signs=signs,
                        strings=True, tracks=True)
-    label, scores = assert_same(model, inputs(rng, nan=True))
+    label, scores = assert_same(model, inputs(rng, rows=rows, nan=True))
     np.testing.assert_allclose(scores.sum(axis=1), 1.0, rtol=1e-6)
 
 

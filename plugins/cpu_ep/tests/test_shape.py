@@ -614,6 +614,30 @@ def test_gather_elements_takes_negative_and_narrower_indices(rng):
                 opset=13, axis=0)
 
 
+@pytest.mark.parametrize("rows", [2, 40])  # 8 indices (checked in Python) and 160 (numpy)
+def test_gather_elements_checks_every_index_however_many(rng, rows):
+    from ep_host_cpu.xp import numpy_xp as xp
+
+    from ep_host.kernels import shape as shape_kernels
+
+    data = rng.standard_normal((rows, 5)).astype(np.float32)
+    index = rng.integers(-5, 5, (rows, 4)).astype(np.int64)
+    for axis_index, axis in ((index, 1), (index % rows - rows, 0)):  # negatives on both axes
+        position = np.where(axis_index < 0, axis_index + data.shape[axis], axis_index)
+        i, j = np.indices(axis_index.shape)
+        want = data[i, position] if axis == 1 else data[position, j]
+        got = shape_kernels.gather_elements(xp, data, axis_index, axis=axis)
+        np.testing.assert_array_equal(got, want)
+    again = shape_kernels.gather_elements(xp, data, index, axis=1)  # the grid made once
+    np.testing.assert_array_equal(again, shape_kernels.gather_elements(xp, data, index, axis=1))
+    for bad in (5, -6):
+        wrong = index.copy()
+        wrong[-1, -1] = bad  # the last index alone is out of range
+        with pytest.raises(IndexError, match=r"outside \[-5, 4\]"):
+            shape_kernels.gather_elements(xp, data, wrong, axis=1)
+    matches_ort("GatherElements", {"d": data}, {"i": index}, opset=13, axis=1)
+
+
 @pytest.mark.parametrize("reduction", ["none", "add", "mul", "max", "min"])
 def test_scatter_elements_reductions_accumulate_duplicates(rng, reduction):
     data = rng.standard_normal((3, 4)).astype(np.float32)
