@@ -7,9 +7,12 @@ including a crash or a timeout of its worker). Workers are restarted after a cra
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import pickle
 import re
+import sys
 import time
 import traceback
 from collections import Counter
@@ -17,12 +20,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 OUTCOMES = ("pass", "declined", "wrong", "error")
-STARTUP_S = 300.0  # a fresh worker imports onnx and collects the cases first
+STARTUP_S = 300.0  # a fresh worker imports onnx and ep-host first
 
 
 @dataclass
@@ -39,6 +43,28 @@ class CaseResult:
 
 @cache
 def all_cases() -> dict[str, Any]:
+    """onnx's node cases by name: read from ep-host's cache folder, where the first collection
+    for this onnx and numpy wrote them (collecting runs every case's generator: 10 s here;
+    reading the 10 MB back 0.05 s)."""
+    path = cases_cache_path()
+    cases = _read_cases(path)
+    if cases is None:
+        cases = _collect_cases()
+        _write_cases(path, cases)
+    return cases
+
+
+def cases_cache_path() -> Path:
+    import onnx
+
+    from ep_host.calibration import cache_dir
+
+    ml = "ml" if onnx.ONNX_ML else "noml"  # whether onnx collects the ai.onnx.ml cases
+    return cache_dir() / (f"conformance-cases-onnx{onnx.__version__}-numpy{np.__version__}-"
+                          f"{ml}-py{sys.version_info[0]}.{sys.version_info[1]}.pickle")
+
+
+def _collect_cases() -> dict[str, Any]:
     import warnings
 
     from onnx.backend.test.case.node import collect_testcases
@@ -47,6 +73,33 @@ def all_cases() -> dict[str, Any]:
         warnings.simplefilter("ignore")  # onnx's case generators warn on purpose (overflow...)
         with np.errstate(all="ignore"):
             return {c.name: c for c in collect_testcases()}
+
+
+def _read_cases(path: Path) -> dict[str, Any] | None:
+    """The cases a collection wrote to ``path``; ``None`` when absent or unreadable (then they
+    are collected again and the file rewritten)."""
+    try:
+        with open(path, "rb") as f:
+            cases = pickle.load(f)  # noqa: S301 (our own file, in the user's own cache folder)
+    except Exception:  # noqa: BLE001 (absent, cut short, another version's classes)
+        return None
+    if not isinstance(cases, dict) or not cases or not all(
+            getattr(c, "name", None) == n for n, c in cases.items()):
+        return None
+    return cases
+
+
+def _write_cases(path: Path, cases: dict[str, Any]) -> None:
+    """Write the cases for the next process; a folder that cannot be written is no error."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump(cases, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)  # whole or not at all, for a process reading it meanwhile
+    except OSError:
+        with contextlib.suppress(OSError, UnboundLocalError):
+            os.unlink(tmp)
 
 
 @cache
@@ -178,16 +231,19 @@ def run_case(case: Any, providers: Sequence[str]) -> CaseResult:
 
 
 def _worker(conn: Connection, providers: list[str]) -> None:
-    cases = all_cases()
+    """Run the cases the parent sends, each with its model and data (collecting the cases
+    again here took 10 s of every worker's start, and of every restart after a crash)."""
+    import ep_host.backend  # noqa: F401 (imported before the parent's clock starts a case)
+
     conn.send({"ready": True})
     while True:
         try:
-            name = conn.recv()
+            case = conn.recv()
         except EOFError:
             return
-        if name is None:
+        if case is None:
             return
-        conn.send(run_case(cases[name], providers).to_dict())
+        conn.send(run_case(case, providers).to_dict())
 
 
 class _Worker:
@@ -203,7 +259,7 @@ class _Worker:
     def give(self, name: str) -> None:
         self.case = name
         self.started = time.monotonic()
-        self.conn.send(name)
+        self.conn.send(all_cases()[name])
 
     def kill(self) -> None:
         self.process.kill()

@@ -72,3 +72,49 @@ def test_outputs_are_compared_by_shape_dtype_and_tolerance():
     assert conformance.mismatch([a, a], [a, a], 0, 0) == ""
     assert "expected a sequence" in conformance.mismatch([a], a, 0, 0)
     assert conformance.mismatch(None, None, 0, 0) == ""
+
+
+def test_the_cases_are_collected_once_and_read_back_from_the_cache_folder(tmp_path,
+                                                                          monkeypatch):
+    """The first collection writes the cases to ep-host's cache folder; a later process reads
+    them from there (the same names, models and data) without collecting; a file cut short is
+    collected again and rewritten."""
+    import pickle
+
+    import numpy as np
+
+    every = conformance.all_cases()
+    some = {n: every[n] for n in ("test_abs", "test_gather_elements_negative_indices",
+                                  "test_sequence_insert_at_back")}
+    monkeypatch.setenv("EP_HOST_CACHE_DIR", str(tmp_path))
+    path = conformance.cases_cache_path()
+    assert path.parent == tmp_path and not path.exists()
+    collected = []
+
+    def collect():
+        collected.append(True)
+        return some
+
+    monkeypatch.setattr(conformance, "_collect_cases", collect)
+    conformance.all_cases.cache_clear()
+    try:
+        assert conformance.all_cases() is some and collected == [True] and path.exists()
+        conformance.all_cases.cache_clear()
+        read = conformance.all_cases()  # as a new process would: from the file
+        assert collected == [True] and read is not some and list(read) == list(some)
+        for name, case in some.items():
+            assert read[name].model.SerializeToString() == case.model.SerializeToString()
+            (inputs, outputs), = case.data_sets
+            (read_inputs, read_outputs), = read[name].data_sets
+            for a, b in zip([*inputs, *outputs], [*read_inputs, *read_outputs], strict=True):
+                if isinstance(a, list):  # a sequence case
+                    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+                else:
+                    assert np.array_equal(a, b) and a.dtype == b.dtype
+        path.write_bytes(pickle.dumps(some)[:100])  # cut short
+        conformance.all_cases.cache_clear()
+        assert list(conformance.all_cases()) == list(some) and collected == [True, True]
+        conformance.all_cases.cache_clear()
+        assert list(conformance.all_cases()) == list(some) and collected == [True, True]
+    finally:
+        conformance.all_cases.cache_clear()  # the next caller reads the real cases again
