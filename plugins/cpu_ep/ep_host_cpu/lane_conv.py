@@ -18,7 +18,9 @@ next's (which the CPU then overlaps, as we read the timings). Measured one threa
 channels 7 x 7 5x5: the multiply-adds alone (a prototype without the copies in and out) 44 us
 looping over the taps, 30 us with the taps written out; the whole loop 75-85 us, of which the
 copies into the channel-innermost buffer and back out take about 45 (onnxruntime's whole Conv,
-on its blocked layout: 31-35 us).
+on its blocked layout: 31-35 us). A 7x7 kernel's 49 taps written out took LLVM 46-50 s to
+compile (3x3: 5-7 s, 5x5: 14-22 s), a first session's wait: from :data:`WRITTEN_OUT_TAPS` on the
+loop runs over the kernel's rows, each row's taps written out, as fast (see there).
 """
 
 from __future__ import annotations
@@ -48,6 +50,13 @@ def lane_signature(numba: Any, dtype: Any) -> Any:
                       t, t, i64)
 
 
+# Kernels of up to this many taps have every tap written out; larger ones loop over the
+# kernel's rows, each row's taps written out. Measured one thread, float32, 768 channels 7 x 7
+# with a 7x7 kernel: compiling the written-out loop took 46-50 s, the row loop 5-6 s; runs of
+# 100 alternating, median (min) 204 (190) against 198 (187) us, the same sums to the bit
+WRITTEN_OUT_TAPS = 25
+
+
 def _source(kh: int, kw: int) -> str:
     """The loop for a ``kh`` x ``kw`` kernel, as Python source (see the module's docstring).
 
@@ -56,6 +65,7 @@ def _source(kh: int, kw: int) -> str:
     channels repeats its last one, and only its real channels are copied out."""
     lanes = range(LANES)
     taps = [(i, k) for i in range(kh) for k in range(kw)]
+    looped = len(taps) > WRITTEN_OUT_TAPS
     sums = ", ".join(f"s{v}" for v in lanes)
     firsts = ", ".join(f"f{v}" for v in lanes)  # where each lane's channel starts
     lines = [
@@ -74,9 +84,12 @@ def _source(kh: int, kw: int) -> str:
         f"    out = np.empty(out_plane * {LANES}, dtype=x.dtype)",
         "    units = np.array([0.0, 1.0, -0.0], dtype=x.dtype)",
         "    zero, one, keep = units[0], units[1], units[2]",
-        # each tap's offset from its pixel's first input, in the buffer
-        *(f"    o{t} = np.uint64(({i} * dh * cols + {k} * dw) * {LANES})"
-          for t, (i, k) in enumerate(taps)),
+        # each tap's offset from its pixel's first input, in the buffer (looping over the
+        # kernel's rows: a row's first input, and each tap's offset from it)
+        *((f"    o{t} = np.uint64(({i} * dh * cols + {k} * dw) * {LANES})"
+           for t, (i, k) in enumerate(taps)) if not looped else (
+            f"    orow = np.uint64(dh * cols * {LANES})",
+            *(f"    o{k} = np.uint64({k} * dw * {LANES})" for k in range(kw)))),
         *(f"    u{v} = np.uint64({v})" for v in lanes),
         "    for b in range(n):",
         f"        for c0 in range(0, c, {LANES}):",
@@ -98,10 +111,19 @@ def _source(kh: int, kw: int) -> str:
         f"                    at = np.uint64((r * sh * cols + j * sw) * {LANES})",
         f"                    {sums} = {', '.join(f'bb[{v}]' for v in lanes)}",
     ]
-    for t in range(len(taps)):
-        lines.append(f"                    a = at + o{t}")
-        lines.extend(f"                    s{v} += buf[a + u{v}] * wb[{t * LANES + v}]"
-                     for v in lanes)
+    if looped:
+        lines += [f"                    for i in range({kh}):",
+                  "                        ai = at + np.uint64(i) * orow",
+                  f"                        wi = i * {kw * LANES}"]
+        for k in range(kw):
+            lines.append(f"                        a = ai + o{k}")
+            lines.extend(f"                        s{v} += buf[a + u{v}] * wb[wi + {k * LANES + v}]"
+                         for v in lanes)
+    else:
+        for t in range(len(taps)):
+            lines.append(f"                    a = at + o{t}")
+            lines.extend(f"                    s{v} += buf[a + u{v}] * wb[{t * LANES + v}]"
+                         for v in lanes)
     lines += [
         f"                    at = np.uint64((r * ow + j) * {LANES})",
         *(f"                    out[at + u{v}] = s{v}" for v in lanes),
