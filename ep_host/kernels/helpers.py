@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 # ml_dtypes floats: numpy gives them kind "V", so ``dtype.kind == "f"`` misses them
 ML_FLOATS = frozenset({"bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
                        "float8_e5m2fnuz", "float8_e8m0fnu", "float4_e2m1fn"})
@@ -52,24 +54,22 @@ def normalize_axis(axis, rank, what="axis"):
 def along_axis(xp, index, axis):
     """The index tuple that pairs each entry of ``index`` (a position along ``axis``) with its
     own position along every other axis: ``x[along_axis(xp, index, axis)]`` is
-    ``take_along_axis`` without its checks (6 us of a small TopK). For a host (numpy) index
-    (on numpy's namespace) the other axes' grids are made once per shape and kept, read-only;
-    a device array's are made each call, on the device it is on."""
-    if index.__class__.__module__ != "numpy" or getattr(xp, "ndarray", None) is not (
-            index.__class__):
+    ``take_along_axis`` without its checks (6 us of a small TopK). A numpy index's other axes
+    take grids made once per shape and kept, read-only (4 us of a 7 x 1 GatherElements, looked
+    up 0.5); a device array's are made each call by ``xp``, on the device it is on."""
+    if index.__class__ is not np.ndarray:
         grids = _grids(xp, index.shape, axis)
     else:
-        key = (id(xp), index.shape, axis)
-        held = _GRIDS.get(key)
-        if held is None or held[0] is not xp:
-            held = (xp, _grids(xp, index.shape, axis))
-            for grid in held[1]:
+        key = (index.shape, axis)
+        grids = _GRIDS.get(key)
+        if grids is None:
+            grids = _grids(np, index.shape, axis)
+            for grid in grids:
                 if grid is not None:
                     grid.flags.writeable = False  # shared by every call of this shape
             if len(_GRIDS) >= GRIDS_KEPT:
                 _GRIDS.pop(next(iter(_GRIDS)))
-            _GRIDS[key] = held
-        grids = held[1]
+            _GRIDS[key] = grids
     return tuple(index if grid is None else grid for grid in grids)
 
 
@@ -80,10 +80,20 @@ def _grids(xp, shape, axis):
         rank - d - 1)) for d, n in enumerate(shape))
 
 
-# the other axes' position grids of along_axis for numpy indices, by namespace, index shape and
-# axis: made once (4 us of a 7 x 1 GatherElements, looked up 0.5)
-GRIDS_KEPT = 256
-_GRIDS: dict[tuple[int, tuple[int, ...], int], tuple[Any, tuple[Any, ...]]] = {}
+GRIDS_KEPT = 256  # index shapes whose grids along_axis keeps
+_GRIDS: dict[tuple[tuple[int, ...], int], tuple[Any, ...]] = {}
+
+FEW_INDICES = 64  # index arrays up to this size have their bounds found in Python
+
+
+def index_bounds(xp, index):
+    """The smallest and largest entry of a non-empty integer ``index``: of a few, from a list
+    (numpy's min and max cost a reduction's set-up each, 2-3 us of a small gather or a
+    scikit-learn classifier's label lookup), else by ``xp``."""
+    if index.size <= FEW_INDICES:
+        values = index.ravel().tolist()
+        return min(values), max(values)
+    return int(xp.min(index)), int(xp.max(index))
 
 
 # -- broadcasting -----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import numpy as np
 
 import ep_host
 from ep_host import require
-from ep_host.kernels.helpers import as_text, object_array
+from ep_host.kernels.helpers import as_text, index_bounds, object_array
 from ep_host.kernels.registry import kernel
 
 ML = "ai.onnx.ml"
@@ -276,20 +276,12 @@ def category_mapper(xp, x, *, default_int64, default_string, cats_int64s=(), cat
 # ---------------------------------------------------------------------------------------------
 
 
-FEW_INDICES = 64  # fed indices up to this many are bounds-checked as a list
-
-
 def _feature_indices(xp, y):
-    """ArrayFeatureExtractor's indices as int64, with their smallest and largest value (of a
-    few, from a list: numpy's min and max cost a reduction's set-up each, 2-3 us of a
-    scikit-learn classifier's label lookup)."""
+    """ArrayFeatureExtractor's indices as int64, with their smallest and largest value."""
     index = y.reshape(-1).astype(xp.int64)
     if not index.size:
         return index, 0, -1
-    if index.size <= FEW_INDICES:
-        values = index.tolist()
-        return index, min(values), max(values)
-    return index, int(index.min()), int(index.max())
+    return (index, *index_bounds(xp, index))
 
 
 def _prepare_feature_indices(xp, constants, **_):

@@ -20,6 +20,7 @@ from ep_host import check_allocation, deny, dtype, element_count, require
 from ep_host.kernels.helpers import (
     along_axis,
     broadcast_shape,
+    index_bounds,
     int_list,
     normalize_axis,
     pad_axes,
@@ -717,19 +718,12 @@ def pad_1(xp, data, *, paddings, mode, value):
 # ---------------------------------------------------------------------------------------------
 
 
-FEW_INDICES = 64  # index arrays up to this size are range-checked in Python
-
-
 def _in_range(xp, indices, dim):
     """``indices`` with negative values counted from the end; raises outside ``[-dim, dim)``."""
     idx = indices.astype(xp.int64, copy=False)
     if not idx.size:
         return idx
-    if idx.size <= FEW_INDICES and idx.__class__ is np.ndarray:
-        values = idx.ravel().tolist()  # a numpy reduction costs 2 us to set up, twice
-        low, high = min(values), max(values)
-    else:
-        low, high = int(xp.min(idx)), int(xp.max(idx))
+    low, high = index_bounds(xp, idx)
     if low < -dim or high >= dim:
         raise IndexError(f"an index lies outside [-{dim}, {dim - 1}]")
     return xp.where(idx < 0, idx + dim, idx) if low < 0 else idx

@@ -66,6 +66,12 @@ def _source(kh: int, kw: int) -> str:
     lanes = range(LANES)
     taps = [(i, k) for i in range(kh) for k in range(kw)]
     looped = len(taps) > WRITTEN_OUT_TAPS
+    if looped:  # a kernel row's step in the buffer, and each tap's offset from its row's first
+        offsets = [f"    orow = np.uint64(dh * cols * {LANES})",
+                   *(f"    o{k} = np.uint64({k} * dw * {LANES})" for k in range(kw))]
+    else:  # each tap's offset from its pixel's first input, in the buffer
+        offsets = [f"    o{t} = np.uint64(({i} * dh * cols + {k} * dw) * {LANES})"
+                   for t, (i, k) in enumerate(taps)]
     sums = ", ".join(f"s{v}" for v in lanes)
     firsts = ", ".join(f"f{v}" for v in lanes)  # where each lane's channel starts
     lines = [
@@ -84,12 +90,7 @@ def _source(kh: int, kw: int) -> str:
         f"    out = np.empty(out_plane * {LANES}, dtype=x.dtype)",
         "    units = np.array([0.0, 1.0, -0.0], dtype=x.dtype)",
         "    zero, one, keep = units[0], units[1], units[2]",
-        # each tap's offset from its pixel's first input, in the buffer (looping over the
-        # kernel's rows: a row's first input, and each tap's offset from it)
-        *((f"    o{t} = np.uint64(({i} * dh * cols + {k} * dw) * {LANES})"
-           for t, (i, k) in enumerate(taps)) if not looped else (
-            f"    orow = np.uint64(dh * cols * {LANES})",
-            *(f"    o{k} = np.uint64({k} * dw * {LANES})" for k in range(kw)))),
+        *offsets,
         *(f"    u{v} = np.uint64({v})" for v in lanes),
         "    for b in range(n):",
         f"        for c0 in range(0, c, {LANES}):",
