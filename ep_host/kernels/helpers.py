@@ -51,6 +51,15 @@ def normalize_axis(axis, rank, what="axis"):
     return axis % rank
 
 
+def two_columns(xp, first, second):
+    """Two 1-D arrays as the columns of one [rows, 2] (``stack`` costs 7 us on a few rows, two
+    assignments 1)."""
+    out = xp.empty((first.shape[0], 2), dtype=xp.result_type(first, second))
+    out[:, 0] = first
+    out[:, 1] = second
+    return out
+
+
 def along_axis(xp, index, axis):
     """The index tuple that pairs each entry of ``index`` (a position along ``axis``) with its
     own position along every other axis: ``x[along_axis(xp, index, axis)]`` is

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ep_host import deny, require
-from ep_host.kernels.helpers import object_array
+from ep_host.kernels.helpers import object_array, two_columns
 from ep_host.kernels.ml import ML, NUMBERS, TRANSFORM_NAMES, given_array, transform_scores
 from ep_host.kernels.registry import kernel
 
@@ -212,6 +212,9 @@ class ClassifierTables:
         self.pair_classes = np.array(self.pairs, dtype=np.int64).reshape(-1, 2)
         self.support = SupportVectors(attrs, self.pair_weights.shape[0])
         self.rho = _float32_values(rho)
+        # Platt's scaling, float32 as onnxruntime reads it (none: no probabilities)
+        self.prob_a = np.asarray(attrs.get("prob_a") or (), dtype=np.float32)
+        self.prob_b = np.asarray(attrs.get("prob_b") or (), dtype=np.float32)
         first = np.zeros((len(self.pairs), self.k))
         second = np.zeros((len(self.pairs), self.k))
         for p, (i, j) in enumerate(self.pairs):
@@ -273,9 +276,11 @@ def pairwise_coupling(r):
     return p
 
 
-def _probabilities(xp, scores, prob_a, prob_b, pairs, k):
-    a = np.asarray(prob_a, dtype=np.float32)
-    b = np.asarray(prob_b, dtype=np.float32)
+def platt_pairwise(scores, a, b, pairs, k):
+    """r [rows, k, k] (float32) from the pairs' decision values [rows, pairs]: for pair p = (i, j),
+    r[:, i, j] = P(i | i or j) = 1 / (1 + exp(a[p] d + b[p])) (Platt's scaling; ``a d + b`` in
+    float32, the sigmoid in float64), kept within [1e-7, 1 - 1e-7], and r[:, j, i] = 1 - that;
+    the diagonal 0."""
     fapb = scores.astype(np.float32) * a + b
     pairwise = (1 - transform_scores(np, fapb.astype(np.float64), 2)).astype(np.float32)
     np.maximum(pairwise, np.float32(1e-7), out=pairwise)  # np.clip's checks: 5 us of a few rows
@@ -284,10 +289,16 @@ def _probabilities(xp, scores, prob_a, prob_b, pairs, k):
     for p, (i, j) in enumerate(pairs):
         r[:, i, j] = pairwise[:, p]
         r[:, j, i] = 1 - pairwise[:, p]
+    return r
+
+
+def _probabilities(xp, scores, tables):
     compiled = getattr(xp, "compiled_pairwise_coupling", None)  # the CPU EP's, numba
     if compiled is not None and compiled.ready():
-        return compiled(r)
-    return pairwise_coupling(r)
+        return compiled(np.ascontiguousarray(scores, dtype=np.float32), tables.prob_a,
+                        tables.prob_b, tables.pair_classes, tables.k)
+    return pairwise_coupling(platt_pairwise(scores, tables.prob_a, tables.prob_b, tables.pairs,
+                                            tables.k))
 
 
 @kernel("SVMClassifier", 1, domain=ML, dtypes=NUMBERS, check=_check_classifier,
@@ -324,15 +335,16 @@ def svm_classifier(xp, x, *, kernel_type, post_transform, classlabels_ints=None,
         votes += tables.second_votes  # whole numbers: exact in any order
         label = tables.label_array(xp, votes.argmax(axis=1))
     if prob_a:
-        out = _probabilities(xp, scores, prob_a, prob_b, tables.pairs, k).astype(np.float64)
-        out = transform_scores(xp, out, TRANSFORM_NAMES[post_transform])
+        out = _probabilities(xp, scores, tables)
+        if post_transform != "NONE":
+            out = transform_scores(xp, out.astype(np.float64), TRANSFORM_NAMES[post_transform])
     elif k == 2:
         d = scores[:, 0].astype(np.float64)
         if post_transform == "LOGISTIC":
-            out = xp.stack([transform_scores(xp, -d[:, None], 2)[:, 0],
-                            transform_scores(xp, d[:, None], 2)[:, 0]], axis=1)
+            out = two_columns(xp, transform_scores(xp, -d[:, None], 2)[:, 0],
+                              transform_scores(xp, d[:, None], 2)[:, 0])
         else:
-            out = xp.stack([-d, d], axis=1)
+            out = two_columns(xp, -d, d)
     elif post_transform == "NONE":
         out = scores  # float32 already, and ours
     else:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ep_host import deny, require
+from ep_host.kernels.helpers import two_columns
 from ep_host.kernels.ml import (
     ML,
     NUMBERS,
@@ -878,16 +879,8 @@ def _one_column_scores(xp, score, mixed_signs, transform):
     if transform == TRANSFORM_NAMES["LOGISTIC"]:
         score = transform_scores(xp, score[:, None], 2)[:, 0]
     elif mixed_signs:
-        return positive, _pair(xp, xp.negative(score), score)
-    return positive, _pair(xp, 1 - score, score)
-
-
-def _pair(xp, first, second):
-    """Two columns [rows, 2] (``stack`` costs 7 us on a few rows, two assignments 1)."""
-    out = xp.empty((first.shape[0], 2), dtype=xp.result_type(first, second))
-    out[:, 0] = first
-    out[:, 1] = second
-    return out
+        return positive, two_columns(xp, xp.negative(score), score)
+    return positive, two_columns(xp, 1 - score, score)
 
 
 def _tree_classifier(xp, x, forest, rule):
