@@ -196,7 +196,8 @@ def _add_model_args(p: argparse.ArgumentParser, provider_instead: str = PROVIDER
                    help="skip one graph optimization (repeatable): constant_lifting, "
                    "constant_folding, conv_bn_folding, channel_affine_folding, "
                    "conv_activation_fusion, gelu_fusion, silu_fusion, layer_norm_fusion, "
-                   "matmul_add_fusion")
+                   "skip_layer_norm_fusion, bias_gelu_fusion, matmul_add_fusion, "
+                   "product_features_fusion")
 
 
 COMPLETION_SHELLS = ("bash", "zsh", "tcsh")

@@ -512,3 +512,97 @@ def matmul_add_fusion(rw: Rewriter) -> int:
                                               [add.output[0]], name=name))
         fused += 1
     return fused
+
+
+ML_DOMAIN = "ai.onnx.ml"
+
+
+def product_features_fusion(rw: Rewriter) -> int:
+    """skl2onnx's PolynomialFeatures: a Concat along axis 1 of products of a 2-D value's columns,
+    each written as an ArrayFeatureExtractor of constant column indices then a ReduceProd over
+    axis 1 (kept), two nodes per output column. Each run of at least two such inputs in a row
+    that take the same value's columns, the same number each, becomes one Gather of all their
+    columns [N, columns, count] and one ReduceProd over its last axis: the same products in the
+    same order (a degree-2 export of 8 features: 88 nodes become 4)."""
+    fused = 0
+    for concat in rw.live():
+        if not is_op(concat, "Concat") or node_attribute(concat, "axis") not in (1, -1):
+            continue
+        found = [_column_product(rw, concat, name) for name in concat.input]
+        inputs, i = list(concat.input), 0
+        runs = []
+        while i < len(found):
+            j = i
+            while j < len(found) and found[j] is not None and found[j][:2] == found[i][:2]:
+                j += 1
+            if j - i >= 2:
+                runs.append((i, j))
+            i = max(j, i + 1)
+        if not runs:
+            continue
+        for i, j in reversed(runs):  # later runs first: the earlier positions stay put
+            inputs[i:j] = [_fuse_products(rw, concat, found[i:j])]
+        new = copy_node(concat)
+        del new.input[:]
+        new.input.extend(inputs)
+        rw.replace(concat, new)
+        fused += len(runs)
+    return fused
+
+
+def _column_product(rw: Rewriter, concat: NodeProto,
+                    name: str) -> tuple[str, int, tuple[int, ...], NodeProto, NodeProto] | None:
+    """``(source, count, columns, extractor, product)`` where ``name`` is a ReduceProd over axis
+    1 (kept) of an ArrayFeatureExtractor of 2-D ``source``'s constant ``columns`` (none
+    negative), each read only by the next; else ``None``."""
+    prod = rw.producer.get(name)
+    if not is_op(prod, "ReduceProd") or rw.only_consumer(name) is not concat:
+        return None
+    if node_attribute(prod, "keepdims", 1) != 1:
+        return None
+    axes = (node_attribute(prod, "axes") if len(prod.input) < 2
+            else rw.const(prod.input[1]) if prod.input[1] else None)
+    if axes is None or [int(a) for a in np.asarray(axes).reshape(-1)] not in ([1], [-1]):
+        return None
+    afe = rw.producer.get(prod.input[0])
+    if (afe is None or afe.op_type != "ArrayFeatureExtractor" or node_domain(afe) != ML_DOMAIN
+            or rw.only_consumer(afe.output[0]) is not prod):
+        return None
+    source, columns = afe.input[0], rw.const(afe.input[1])
+    shape = rw.shape(source)
+    if (columns is None or columns.dtype.kind not in "iu" or columns.ndim > 1 or not columns.size
+            or columns.min() < 0 or shape is None or len(shape) != 2
+            or rw.dtype(source) not in (np.float32, np.float64, np.int32, np.int64)):
+        return None
+    return source, columns.size, tuple(int(c) for c in columns.reshape(-1)), afe, prod
+
+
+def _fuse_products(rw: Rewriter, concat: NodeProto, run: list[Any]) -> str:
+    """One Gather and one ReduceProd for ``run`` (``_column_product``'s answers); the name of
+    the [N, len(run)] products they write."""
+    source, count = run[0][0], run[0][1]
+    first = min((r[3] for r in run), key=lambda n: rw.position[id(n)])  # an extractor
+    last = max((r[4] for r in run), key=lambda n: rw.position[id(n)])  # a product
+    columns = rw.fresh(f"{concat.name}_columns")
+    rw.add_constant(columns, np.array([r[2] for r in run], dtype=np.int64))
+    gathered, products = rw.fresh(f"{concat.name}_gathered"), rw.fresh(f"{concat.name}_products")
+    kind, dtype, (rows, _) = rw.type_of(source)  # type: ignore[misc]
+    rw.learned[gathered] = (kind, dtype, (rows, len(run), count))
+    rw.learned[products] = (kind, dtype, (rows, len(run)))
+    gather = helper.make_node("Gather", [source, columns], [gathered], axis=1,
+                              name=rw.fresh(f"{concat.name}::Gather"))
+    if len(last.input) >= 2:  # ReduceProd 18 on: the axes as an input
+        axes = rw.fresh(f"{concat.name}_axes")
+        rw.add_constant(axes, np.array([2], dtype=np.int64))
+        reduce = helper.make_node("ReduceProd", [gathered, axes], [products], keepdims=0,
+                                  name=rw.fresh(f"{concat.name}::ReduceProd"))
+    else:
+        reduce = helper.make_node("ReduceProd", [gathered], [products], axes=[2], keepdims=0,
+                                  name=rw.fresh(f"{concat.name}::ReduceProd"))
+    rw.replace(first, gather)
+    rw.replace(last, reduce)
+    for _, _, _, afe, prod in run:
+        for node in (afe, prod):
+            if node is not first and node is not last:
+                rw.remove(node, into=gather.name if node is afe else reduce.name)
+    return products

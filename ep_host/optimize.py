@@ -41,6 +41,10 @@ provider claims it, the capability walk places those nodes instead, as it does a
   Gelu becomes one ``com.microsoft::BiasGelu``.
 - ``matmul_add_fusion``: MatMul of a 2-D input by a constant 2-D matrix, then Add of a constant
   bias, becomes one Gemm.
+- ``product_features_fusion``: a Concat along axis 1 of column products of one 2-D value, each an
+  ai.onnx.ml ArrayFeatureExtractor of constant columns then a ReduceProd over axis 1
+  (scikit-learn's PolynomialFeatures as skl2onnx writes it), becomes one Gather and one
+  ReduceProd per run of products of equally many columns.
 """
 
 from __future__ import annotations
@@ -66,6 +70,7 @@ from ep_host.fusion import (
     gelu_fusion,
     layer_norm_fusion,
     matmul_add_fusion,
+    product_features_fusion,
     silu_fusion,
     skip_layer_norm_fusion,
 )
@@ -92,6 +97,7 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "skip_layer_norm_fusion": skip_layer_norm_fusion,
     "bias_gelu_fusion": bias_gelu_fusion,
     "matmul_add_fusion": matmul_add_fusion,
+    "product_features_fusion": product_features_fusion,
 }
 DEFAULT_PASSES = tuple(PASSES)
 # The ai.onnx ops a pass starts from: it finds nothing in a graph that lacks one op of each
@@ -114,6 +120,7 @@ PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
                                frozenset({"Add"})),
     "bias_gelu_fusion": (frozenset({"Gelu", "Erf"}), frozenset({"Add"})),
     "matmul_add_fusion": (frozenset({"MatMul"}), frozenset({"Add"})),
+    "product_features_fusion": (frozenset({"ReduceProd"}), frozenset({"Concat"})),
 }
 REINFER_AFTER = frozenset({"constant_lifting", "constant_folding"})
 

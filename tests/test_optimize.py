@@ -369,7 +369,7 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
     assert set(PASSES) == {"constant_lifting", "constant_folding", "conv_bn_folding",
                            "channel_affine_folding", "conv_activation_fusion", "gelu_fusion",
                            "silu_fusion", "layer_norm_fusion", "skip_layer_norm_fusion",
-                           "bias_gelu_fusion", "matmul_add_fusion"}
+                           "bias_gelu_fusion", "matmul_add_fusion", "product_features_fusion"}
 
 
 def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):
@@ -816,3 +816,65 @@ def test_the_rewriters_first_index_is_the_one_its_nodes_give():
     assert fast[1] == {k: [id(n) for n in v] for k, v in rw.consumers.items()}
     assert len(fast[1]["x"]) == 4  # Mul twice, the If once per branch reading it
     assert "k" not in fast[1] and "zero" not in fast[1]  # constants: no readers kept
+
+
+def column_products_model(opset, columns, *, middle=None, keepdims=1, also_read=None):
+    """Concat along axis 1 of ReduceProd(ArrayFeatureExtractor(x, columns[i])) over axis 1, as
+    skl2onnx writes PolynomialFeatures (axes as an input from opset 18, an attribute before);
+    ``middle``: a position where x itself is concatenated between the products; ``also_read``:
+    a product that the graph also outputs."""
+    nodes, concat = [], []
+    inits = [numpy_helper.from_array(np.array([1], np.int64), "axis")]
+    for i, cols in enumerate(columns):
+        inits.append(numpy_helper.from_array(np.array(cols, np.int64), f"c{i}"))
+        nodes.append(helper.make_node("ArrayFeatureExtractor", ["x", f"c{i}"], [f"col{i}"],
+                                      name=f"afe{i}", domain="ai.onnx.ml"))
+        axes = {"inputs": [f"col{i}", "axis"]} if opset >= 18 else {
+            "inputs": [f"col{i}"], "axes": [1]}
+        nodes.append(helper.make_node("ReduceProd", axes.pop("inputs"), [f"p{i}"],
+                                      name=f"prod{i}", keepdims=keepdims, **axes))
+        concat.append(f"p{i}")
+    if middle is not None:
+        concat.insert(middle, "x")
+    nodes.append(helper.make_node("Concat", concat, ["y"], axis=1, name="concat"))
+    width = sum(1 for _ in columns) + (4 if middle is not None else 0)
+    outputs = [("y", F, [None, width])]
+    if also_read is not None:
+        outputs.append((f"p{also_read}", F, [None, 1]))
+    return make_model(nodes, [("x", F, [None, 4])], outputs, opset=opset, initializers=inits,
+                      domains=[("ai.onnx.ml", 3)])
+
+
+SQUARES = [[i, j] for i in range(4) for j in range(i, 4)]
+
+
+@pytest.mark.parametrize("opset", [13, 18])
+def test_column_products_become_one_gather_and_one_product_per_run(opset):
+    columns = [[0], [1], [2], [3], *SQUARES, [0, 1, 2], [3, 3, 1]]
+    model = column_products_model(opset, columns, middle=2)
+    x = RNG.standard_normal((5, 4)).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    # runs: [0], [1] | x | [2], [3] | ten pairs | two triples
+    assert session.model.optimizations == {"product_features_fusion": 4}
+    ops = [n.op_type for n in session.placement.table.nodes]
+    assert ops.count("Gather") == 4 and ops.count("ReduceProd") == 4
+    assert "ArrayFeatureExtractor" not in ops
+    np.testing.assert_array_equal(got[0], want[0])  # the same products, bit for bit
+    ort = onnxruntime.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got[0], ort.run(None, {"x": x})[0], rtol=1e-6)
+    np.testing.assert_array_equal(got[0][:, 2:6], x)
+    np.testing.assert_array_equal(got[0][:, 8], x[:, 0] * x[:, 0])
+
+
+def test_column_products_not_fused_where_the_pattern_is_not_exact():
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    also = column_products_model(18, SQUARES[:3], also_read=1)  # p1 is an output too
+    session, got, want = run_both(also, {"x": x})
+    assert session.model.optimizations == {}  # runs of one on either side of p1
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    dropped = column_products_model(18, SQUARES[:3], keepdims=0)  # [N] products: not these
+    assert optimize(load_model(dropped)).optimizations == {}
+    negative = column_products_model(18, [[0, -1], [1, 2]])
+    assert optimize(load_model(negative)).optimizations == {}
