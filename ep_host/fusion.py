@@ -1,6 +1,8 @@
 """Fusion passes of the graph optimizations: a group of nodes becomes one op (FusedConv, Gelu,
 QuickGelu, LayerNormalization, SkipLayerNormalization, BiasGelu, Gemm) that remembers the nodes
-it replaced, so they can be placed instead when no provider claims it.
+it replaced, so they can be placed instead when no provider claims it. Two passes for skl2onnx's
+exports rewrite many small standard ops into a few (Gather and ReduceProd; one
+TreeEnsembleRegressor), which every provider of those ops runs, with nothing to remember.
 """
 
 from __future__ import annotations
@@ -529,25 +531,38 @@ def product_features_fusion(rw: Rewriter) -> int:
         if not is_op(concat, "Concat") or node_attribute(concat, "axis") not in (1, -1):
             continue
         found = [_column_product(rw, concat, name) for name in concat.input]
-        inputs, i = list(concat.input), 0
-        runs = []
-        while i < len(found):
-            j = i
-            while j < len(found) and found[j] is not None and found[j][:2] == found[i][:2]:
-                j += 1
-            if j - i >= 2:
-                runs.append((i, j))
-            i = max(j, i + 1)
-        if not runs:
-            continue
-        for i, j in reversed(runs):  # later runs first: the earlier positions stay put
-            inputs[i:j] = [_fuse_products(rw, concat, found[i:j])]
-        new = copy_node(concat)
-        del new.input[:]
-        new.input.extend(inputs)
-        rw.replace(concat, new)
-        fused += len(runs)
+        runs = _runs(found, lambda f: f[:2])
+        if runs:
+            _replace_runs(rw, concat, runs, [_fuse_products(rw, concat, found[i:j])
+                                             for i, j in runs])
+            fused += len(runs)
     return fused
+
+
+def _runs(found: Sequence[Any], key: Callable[[Any], Any]) -> list[tuple[int, int]]:
+    """``(start, end)`` of each run of at least two entries in a row of ``found`` that are not
+    ``None`` and share ``key``."""
+    runs, i = [], 0
+    while i < len(found):
+        j = i
+        while j < len(found) and found[j] is not None and key(found[j]) == key(found[i]):
+            j += 1
+        if j - i >= 2:
+            runs.append((i, j))
+        i = max(j, i + 1)
+    return runs
+
+
+def _replace_runs(rw: Rewriter, concat: NodeProto, runs: list[tuple[int, int]],
+                  names: list[str]) -> None:
+    """``concat`` reading ``names[k]`` in place of the inputs of ``runs[k]``."""
+    inputs = list(concat.input)
+    for (i, j), name in reversed(list(zip(runs, names, strict=True))):  # later runs first
+        inputs[i:j] = [name]
+    new = copy_node(concat)
+    del new.input[:]
+    new.input.extend(inputs)
+    rw.replace(concat, new)
 
 
 def _column_product(rw: Rewriter, concat: NodeProto,
@@ -606,3 +621,96 @@ def _fuse_products(rw: Rewriter, concat: NodeProto, run: list[Any]) -> str:
             if node is not first and node is not last:
                 rw.remove(node, into=gather.name if node is afe else reduce.name)
     return products
+
+
+# TreeEnsembleRegressor's attributes a merge concatenates (those of ai.onnx.ml 1 and 3 as lists;
+# one holding tensors, the *_as_tensor forms, is not merged)
+TREE_LISTS = ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values",
+              "nodes_hitrates", "nodes_truenodeids", "nodes_falsenodeids",
+              "nodes_missing_value_tracks_true", "target_treeids", "target_nodeids",
+              "target_ids", "target_weights", "base_values")
+TREE_SETTINGS = ("n_targets", "aggregate_function", "post_transform")
+
+
+def tree_ensemble_merging(rw: Rewriter) -> int:
+    """Sibling regression forests: a Concat along axis 1 of TreeEnsembleRegressors of the same
+    input, each summing its trees (aggregate SUM) without a post transform and read only by the
+    Concat (skl2onnx's AdaBoostRegressor, one per estimator), becomes one TreeEnsembleRegressor
+    per run of them, each forest's targets and trees numbered after the ones before: every
+    target sums the same trees' votes in the same order (10 estimators: 11 nodes become 1)."""
+    merged = 0
+    for concat in rw.live():
+        if not is_op(concat, "Concat") or node_attribute(concat, "axis") not in (1, -1):
+            continue
+        found = [_summing_forest(rw, concat, name) for name in concat.input]
+        runs = _runs(found, lambda f: (f[0].input[0], tuple(sorted(f[1]))))
+        if not runs:
+            continue
+        names = [_merge_forests(rw, concat, [f[0] for f in found[i:j]],
+                                [f[1] for f in found[i:j]]) for i, j in runs]
+        merged += len(runs)
+        if runs == [(0, len(found))]:  # the merged forest writes the Concat's output itself
+            out = names[0]
+            forest = rw.producer[out]
+            new = copy_node(forest)
+            new.output[0] = concat.output[0]
+            rw.learned.pop(out, None)
+            rw.remove(concat, into=forest.name)
+            rw.replace(forest, new)
+        else:
+            _replace_runs(rw, concat, runs, names)
+    return merged
+
+
+def _summing_forest(rw: Rewriter, concat: NodeProto,
+                    name: str) -> tuple[NodeProto, dict[str, Any]] | None:
+    """``(node, attributes)`` where ``name`` is the one output of a TreeEnsembleRegressor that
+    sums its trees, with no post transform, attributes as lists, tree ids from 0 and its
+    n_targets base values (if any), read only by ``concat``; else ``None``."""
+    node = rw.producer.get(name)
+    if (node is None or node.op_type != "TreeEnsembleRegressor"
+            or node_domain(node) != ML_DOMAIN or len(node.input) != 1
+            or rw.only_consumer(name) is not concat):
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if any(n not in TREE_LISTS and n not in TREE_SETTINGS for n in attrs):
+        return None  # the *_as_tensor forms, or an attribute this merge does not know
+    aggregate, transform = (attrs.get(k, b"") for k in ("aggregate_function", "post_transform"))
+    targets, trees = attrs.get("n_targets"), attrs.get("nodes_treeids") or []
+    if (aggregate not in (b"", b"SUM") or transform not in (b"", b"NONE")
+            or not isinstance(targets, int) or targets < 1 or not trees or min(trees) < 0
+            or len(attrs.get("base_values", [0] * targets)) != targets):
+        return None
+    return node, attrs
+
+
+def _merge_forests(rw: Rewriter, concat: NodeProto, nodes: list[NodeProto],
+                   forests: list[dict[str, Any]]) -> str:
+    """One TreeEnsembleRegressor doing the work of ``nodes`` (their ``forests``' attributes, all
+    naming the same ones); the name of its [N, targets] output."""
+    lists: dict[str, list[Any]] = {name: [] for name in forests[0] if name in TREE_LISTS}
+    tree_base = target_base = 0
+    for attrs in forests:
+        for name, values in lists.items():
+            given = list(attrs[name])
+            if name in ("nodes_treeids", "target_treeids"):
+                given = [t + tree_base for t in given]
+            elif name == "target_ids":
+                given = [t + target_base for t in given]
+            values.extend(given)
+        tree_base += max(attrs["nodes_treeids"]) + 1
+        target_base += attrs["n_targets"]
+    last = max(nodes, key=lambda n: rw.position[id(n)])
+    out = rw.fresh(f"{concat.name}_forests")
+    merged = helper.make_node("TreeEnsembleRegressor", [nodes[0].input[0]], [out],
+                              name=rw.fresh(f"{concat.name}::TreeEnsembleRegressor"),
+                              domain=ML_DOMAIN, n_targets=target_base, **lists)
+    kind, dtype, shape = rw.type_of(nodes[0].output[0]) or (None, None, None)
+    rows = shape[0] if shape else None
+    if dtype is not None:
+        rw.learned[out] = (kind, dtype, (rows, target_base))
+    rw.replace(last, merged)
+    for node in nodes:
+        if node is not last:
+            rw.remove(node, into=merged.name)
+    return out

@@ -45,6 +45,9 @@ provider claims it, the capability walk places those nodes instead, as it does a
   ai.onnx.ml ArrayFeatureExtractor of constant columns then a ReduceProd over axis 1
   (scikit-learn's PolynomialFeatures as skl2onnx writes it), becomes one Gather and one
   ReduceProd per run of products of equally many columns.
+- ``tree_ensemble_merging``: a Concat along axis 1 of ai.onnx.ml TreeEnsembleRegressors of one
+  input that sum their trees without a post transform (skl2onnx's AdaBoostRegressor) becomes one
+  TreeEnsembleRegressor per run, the forests' trees and targets numbered one after another.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ from ep_host.fusion import (
     product_features_fusion,
     silu_fusion,
     skip_layer_norm_fusion,
+    tree_ensemble_merging,
 )
 from ep_host.graph import DEFAULT_DOMAIN, GraphView, node_reads, normalize_domain
 from ep_host.loading import Model
@@ -98,6 +102,7 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "bias_gelu_fusion": bias_gelu_fusion,
     "matmul_add_fusion": matmul_add_fusion,
     "product_features_fusion": product_features_fusion,
+    "tree_ensemble_merging": tree_ensemble_merging,
 }
 DEFAULT_PASSES = tuple(PASSES)
 # The ai.onnx ops a pass starts from: it finds nothing in a graph that lacks one op of each
@@ -121,6 +126,7 @@ PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
     "bias_gelu_fusion": (frozenset({"Gelu", "Erf"}), frozenset({"Add"})),
     "matmul_add_fusion": (frozenset({"MatMul"}), frozenset({"Add"})),
     "product_features_fusion": (frozenset({"ReduceProd"}), frozenset({"Concat"})),
+    "tree_ensemble_merging": (frozenset({"Concat"}),),
 }
 REINFER_AFTER = frozenset({"constant_lifting", "constant_folding"})
 

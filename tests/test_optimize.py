@@ -369,7 +369,8 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
     assert set(PASSES) == {"constant_lifting", "constant_folding", "conv_bn_folding",
                            "channel_affine_folding", "conv_activation_fusion", "gelu_fusion",
                            "silu_fusion", "layer_norm_fusion", "skip_layer_norm_fusion",
-                           "bias_gelu_fusion", "matmul_add_fusion", "product_features_fusion"}
+                           "bias_gelu_fusion", "matmul_add_fusion", "product_features_fusion",
+                           "tree_ensemble_merging"}
 
 
 def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):
@@ -878,3 +879,83 @@ def test_column_products_not_fused_where_the_pattern_is_not_exact():
     assert optimize(load_model(dropped)).optimizations == {}
     negative = column_products_model(18, [[0, -1], [1, 2]])
     assert optimize(load_model(negative)).optimizations == {}
+
+
+def forest_node(name, x, out, trees, targets=1, **settings):
+    """A TreeEnsembleRegressor of ``trees`` random stumps over 4 features, each voting for one
+    of ``targets`` targets (tree t for target t % targets), with base values."""
+    attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids",
+                             "nodes_modes", "nodes_values", "nodes_truenodeids",
+                             "nodes_falsenodeids", "target_treeids", "target_nodeids",
+                             "target_ids", "target_weights")}
+    for t in range(trees):
+        for node, mode, feature, value, true, false in (
+                (0, "BRANCH_LEQ", int(RNG.integers(4)), float(RNG.standard_normal()), 1, 2),
+                (1, "LEAF", 0, 0.0, 0, 0), (2, "LEAF", 0, 0.0, 0, 0)):
+            for key, v in zip(("nodes_treeids", "nodes_nodeids", "nodes_modes",
+                               "nodes_featureids", "nodes_values", "nodes_truenodeids",
+                               "nodes_falsenodeids"), (t, node, mode, feature, value, true, false),
+                              strict=True):
+                attrs[key].append(v)
+        for leaf in (1, 2):
+            attrs["target_treeids"].append(t)
+            attrs["target_nodeids"].append(leaf)
+            attrs["target_ids"].append(t % targets)
+            attrs["target_weights"].append(float(RNG.standard_normal()))
+    base = [float(v) for v in RNG.standard_normal(targets)]
+    return helper.make_node("TreeEnsembleRegressor", [x], [out], name=name,
+                            domain="ai.onnx.ml", n_targets=targets, base_values=base,
+                            **attrs, **settings)
+
+
+def forests_model(forests, *, middle=False, output_one=False):
+    """x [N, 4] -> each forest (trees, targets, settings) -> Concat along axis 1 -> y; with
+    ``middle``, x itself between the first two forests; with ``output_one``, the first
+    forest's output is a graph output too."""
+    nodes, concat, width = [], [], 0
+    for i, (trees, targets, settings) in enumerate(forests):
+        nodes.append(forest_node(f"forest{i}", "x", f"f{i}", trees, targets, **settings))
+        concat.append(f"f{i}")
+        width += targets
+    if middle:
+        concat.insert(1, "x")
+        width += 4
+    nodes.append(helper.make_node("Concat", concat, ["y"], axis=1, name="concat"))
+    outputs = [("y", F, [None, width])]
+    if output_one:
+        outputs.append(("f0", F, [None, forests[0][1]]))
+    return make_model(nodes, [("x", F, [None, 4])], outputs, domains=[("ai.onnx.ml", 1)])
+
+
+def assert_same_as_written_and_onnxruntime(model, x):
+    session, got, want = run_both(model, {"x": x})
+    ort = onnxruntime.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+    for g, w, o in zip(got, want, ort.run(None, {"x": x}), strict=True):
+        np.testing.assert_array_equal(g, w)  # every target sums the same votes, in order
+        np.testing.assert_allclose(g, o, rtol=1e-6, atol=1e-6)
+    return session
+
+
+def test_sibling_forests_read_by_one_concat_become_one_forest():
+    x = RNG.standard_normal((9, 4)).astype(np.float32)
+    five = forests_model([(3, 1, {})] * 5)  # AdaBoostRegressor's shape: one target each
+    session = assert_same_as_written_and_onnxruntime(five, x)
+    assert session.model.optimizations == {"tree_ensemble_merging": 1}
+    assert [n.op_type for n in session.placement.table.nodes] == ["TreeEnsembleRegressor"]
+    mixed = forests_model([(4, 2, {}), (2, 1, {}), (5, 3, {})], middle=True)
+    session = assert_same_as_written_and_onnxruntime(mixed, x)
+    assert session.model.optimizations == {"tree_ensemble_merging": 1}  # the last two only
+    assert [n.op_type for n in session.placement.table.nodes] == [
+        "TreeEnsembleRegressor", "TreeEnsembleRegressor", "Concat"]
+
+
+@pytest.mark.parametrize("settings", [{"aggregate_function": "AVERAGE"},
+                                      {"post_transform": "LOGISTIC"}])
+def test_forests_that_do_not_only_sum_or_are_read_elsewhere_are_not_merged(settings):
+    x = RNG.standard_normal((5, 4)).astype(np.float32)
+    averaging = forests_model([(3, 1, settings), (2, 1, settings)])
+    assert optimize(load_model(averaging)).optimizations == {}
+    read = forests_model([(3, 1, {}), (2, 1, {})], output_one=True)
+    session = assert_same_as_written_and_onnxruntime(read, x)
+    assert session.model.optimizations == {}
