@@ -665,8 +665,9 @@ def tree_ensemble_merging(rw: Rewriter) -> int:
 def _summing_forest(rw: Rewriter, concat: NodeProto,
                     name: str) -> tuple[NodeProto, dict[str, Any]] | None:
     """``(node, attributes)`` where ``name`` is the one output of a TreeEnsembleRegressor that
-    sums its trees, with no post transform, attributes as lists, tree ids from 0 and its
-    n_targets base values (if any), read only by ``concat``; else ``None``."""
+    sums its trees, with no post transform, attributes as lists, tree ids from 0, votes naming
+    its own trees and targets and its n_targets base values (if any), read only by ``concat``;
+    else ``None``."""
     node = rw.producer.get(name)
     if (node is None or node.op_type != "TreeEnsembleRegressor"
             or node_domain(node) != ML_DOMAIN or len(node.input) != 1
@@ -680,6 +681,10 @@ def _summing_forest(rw: Rewriter, concat: NodeProto,
     if (aggregate not in (b"", b"SUM") or transform not in (b"", b"NONE")
             or not isinstance(targets, int) or targets < 1 or not trees or min(trees) < 0
             or len(attrs.get("base_values", [0] * targets)) != targets):
+        return None
+    # votes for its own trees and targets only: renumbered, a stray id would name a neighbour's
+    voters, ids = attrs.get("target_treeids") or [], attrs.get("target_ids") or []
+    if any(not 0 <= t <= max(trees) for t in voters) or any(not 0 <= t < targets for t in ids):
         return None
     return node, attrs
 

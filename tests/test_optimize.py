@@ -959,3 +959,11 @@ def test_forests_that_do_not_only_sum_or_are_read_elsewhere_are_not_merged(setti
     read = forests_model([(3, 1, {}), (2, 1, {})], output_one=True)
     session = assert_same_as_written_and_onnxruntime(read, x)
     assert session.model.optimizations == {}
+
+
+def test_a_forest_voting_for_a_target_it_does_not_have_is_not_merged():
+    stray = forests_model([(3, 1, {}), (2, 1, {})])
+    forest = stray.graph.node[0]
+    ids = next(a for a in forest.attribute if a.name == "target_ids")
+    ids.ints[0] = 1  # target 1 of a one-target forest: the next forest's, once renumbered
+    assert optimize(load_model(stray)).optimizations == {}

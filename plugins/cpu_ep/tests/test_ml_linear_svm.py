@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from cpukit import assert_declines, run_ep_host, run_onnxruntime
+from ep_host_cpu.coupling import CompiledPairwiseCoupling
 from onnx import TensorProto, helper
 
 from ep_host.errors import KernelError
@@ -214,7 +215,11 @@ def test_svc_votes_and_decision_values(rng, kernel, k):
 
 @pytest.mark.parametrize("kernel", ["LINEAR", "RBF", "POLY"])
 @pytest.mark.parametrize("k", [2, 3, 5])
-def test_svc_probabilities(rng, kernel, k):
+@pytest.mark.parametrize("compiled", [True, False])
+def test_svc_probabilities(rng, monkeypatch, kernel, k, compiled):
+    """Platt's scaling and the coupling compiled (the CPU EP's namespace), and numpy's passes."""
+    if not compiled:  # the namespace is made once per process: its loop made to say no
+        monkeypatch.setattr(CompiledPairwiseCoupling, "ready", lambda self: False)
     _, scores = assert_same(svc(rng, k, kernel, probabilities=True), rows(rng))
     np.testing.assert_allclose(scores.sum(axis=1), 1, rtol=1e-4)
 
