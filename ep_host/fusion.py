@@ -23,6 +23,7 @@ from ep_host.rewriter import (
     node_attribute,
     node_domain,
     other_input,
+    tensor_typed,
 )
 
 
@@ -719,3 +720,29 @@ def _merge_forests(rw: Rewriter, concat: NodeProto, nodes: list[NodeProto],
         if node is not last:
             rw.remove(node, into=merged.name)
     return out
+
+
+def cast_elimination(rw: Rewriter) -> int:
+    """A Cast to the element type its tensor input already has, writing a graph output (skl2onnx
+    casts the int64 label it outputs to int64 again): the node writing its input, read by
+    nothing else, writes that output itself. Runs after the other passes."""
+    removed = 0
+    for cast in rw.live():
+        if not is_op(cast, "Cast") or len(cast.input) != 1 or len(cast.output) != 1:
+            continue
+        source, out = cast.input[0], cast.output[0]
+        given, made = rw.type_of(source), rw.type_of(out)
+        if (out not in rw.outputs or not tensor_typed(given) or not tensor_typed(made)
+                or given[1] != made[1]):  # type: ignore[index]
+            continue
+        writer = rw.producer.get(source)
+        if (writer is None or source in rw.outputs or rw.consumers.get(source) != [cast]
+                or writer.name in rw.unfused or rw.holds_graph(writer)
+                or source in rw.aliases.values()):
+            continue
+        new = copy_node(writer)
+        new.output[list(new.output).index(source)] = out
+        rw.remove(cast, into=writer.name)
+        rw.replace(writer, new)
+        removed += 1
+    return removed

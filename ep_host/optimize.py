@@ -48,6 +48,9 @@ provider claims it, the capability walk places those nodes instead, as it does a
 - ``tree_ensemble_merging``: a Concat along axis 1 of ai.onnx.ml TreeEnsembleRegressors of one
   input that sum their trees without a post transform (skl2onnx's AdaBoostRegressor) becomes one
   TreeEnsembleRegressor per run, the forests' trees and targets numbered one after another.
+- ``cast_elimination`` (last): a Cast writing a graph output in the element type its tensor
+  input already has is dropped, the node writing its input (read by nothing else) writing that
+  output instead.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from ep_host.folding import (
 )
 from ep_host.fusion import (
     bias_gelu_fusion,
+    cast_elimination,
     conv_activation_fusion,
     gelu_fusion,
     layer_norm_fusion,
@@ -103,6 +107,7 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "matmul_add_fusion": matmul_add_fusion,
     "product_features_fusion": product_features_fusion,
     "tree_ensemble_merging": tree_ensemble_merging,
+    "cast_elimination": cast_elimination,
 }
 DEFAULT_PASSES = tuple(PASSES)
 # The ai.onnx ops a pass starts from: it finds nothing in a graph that lacks one op of each
@@ -127,6 +132,7 @@ PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
     "matmul_add_fusion": (frozenset({"MatMul"}), frozenset({"Add"})),
     "product_features_fusion": (frozenset({"ReduceProd"}), frozenset({"Concat"})),
     "tree_ensemble_merging": (frozenset({"Concat"}),),
+    "cast_elimination": (frozenset({"Cast"}),),
 }
 REINFER_AFTER = frozenset({"constant_lifting", "constant_folding"})
 

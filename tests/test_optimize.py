@@ -370,7 +370,7 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
                            "channel_affine_folding", "conv_activation_fusion", "gelu_fusion",
                            "silu_fusion", "layer_norm_fusion", "skip_layer_norm_fusion",
                            "bias_gelu_fusion", "matmul_add_fusion", "product_features_fusion",
-                           "tree_ensemble_merging"}
+                           "tree_ensemble_merging", "cast_elimination"}
 
 
 def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):
@@ -967,3 +967,45 @@ def test_a_forest_voting_for_a_target_it_does_not_have_is_not_merged():
     ids = next(a for a in forest.attribute if a.name == "target_ids")
     ids.ints[0] = 1  # target 1 of a one-target forest: the next forest's, once renumbered
     assert optimize(load_model(stray)).optimizations == {}
+
+
+def argmax_cast_model(to=TensorProto.INT64, also_read=False, source_output=False):
+    """x [N, 3] -> ArgMax -> a (int64) -> Cast(to) -> label, a graph output; ``also_read``: a
+    Neg reads a too (its output another graph output); ``source_output``: a is one as well."""
+    nodes = [helper.make_node("ArgMax", ["x"], ["a"], axis=1, keepdims=0, name="argmax"),
+             helper.make_node("Cast", ["a"], ["label"], to=to, name="cast")]
+    outputs = [("label", to, [None])]
+    if also_read:
+        nodes.append(helper.make_node("Neg", ["a"], ["n"], name="neg"))
+        outputs.append(("n", TensorProto.INT64, [None]))
+    if source_output:
+        outputs.append(("a", TensorProto.INT64, [None]))
+    return make_model(nodes, [("x", F, [None, 3])], outputs)
+
+
+def test_a_cast_to_the_type_it_has_writing_a_graph_output_is_dropped(tmp_path, capsys):
+    x = RNG.standard_normal((6, 3)).astype(np.float32)
+    model = argmax_cast_model()
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations == {"cast_elimination": 1}
+    assert [n.op_type for n in session.placement.table.nodes] == ["ArgMax"]
+    assert session.get_outputs()[0].name == "label" and got[0].dtype == np.int64
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[0], x.argmax(axis=1))
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert main(["why", str(path), "cast", "--providers", "cpu"]) == 0
+    assert "node 'cast' is part of 'argmax'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["other type", "input read elsewhere", "input an output"])
+def test_a_cast_that_changes_something_or_whose_input_is_read_elsewhere_stays(kind):
+    model = argmax_cast_model(to=TensorProto.INT32 if kind == "other type" else TensorProto.INT64,
+                              also_read=kind == "input read elsewhere",
+                              source_output=kind == "input an output")
+    x = RNG.standard_normal((4, 3)).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    assert "cast_elimination" not in session.model.optimizations
+    assert "Cast" in [n.op_type for n in session.placement.table.nodes]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
