@@ -1,7 +1,8 @@
 """Graph optimizations before placement: passes that rewrite a loaded model's main graph.
 
-This module is the pass table and the driver; the passes live in ``ep_host.folding`` and
-``ep_host.fusion``, the editable graph they share in ``ep_host.rewriter``.
+This module is the pass table and the driver; the passes live in ``ep_host.folding``,
+``ep_host.fusion`` and ``ep_host.simplify``, the editable graph they share in
+``ep_host.rewriter``.
 Each pass is switchable by name and counts its rewrites; ``optimize`` returns a new
 :class:`Model` whose ``optimizations`` name the passes that changed the graph. A fused node (a
 new op standing for several) remembers the nodes it replaced in ``Model.unfused``: when no
@@ -72,15 +73,12 @@ from ep_host.folding import (
 )
 from ep_host.fusion import (
     bias_gelu_fusion,
-    cast_elimination,
     conv_activation_fusion,
     gelu_fusion,
     layer_norm_fusion,
     matmul_add_fusion,
-    product_features_fusion,
     silu_fusion,
     skip_layer_norm_fusion,
-    tree_ensemble_merging,
 )
 from ep_host.graph import DEFAULT_DOMAIN, GraphView, node_reads, normalize_domain
 from ep_host.loading import Model
@@ -92,6 +90,7 @@ from ep_host.rewriter import (
     tensor_type_proto,
     tensor_typed,
 )
+from ep_host.simplify import cast_elimination, product_features_fusion, tree_ensemble_merging
 
 PASSES: dict[str, Callable[[Rewriter], int]] = {
     "constant_lifting": constant_lifting,

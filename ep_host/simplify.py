@@ -1,0 +1,254 @@
+"""Simplifying passes of the graph optimizations: a pattern of standard nodes becomes fewer
+standard nodes, which every provider of those ops runs, so nothing is remembered to place instead.
+skl2onnx writes an export's steps one small node at a time, and in a run of many small kernels
+each node costs several times what it costs alone, so these take the many-node patterns it
+writes: PolynomialFeatures' column products (one Gather and one ReduceProd), AdaBoostRegressor's
+sibling forests (one TreeEnsembleRegressor) and the label's second Cast to int64 (dropped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from onnx import NodeProto, helper
+
+from ep_host.rewriter import (
+    Rewriter,
+    copy_node,
+    is_op,
+    node_attribute,
+    node_domain,
+    tensor_typed,
+)
+
+ML_DOMAIN = "ai.onnx.ml"
+
+
+def product_features_fusion(rw: Rewriter) -> int:
+    """skl2onnx's PolynomialFeatures: a Concat along axis 1 of products of a 2-D value's columns,
+    each written as an ArrayFeatureExtractor of constant column indices then a ReduceProd over
+    axis 1 (kept), two nodes per output column. Each run of at least two such inputs in a row
+    that take the same value's columns, the same number each, becomes one Gather of all their
+    columns [N, columns, count] and one ReduceProd over its last axis: the same products in the
+    same order (a degree-2 export of 8 features: 88 nodes become 4)."""
+    fused = 0
+    for concat in rw.live():
+        if not is_op(concat, "Concat") or node_attribute(concat, "axis") not in (1, -1):
+            continue
+        found = [_column_product(rw, concat, name) for name in concat.input]
+        runs = _runs(found, lambda f: f[:2])
+        if runs:
+            _replace_runs(rw, concat, runs, [_fuse_products(rw, concat, found[i:j])
+                                             for i, j in runs])
+            fused += len(runs)
+    return fused
+
+
+def _runs(found: Sequence[Any], key: Callable[[Any], Any]) -> list[tuple[int, int]]:
+    """``(start, end)`` of each run of at least two entries in a row of ``found`` that are not
+    ``None`` and share ``key``."""
+    runs, i = [], 0
+    while i < len(found):
+        j = i
+        while j < len(found) and found[j] is not None and key(found[j]) == key(found[i]):
+            j += 1
+        if j - i >= 2:
+            runs.append((i, j))
+        i = max(j, i + 1)
+    return runs
+
+
+def _replace_runs(rw: Rewriter, concat: NodeProto, runs: list[tuple[int, int]],
+                  names: list[str]) -> None:
+    """``concat`` reading ``names[k]`` in place of the inputs of ``runs[k]``."""
+    inputs = list(concat.input)
+    for (i, j), name in reversed(list(zip(runs, names, strict=True))):  # later runs first
+        inputs[i:j] = [name]
+    new = copy_node(concat)
+    del new.input[:]
+    new.input.extend(inputs)
+    rw.replace(concat, new)
+
+
+def _column_product(rw: Rewriter, concat: NodeProto,
+                    name: str) -> tuple[str, int, tuple[int, ...], NodeProto, NodeProto] | None:
+    """``(source, count, columns, extractor, product)`` where ``name`` is a ReduceProd over axis
+    1 (kept) of an ArrayFeatureExtractor of 2-D ``source``'s constant ``columns`` (none
+    negative), each read only by the next; else ``None``."""
+    prod = rw.producer.get(name)
+    if not is_op(prod, "ReduceProd") or rw.only_consumer(name) is not concat:
+        return None
+    if node_attribute(prod, "keepdims", 1) != 1:
+        return None
+    axes = (node_attribute(prod, "axes") if len(prod.input) < 2
+            else rw.const(prod.input[1]) if prod.input[1] else None)
+    if axes is None or [int(a) for a in np.asarray(axes).reshape(-1)] not in ([1], [-1]):
+        return None
+    afe = rw.producer.get(prod.input[0])
+    if (afe is None or afe.op_type != "ArrayFeatureExtractor" or node_domain(afe) != ML_DOMAIN
+            or rw.only_consumer(afe.output[0]) is not prod):
+        return None
+    source, columns = afe.input[0], rw.const(afe.input[1])
+    shape = rw.shape(source)
+    if (columns is None or columns.dtype.kind not in "iu" or columns.ndim > 1 or not columns.size
+            or columns.min() < 0 or shape is None or len(shape) != 2
+            or rw.dtype(source) not in (np.float32, np.float64, np.int32, np.int64)):
+        return None
+    return source, columns.size, tuple(int(c) for c in columns.reshape(-1)), afe, prod
+
+
+def _fuse_products(rw: Rewriter, concat: NodeProto, run: list[Any]) -> str:
+    """One Gather and one ReduceProd for ``run`` (``_column_product``'s answers); the name of
+    the [N, len(run)] products they write."""
+    source, count = run[0][0], run[0][1]
+    first = min((r[3] for r in run), key=lambda n: rw.position[id(n)])  # an extractor
+    last = max((r[4] for r in run), key=lambda n: rw.position[id(n)])  # a product
+    columns = rw.fresh(f"{concat.name}_columns")
+    rw.add_constant(columns, np.array([r[2] for r in run], dtype=np.int64))
+    gathered, products = rw.fresh(f"{concat.name}_gathered"), rw.fresh(f"{concat.name}_products")
+    kind, dtype, (rows, _) = rw.type_of(source)  # type: ignore[misc]
+    rw.learned[gathered] = (kind, dtype, (rows, len(run), count))
+    rw.learned[products] = (kind, dtype, (rows, len(run)))
+    gather = helper.make_node("Gather", [source, columns], [gathered], axis=1,
+                              name=rw.fresh(f"{concat.name}::Gather"))
+    if len(last.input) >= 2:  # ReduceProd 18 on: the axes as an input
+        axes = rw.fresh(f"{concat.name}_axes")
+        rw.add_constant(axes, np.array([2], dtype=np.int64))
+        reduce = helper.make_node("ReduceProd", [gathered, axes], [products], keepdims=0,
+                                  name=rw.fresh(f"{concat.name}::ReduceProd"))
+    else:
+        reduce = helper.make_node("ReduceProd", [gathered], [products], axes=[2], keepdims=0,
+                                  name=rw.fresh(f"{concat.name}::ReduceProd"))
+    rw.replace(first, gather)
+    rw.replace(last, reduce)
+    for _, _, _, afe, prod in run:
+        for node in (afe, prod):
+            if node is not first and node is not last:
+                rw.remove(node, into=gather.name if node is afe else reduce.name)
+    return products
+
+
+# TreeEnsembleRegressor's attributes a merge concatenates (those of ai.onnx.ml 1 and 3 as lists;
+# one holding tensors, the *_as_tensor forms, is not merged)
+TREE_LISTS = ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_modes", "nodes_values",
+              "nodes_hitrates", "nodes_truenodeids", "nodes_falsenodeids",
+              "nodes_missing_value_tracks_true", "target_treeids", "target_nodeids",
+              "target_ids", "target_weights", "base_values")
+TREE_SETTINGS = ("n_targets", "aggregate_function", "post_transform")
+
+
+def tree_ensemble_merging(rw: Rewriter) -> int:
+    """Sibling regression forests: a Concat along axis 1 of TreeEnsembleRegressors of the same
+    input, each summing its trees (aggregate SUM) without a post transform and read only by the
+    Concat (skl2onnx's AdaBoostRegressor, one per estimator), becomes one TreeEnsembleRegressor
+    per run of them, each forest's targets and trees numbered after the ones before: every
+    target sums the same trees' votes in the same order (10 estimators: 11 nodes become 1)."""
+    merged = 0
+    for concat in rw.live():
+        if not is_op(concat, "Concat") or node_attribute(concat, "axis") not in (1, -1):
+            continue
+        found = [_summing_forest(rw, concat, name) for name in concat.input]
+        runs = _runs(found, lambda f: (f[0].input[0], tuple(sorted(f[1]))))
+        if not runs:
+            continue
+        names = [_merge_forests(rw, concat, [f[0] for f in found[i:j]],
+                                [f[1] for f in found[i:j]]) for i, j in runs]
+        merged += len(runs)
+        if runs == [(0, len(found))]:  # the merged forest writes the Concat's output itself
+            out = names[0]
+            forest = rw.producer[out]
+            new = copy_node(forest)
+            new.output[0] = concat.output[0]
+            rw.learned.pop(out, None)
+            rw.remove(concat, into=forest.name)
+            rw.replace(forest, new)
+        else:
+            _replace_runs(rw, concat, runs, names)
+    return merged
+
+
+def _summing_forest(rw: Rewriter, concat: NodeProto,
+                    name: str) -> tuple[NodeProto, dict[str, Any]] | None:
+    """``(node, attributes)`` where ``name`` is the one output of a TreeEnsembleRegressor that
+    sums its trees, with no post transform, attributes as lists, tree ids from 0, votes naming
+    its own trees and targets and its n_targets base values (if any), read only by ``concat``;
+    else ``None``."""
+    node = rw.producer.get(name)
+    if (node is None or node.op_type != "TreeEnsembleRegressor"
+            or node_domain(node) != ML_DOMAIN or len(node.input) != 1
+            or rw.only_consumer(name) is not concat):
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if any(n not in TREE_LISTS and n not in TREE_SETTINGS for n in attrs):
+        return None  # the *_as_tensor forms, or an attribute this merge does not know
+    aggregate, transform = (attrs.get(k, b"") for k in ("aggregate_function", "post_transform"))
+    targets, trees = attrs.get("n_targets"), attrs.get("nodes_treeids") or []
+    if (aggregate not in (b"", b"SUM") or transform not in (b"", b"NONE")
+            or not isinstance(targets, int) or targets < 1 or not trees or min(trees) < 0
+            or len(attrs.get("base_values", [0] * targets)) != targets):
+        return None
+    # votes for its own trees and targets only: renumbered, a stray id would name a neighbour's
+    voters, ids = attrs.get("target_treeids") or [], attrs.get("target_ids") or []
+    if any(not 0 <= t <= max(trees) for t in voters) or any(not 0 <= t < targets for t in ids):
+        return None
+    return node, attrs
+
+
+def _merge_forests(rw: Rewriter, concat: NodeProto, nodes: list[NodeProto],
+                   forests: list[dict[str, Any]]) -> str:
+    """One TreeEnsembleRegressor doing the work of ``nodes`` (their ``forests``' attributes, all
+    naming the same ones); the name of its [N, targets] output."""
+    lists: dict[str, list[Any]] = {name: [] for name in forests[0] if name in TREE_LISTS}
+    tree_base = target_base = 0
+    for attrs in forests:
+        for name, values in lists.items():
+            given = list(attrs[name])
+            if name in ("nodes_treeids", "target_treeids"):
+                given = [t + tree_base for t in given]
+            elif name == "target_ids":
+                given = [t + target_base for t in given]
+            values.extend(given)
+        tree_base += max(attrs["nodes_treeids"]) + 1
+        target_base += attrs["n_targets"]
+    last = max(nodes, key=lambda n: rw.position[id(n)])
+    out = rw.fresh(f"{concat.name}_forests")
+    merged = helper.make_node("TreeEnsembleRegressor", [nodes[0].input[0]], [out],
+                              name=rw.fresh(f"{concat.name}::TreeEnsembleRegressor"),
+                              domain=ML_DOMAIN, n_targets=target_base, **lists)
+    kind, dtype, shape = rw.type_of(nodes[0].output[0]) or (None, None, None)
+    rows = shape[0] if shape else None
+    if dtype is not None:
+        rw.learned[out] = (kind, dtype, (rows, target_base))
+    rw.replace(last, merged)
+    for node in nodes:
+        if node is not last:
+            rw.remove(node, into=merged.name)
+    return out
+
+
+def cast_elimination(rw: Rewriter) -> int:
+    """A Cast to the element type its tensor input already has, writing a graph output (skl2onnx
+    casts the int64 label it outputs to int64 again): the node writing its input, read by
+    nothing else, writes that output itself. Runs after the other passes."""
+    removed = 0
+    for cast in rw.live():
+        if not is_op(cast, "Cast") or len(cast.input) != 1 or len(cast.output) != 1:
+            continue
+        source, out = cast.input[0], cast.output[0]
+        given, made = rw.type_of(source), rw.type_of(out)
+        if (out not in rw.outputs or not tensor_typed(given) or not tensor_typed(made)
+                or given[1] != made[1]):  # type: ignore[index]
+            continue
+        writer = rw.producer.get(source)
+        if (writer is None or source in rw.outputs or rw.consumers.get(source) != [cast]
+                or writer.name in rw.unfused or rw.holds_graph(writer)
+                or source in rw.aliases.values()):
+            continue
+        new = copy_node(writer)
+        new.output[list(new.output).index(source)] = out
+        rw.remove(cast, into=writer.name)
+        rw.replace(writer, new)
+        removed += 1
+    return removed
