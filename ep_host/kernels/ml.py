@@ -277,8 +277,9 @@ def category_mapper(xp, x, *, default_int64, default_string, cats_int64s=(), cat
 
 
 def _feature_indices(xp, y):
-    """ArrayFeatureExtractor's indices as int64, with their smallest and largest value."""
-    index = y.reshape(-1).astype(xp.int64)
+    """ArrayFeatureExtractor's indices as int64 (int64 ones as they are), with their smallest
+    and largest value."""
+    index = y.reshape(-1).astype(xp.int64, copy=False)
     if not index.size:
         return index, 0, -1
     return (index, *index_bounds(xp, index))

@@ -298,7 +298,8 @@ def test_hardmax_matches_onnxruntime(opset, axis):
 TOPK_OUT = [TensorProto.FLOAT, TensorProto.INT64]
 
 
-@pytest.mark.parametrize(("largest", "axis", "k"), [(1, -1, 2), (0, -1, 3), (1, 0, 1), (0, 1, 0)])
+@pytest.mark.parametrize(("largest", "axis", "k"), [(1, -1, 2), (0, -1, 3), (1, 0, 1), (0, 1, 0),
+                                                   (1, -1, 4), (0, 0, 3)])  # K: the whole axis
 def test_top_k_matches_onnxruntime(largest, axis, k):
     x = np.array([[3, 1, 3, 2], [0, 5, 5, 5], [2, 2, 2, 2]], np.float32)  # ties: lower index
     model = model_of("TopK", {"x": x}, {"k": np.array([k], np.int64)}, opset=11,
@@ -317,6 +318,14 @@ def test_top_k_on_unsigned_integers_and_version_1():
     values, indices = run_ep_host(model_of("TopK", {"x": y}, opset=1, out_types=TOPK_OUT, k=2),
                                   {"x": y})
     assert values.tolist() == [4.0, 2.0] and indices.tolist() == [1, 2]
+
+
+def test_top_k_rejects_a_k_of_two_values():
+    x = np.ones((2, 3), np.float32)
+    model = model_of("TopK", {"x": x, "k": np.array([1, 2], np.int64)}, opset=11,
+                     out_types=TOPK_OUT)
+    with pytest.raises(Exception, match=r"expected one value \(K, axis\), got \[1, 2\]"):
+        run_ep_host(model, {"x": x, "k": np.array([1, 2], np.int64)})
 
 
 def test_top_k_rejects_k_beyond_the_axis():
