@@ -109,12 +109,13 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "cast_elimination": cast_elimination,
 }
 DEFAULT_PASSES = tuple(PASSES)
-# The ai.onnx ops a pass starts from: it finds nothing in a graph that lacks one op of each
-# group. Where a pass starts from an op an earlier pass adds (skip_layer_norm_fusion from the
-# LayerNormalization layer_norm_fusion writes, bias_gelu_fusion from gelu_fusion's Gelu), its
-# group names the ops that pass starts from too; the other passes remove ai.onnx nodes, copy a
-# Conv or BatchNormalization, or add com.microsoft ops and Gemm. So the graph as loaded decides
-# for all of them. constant_folding is decided by ``_may_fold``.
+# The ops a pass starts from (ai.onnx ones by name, others as ``domain::name``): it finds
+# nothing in a graph that lacks one op of each group. Where a pass starts from an op an earlier
+# pass adds (skip_layer_norm_fusion from the LayerNormalization layer_norm_fusion writes,
+# bias_gelu_fusion from gelu_fusion's Gelu), its group names the ops that pass starts from too;
+# the other passes remove nodes, copy a Conv or BatchNormalization, or add com.microsoft ops,
+# Gemm, Gather, ReduceProd and TreeEnsembleRegressor. So the graph as loaded decides for all of
+# them. constant_folding is decided by ``_may_fold``.
 PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
     "constant_lifting": (frozenset({"Constant"}),),
     "conv_bn_folding": (frozenset({"BatchNormalization"}), frozenset({"Conv"})),
@@ -129,8 +130,10 @@ PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
                                frozenset({"Add"})),
     "bias_gelu_fusion": (frozenset({"Gelu", "Erf"}), frozenset({"Add"})),
     "matmul_add_fusion": (frozenset({"MatMul"}), frozenset({"Add"})),
-    "product_features_fusion": (frozenset({"ReduceProd"}), frozenset({"Concat"})),
-    "tree_ensemble_merging": (frozenset({"Concat"}),),
+    "product_features_fusion": (frozenset({"ai.onnx.ml::ArrayFeatureExtractor"}),
+                                frozenset({"ReduceProd"}), frozenset({"Concat"})),
+    "tree_ensemble_merging": (frozenset({"ai.onnx.ml::TreeEnsembleRegressor"}),
+                              frozenset({"Concat"})),
     "cast_elimination": (frozenset({"Cast"}),),
 }
 REINFER_AFTER = frozenset({"constant_lifting", "constant_folding"})
@@ -181,7 +184,8 @@ def passes_that_may_apply(graph: GraphView, names: list[str]) -> list[str]:
     neither copied nor walked once per pass."""
     if not graph.nodes:
         return []
-    ops = frozenset([node.op_type for node in graph.nodes if node.domain == DEFAULT_DOMAIN])
+    ops = frozenset([node.op_type if node.domain == DEFAULT_DOMAIN
+                     else f"{node.domain}::{node.op_type}" for node in graph.nodes])
     key = (ops, tuple(names))
     found = _MAY_APPLY.get(key)  # by the graph's ops, but constant_folding, asked per graph
     if found is None:

@@ -153,19 +153,15 @@ def tree_ensemble_merging(rw: Rewriter) -> int:
         runs = _runs(found, lambda f: (f[0].input[0], tuple(sorted(f[1]))))
         if not runs:
             continue
-        names = [_merge_forests(rw, concat, [f[0] for f in found[i:j]],
-                                [f[1] for f in found[i:j]]) for i, j in runs]
         merged += len(runs)
         if runs == [(0, len(found))]:  # the merged forest writes the Concat's output itself
-            out = names[0]
-            forest = rw.producer[out]
-            new = copy_node(forest)
-            new.output[0] = concat.output[0]
-            rw.learned.pop(out, None)
-            rw.remove(concat, into=forest.name)
-            rw.replace(forest, new)
-        else:
-            _replace_runs(rw, concat, runs, names)
+            out = _merge_forests(rw, concat, [f[0] for f in found], [f[1] for f in found],
+                                 concat.output[0])
+            rw.remove(concat, into=rw.producer[out].name)
+            continue
+        _replace_runs(rw, concat, runs, [_merge_forests(rw, concat, [f[0] for f in found[i:j]],
+                                                        [f[1] for f in found[i:j]])
+                                         for i, j in runs])
     return merged
 
 
@@ -197,9 +193,10 @@ def _summing_forest(rw: Rewriter, concat: NodeProto,
 
 
 def _merge_forests(rw: Rewriter, concat: NodeProto, nodes: list[NodeProto],
-                   forests: list[dict[str, Any]]) -> str:
+                   forests: list[dict[str, Any]], out: str | None = None) -> str:
     """One TreeEnsembleRegressor doing the work of ``nodes`` (their ``forests``' attributes, all
-    naming the same ones); the name of its [N, targets] output."""
+    naming the same ones); the name of its [N, targets] output: ``out`` (typed already) when
+    given, else a new value."""
     lists: dict[str, list[Any]] = {name: [] for name in forests[0] if name in TREE_LISTS}
     tree_base = target_base = 0
     for attrs in forests:
@@ -213,14 +210,14 @@ def _merge_forests(rw: Rewriter, concat: NodeProto, nodes: list[NodeProto],
         tree_base += max(attrs["nodes_treeids"]) + 1
         target_base += attrs["n_targets"]
     last = max(nodes, key=lambda n: rw.position[id(n)])
-    out = rw.fresh(f"{concat.name}_forests")
+    if out is None:
+        out = rw.fresh(f"{concat.name}_forests")
+        kind, dtype, shape = rw.type_of(nodes[0].output[0]) or (None, None, None)
+        if dtype is not None:
+            rw.learned[out] = (kind, dtype, (shape[0] if shape else None, target_base))
     merged = helper.make_node("TreeEnsembleRegressor", [nodes[0].input[0]], [out],
                               name=rw.fresh(f"{concat.name}::TreeEnsembleRegressor"),
                               domain=ML_DOMAIN, n_targets=target_base, **lists)
-    kind, dtype, shape = rw.type_of(nodes[0].output[0]) or (None, None, None)
-    rows = shape[0] if shape else None
-    if dtype is not None:
-        rw.learned[out] = (kind, dtype, (rows, target_base))
     rw.replace(last, merged)
     for node in nodes:
         if node is not last:

@@ -1009,3 +1009,14 @@ def test_a_cast_that_changes_something_or_whose_input_is_read_elsewhere_stays(ki
     assert "Cast" in [n.op_type for n in session.placement.table.nodes]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
+
+
+def test_the_skl2onnx_passes_run_only_where_their_ai_onnx_ml_ops_are():
+    names = list(DEFAULT_PASSES)
+    forests = passes_that_may_apply(load_model(forests_model([(3, 1, {})] * 2)).graph, names)
+    products = passes_that_may_apply(load_model(column_products_model(18, SQUARES)).graph, names)
+    assert "tree_ensemble_merging" in forests and "product_features_fusion" not in forests
+    assert "product_features_fusion" in products and "tree_ensemble_merging" not in products
+    concat = make_model([helper.make_node("Concat", ["x", "x"], ["y"], axis=1)],
+                        [("x", F, [2, 3])], [("y", F, [2, 6])])
+    assert passes_that_may_apply(load_model(concat).graph, names) == []

@@ -276,16 +276,15 @@ def pairwise_coupling(r):
     return p
 
 
-def platt_pairwise(scores, a, b, pairs, k):
-    """r [rows, k, k] (float32) from the pairs' decision values [rows, pairs]: for pair p = (i, j),
-    r[:, i, j] = P(i | i or j) = 1 / (1 + exp(a[p] d + b[p])) (Platt's scaling; ``a d + b`` in
-    float32, the sigmoid in float64), kept within [1e-7, 1 - 1e-7], and r[:, j, i] = 1 - that;
-    the diagonal 0."""
-    fapb = scores.astype(np.float32) * a + b
+def platt_pairwise(fapb, pairs, k):
+    """r [rows, k, k] (float32) from each pair's ``a d + b`` [rows, pairs] (float32, Platt's
+    scaling of the decision value d): for pair p = (i, j), r[:, i, j] = P(i | i or j) =
+    1 / (1 + exp(a d + b)) (the sigmoid in float64), kept within [1e-7, 1 - 1e-7], and
+    r[:, j, i] = 1 - that; the diagonal 0."""
     pairwise = (1 - transform_scores(np, fapb.astype(np.float64), 2)).astype(np.float32)
     np.maximum(pairwise, np.float32(1e-7), out=pairwise)  # np.clip's checks: 5 us of a few rows
     np.minimum(pairwise, np.float32(1 - 1e-7), out=pairwise)
-    r = np.zeros((scores.shape[0], k, k), dtype=np.float32)
+    r = np.zeros((fapb.shape[0], k, k), dtype=np.float32)
     for p, (i, j) in enumerate(pairs):
         r[:, i, j] = pairwise[:, p]
         r[:, j, i] = 1 - pairwise[:, p]
@@ -293,12 +292,15 @@ def platt_pairwise(scores, a, b, pairs, k):
 
 
 def _probabilities(xp, scores, tables):
+    """The class probabilities of the pairs' decision values: Platt's ``a d + b`` in float32
+    (numpy's product and sum, each rounded), then the CPU EP's compiled sigmoid and coupling,
+    or numpy's."""
+    fapb = scores.astype(np.float32) * tables.prob_a
+    fapb += tables.prob_b
     compiled = getattr(xp, "compiled_pairwise_coupling", None)  # the CPU EP's, numba
     if compiled is not None and compiled.ready():
-        return compiled(np.ascontiguousarray(scores, dtype=np.float32), tables.prob_a,
-                        tables.prob_b, tables.pair_classes, tables.k)
-    return pairwise_coupling(platt_pairwise(scores, tables.prob_a, tables.prob_b, tables.pairs,
-                                            tables.k))
+        return compiled(fapb, tables.pair_classes, tables.k)
+    return pairwise_coupling(platt_pairwise(fapb, tables.pairs, tables.k))
 
 
 @kernel("SVMClassifier", 1, domain=ML, dtypes=NUMBERS, check=_check_classifier,

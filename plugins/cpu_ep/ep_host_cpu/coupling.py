@@ -4,11 +4,13 @@ the CPU EP's namespace as ``xp.compiled_pairwise_coupling`` for the library's ke
 otherwise, and with ``EP_HOST_NUMBA=0``.
 
 Platt's scaling first, each pair (i, j)'s decision value d to P(i | i or j) = 1 / (1 + exp(a d +
-b)): ``a d + b`` by numpy in float32, the sigmoid compiled in float64 (one minus the logistic of
-``a d + b``, as the library computes it), rounded to float32 and kept within [1e-7, 1 - 1e-7];
-P(j | i or j) is one minus it in float32. Compiled here rather than run as numpy's dozen calls,
-which on a few rows cost more than the coupling: the SVMClassifier kernel of skl2onnx's SVC with
-probabilities (3 classes, 7 rows) took 51 us a call with them, 25 without.
+b)): ``a d + b`` comes from the library in float32 (numpy's product and sum, each rounded: a
+compiled loop may fuse them into one multiply-add); here the sigmoid in float64 (one minus the
+logistic of ``a d + b``, as the library computes it), rounded to float32 and kept within
+[1e-7, 1 - 1e-7]; P(j | i or j) is one minus it in float32. Compiled here rather than run as
+numpy's dozen calls, which on a few rows cost more than the coupling: the SVMClassifier kernel
+of skl2onnx's SVC with probabilities (3 classes, 7 rows) took 51 us a call with them, 25
+without.
 
 The iterative method of Wu, Lin and Weng (2004) as onnxruntime runs it, in float32, one row at a
 time: Q from the pairwise probabilities r (Q[t][t] the sum over j of r[j][t]^2 in j order,
@@ -115,7 +117,7 @@ def signature(numba: Any) -> Any:
 class CompiledPairwiseCoupling:
     """``xp.compiled_pairwise_coupling``: :meth:`ready` says whether the compiled loop is used
     (numba installed and wanted; built, or read back, the first time it says yes); calling it
-    gives the class probabilities of float32 pair decision values [rows, pairs]."""
+    gives the class probabilities of each pair's float32 ``a d + b`` [rows, pairs]."""
 
     def __init__(self) -> None:
         self._compiled: Any = None
@@ -126,23 +128,18 @@ class CompiledPairwiseCoupling:
                               if numba_wanted() else None) or False
         return bool(self._compiled)
 
-    def __call__(self, scores, a, b, pairs, k):
-        """[rows, k] float32 probabilities of ``scores`` (float32 [rows, pairs]) with Platt's
-        ``a`` and ``b`` (float32 [pairs]) and each pair's two classes (int64 [pairs, 2], each
-        below ``k``)."""
+    def __call__(self, fapb, pairs, k):
+        """[rows, k] float32 probabilities of each pair's ``a d + b`` (float32 [rows, pairs],
+        Platt's scaling of its decision value d, as the library computes it) and each pair's
+        two classes (int64 [pairs, 2], each below ``k``)."""
         n_pairs = pairs.shape[0] if pairs.ndim == 2 else -1
-        if (scores.ndim != 2 or scores.shape[1] != n_pairs or a.shape != (n_pairs,)
-                or b.shape != (n_pairs,) or pairs.shape[1:] != (2,)
-                or scores.dtype is not FLOAT32 or a.dtype is not FLOAT32
-                or b.dtype is not FLOAT32 or pairs.dtype is not INT64
-                or not pairs.flags.c_contiguous):
-            given = ", ".join(f"{v.dtype} {v.shape}" for v in (scores, a, b, pairs))
-            raise ValueError(f"pairwise coupling takes float32 scores [rows, pairs], float32 a "
-                             f"and b [pairs] and C-contiguous int64 pairs of classes [pairs, 2], "
-                             f"got {given}")
-        fapb = scores * a  # numpy's float32 product and sum, each rounded (a compiled loop
-        fapb += b  # may fuse them into one multiply-add)
-        rows = scores.shape[0]
+        if (fapb.ndim != 2 or fapb.shape[1] != n_pairs or pairs.shape[1:] != (2,)
+                or fapb.dtype is not FLOAT32 or pairs.dtype is not INT64
+                or not fapb.flags.c_contiguous or not pairs.flags.c_contiguous):
+            raise ValueError(f"pairwise coupling takes C-contiguous float32 a d + b [rows, "
+                             f"pairs] and int64 pairs of classes [pairs, 2], got {fapb.dtype} "
+                             f"{fapb.shape} and {pairs.dtype} {pairs.shape}")
+        rows = fapb.shape[0]
         r = np.zeros((rows, k, k), FLOAT32)
         p = np.empty((rows, k), FLOAT32)
         if self._compiled(fapb, pairs, r, p):

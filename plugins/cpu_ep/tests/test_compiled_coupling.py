@@ -27,19 +27,19 @@ def test_probabilities_as_numpy_computes_them(rng, k):
     assert compiled.ready()
     scores, a, b, pairs = problem(rng, 64, k)
     classes = np.array(pairs, np.int64).reshape(-1, 2)
-    want_r = platt_pairwise(scores, a, b, pairs, k)
+    fapb = scores * a + b
+    want_r = platt_pairwise(fapb, pairs, k)
     r, p = np.zeros((64, k, k), np.float32), np.empty((64, k), np.float32)
-    assert compiled._compiled(scores * a + b, classes, r, p) == 0
+    assert compiled._compiled(fapb, classes, r, p) == 0
     np.testing.assert_array_equal(r, want_r)  # Platt's scaling, bit for bit
     assert ((r == np.float32(1e-7)) | (r == np.float32(1 - 1e-7))).any()  # the clamp was met
-    got, want = compiled(scores, a, b, classes, k), pairwise_coupling(want_r)
+    got, want = compiled(fapb, classes, k), pairwise_coupling(want_r)
     np.testing.assert_array_equal(got, p)
     assert got.dtype == np.float32 and got.shape == (64, k)
     np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-6)
     np.testing.assert_allclose(got.sum(axis=1), 1, rtol=1e-5)
     for n in (0, 31, 63):  # a row alone as in its batch
-        np.testing.assert_array_equal(compiled(scores[n:n + 1].copy(), a, b, classes, k)[0],
-                                      got[n])
+        np.testing.assert_array_equal(compiled(fapb[n:n + 1].copy(), classes, k)[0], got[n])
 
 
 def test_a_nan_decision_value_gives_nan_as_numpy_does(rng):
@@ -50,7 +50,7 @@ def test_a_nan_decision_value_gives_nan_as_numpy_does(rng):
     classes = np.array(pairs, np.int64)
     r, p = np.zeros((3, 3, 3), np.float32), np.empty((3, 3), np.float32)
     compiled._compiled(scores * a + b, classes, r, p)
-    np.testing.assert_array_equal(r, platt_pairwise(scores, a, b, pairs, 3))  # NaN where numpy's
+    np.testing.assert_array_equal(r, platt_pairwise(scores * a + b, pairs, 3))  # NaN as numpy's
     assert np.isnan(r[1, 1, 2]) and np.isnan(r[1, 2, 1])
 
 
@@ -63,10 +63,10 @@ def test_wrong_arrays_and_classes_are_refused(rng):
     compiled = CompiledPairwiseCoupling()
     assert compiled.ready()
     scores, a, b, pairs = problem(rng, 2, 3)
-    classes = np.array(pairs, np.int64)
+    classes, fapb = np.array(pairs, np.int64), scores * a + b
     with pytest.raises(ValueError, match="float32"):
-        compiled(scores.astype(np.float64), a, b, classes, 3)
+        compiled(fapb.astype(np.float64), classes, 3)
     with pytest.raises(ValueError, match="float32"):
-        compiled(scores, a[:2], b, classes, 3)
+        compiled(fapb[:, :2], classes, 3)
     with pytest.raises(ValueError, match="outside"):
-        compiled(scores, a, b, classes, 2)  # pair (1, 2) names class 2 of two
+        compiled(fapb, classes, 2)  # pair (1, 2) names class 2 of two
