@@ -32,6 +32,7 @@ from ep_host.errors import (
 )
 from ep_host.plugin_calls import is_user_interrupt, marker_head, sigint
 from ep_host.sole import SOLE_OWNER, sole_view
+from ep_host.threads import POOLS, SINGLE_THREAD_VALUES
 
 if TYPE_CHECKING:
     from ep_host.plan import Plan, Step
@@ -321,6 +322,14 @@ class CompiledSteps:
     (``cancel.terminate`` is read before every step), ``check_all`` (every output takes the full
     check, as the size limit needs).
 
+    ``blas_limit``: the BLAS thread count runs hold the pools at (0: none), held lazily where
+    the plan is one function (``holds_blas``): before the first step that calls BLAS
+    (``Kernel.uses_blas``) with an input, or a statically known output, of more than
+    ``SINGLE_THREAD_VALUES`` values, until the run ends. A run of small values (a
+    scikit-learn export's few rows) then never touches the pools: holding them cost such a
+    run 6-9 us. A product of small inputs whose output's size is unknown before it runs (an
+    outer product of dynamic size) is not held to the limit.
+
     A kernel that raises is named by :meth:`StepChecks.failure`; the host's own errors (a
     check, a cancellation) pass through as they are.
     """
@@ -328,7 +337,7 @@ class CompiledSteps:
     def __init__(self, steps: Sequence[Step], inputs: Sequence[int], constants: Mapping[int, Any],
                  outputs: Sequence[int], keep: set[int] | frozenset[int], checks: StepChecks, *,
                  releases: Sequence[Sequence[int]] = (), tracer: Tracer | None = None,
-                 cancellable: bool = False, check_all: bool = False):
+                 cancellable: bool = False, check_all: bool = False, blas_limit: int = 0):
         self.steps = tuple(steps)
         self.checks = checks
         self.filename = FILENAME.format(next(_numbers))
@@ -362,6 +371,11 @@ class CompiledSteps:
         # handing on the values still needed: compiling one function costs memory in
         # proportion to its length (about 17 KB per step), a chain only that of its longest link
         starts = list(range(0, len(steps), STEPS_PER_FUNCTION)) or [0]
+        self.holds_blas = blas_limit if len(starts) == 1 else 0
+        if self.holds_blas:
+            names.update(hold=_holder(blas_limit), release=POOLS.exit, HELD=HELD)
+            # slot -> its static shape, where known: constants', and outputs' as steps pass
+            self._sizes = {s: v.shape for s, v in constants.items() if hasattr(v, "shape")}
         carried = _carried(steps, inputs, outputs, constants, starts) if len(starts) > 1 else []
         self._files: dict[str, int] = {}  # file name of each link -> its first line, less one
         parts = []
@@ -407,13 +421,21 @@ class CompiledSteps:
                         emit(f"{indent}if v{out}.__class__ is not nd: v{out} = chkc({i}, v{out})",
                              i, own=True)
                 else:
+                    if self.holds_blas and step.kind == "node" and step.kernel.uses_blas:
+                        self._emit_hold(i, step, indent, constants)
                     self._emit_node(names, i, step, args, release, keep, ref, indent)
+                if self.holds_blas:
+                    for s, (_, shape, _) in zip(step.outputs, step.expect, strict=False):
+                        if s >= 0 and shape is not None and all(type(d) is int for d in shape):
+                            self._sizes[s] = tuple(shape)
                 for s in release:
                     if s not in constants:
                         emit(f"    v{s} = None", i)
             handed = outputs if k + 1 == len(starts) else carried[k]
             if marker is not None and k + 1 == len(starts):
                 emit("    MK[0] = 0")
+            if self.holds_blas:
+                emit("    if HELD in values: release(values.pop(HELD))", own=True)
             emit("    return [" + ", ".join(ref(s) for s in handed) + "]")
             filename = (self.filename if len(starts) == 1
                         else f"{self.filename[:-1]} part {k + 1}>")
@@ -432,6 +454,8 @@ class CompiledSteps:
         try:
             return self._run(values, cancel)
         except BaseException as exc:  # a kernel's SystemExit is its provider's fault too
+            if self.holds_blas and HELD in values:
+                POOLS.exit(values.pop(HELD))  # type: ignore[attr-defined]
             if plugin_calls.marker is not None:
                 plugin_calls.marker.leave()
             if not isinstance(exc, Exception) and is_user_interrupt(exc, since):
@@ -456,6 +480,27 @@ class CompiledSteps:
             name = self._bound_names[key] = f"{prefix}{len(self._bound_names)}"
             names[name] = value
         return name
+
+    def _emit_hold(self, i: int, step: Step, indent: str, constants: Mapping[int, Any]) -> None:
+        """The test that holds the BLAS pools before step ``i`` (see ``blas_limit``): on any
+        input or statically known output over ``SINGLE_THREAD_VALUES`` values, read at run
+        time where the plan does not know it."""
+        sizes = self._sizes
+        tests, known_big = [], False
+        for s in step.inputs:
+            shape = sizes.get(s)
+            if shape is not None:
+                known_big = known_big or element_count(shape) > SINGLE_THREAD_VALUES
+            elif s >= 0 and s not in constants:  # a constant without a shape: not an array
+                tests.append(f"(v{s}.__class__ is nd and v{s}.size > {SINGLE_THREAD_VALUES})")
+        for s, (_, shape, _) in zip(step.outputs, step.expect, strict=False):
+            if s >= 0 and shape is not None and all(type(d) is int for d in shape):
+                known_big = known_big or element_count(shape) > SINGLE_THREAD_VALUES
+        if known_big:
+            self._emit(f"{indent}if HELD not in values: hold(values)", i, own=True)
+        elif tests:
+            self._emit(f"{indent}if HELD not in values and ({' or '.join(tests)}): hold(values)",
+                       i, own=True)
 
     def _emit_span(self, names: dict[str, Any], i: int, step: Step, args: str,
                    indent: str) -> str:
@@ -567,6 +612,22 @@ class CompiledSteps:
         return found
 
 
+HELD = "blas pools held"
+"""The key of a run's values under which a run that holds the BLAS pools lazily keeps its limit
+(see ``CompiledSteps``'s ``blas_limit``)."""
+
+
+def _holder(limit: int) -> Callable[[dict[Any, Any]], None]:
+    """Hold the BLAS pools at ``limit`` for the run whose values are handed in."""
+    enter = POOLS.enter
+
+    def hold(values: dict[Any, Any]) -> None:
+        enter(limit)
+        values[HELD] = limit
+
+    return hold
+
+
 def _marker_record(step: Step) -> bytes:
     """The marker record naming ``step`` (plugin_calls.HookMarker), cut to fit."""
     if step.copy is not None:
@@ -641,10 +702,12 @@ class PlanRun:
     """Runs a :class:`~ep_host.plan.Plan`: its function for plain runs is compiled at creation;
     the one that reads ``RunOptions.terminate`` before every step, on the first run that asks."""
 
-    def __init__(self, plan: Plan, checks: StepChecks, tracer: Tracer | None = None):
+    def __init__(self, plan: Plan, checks: StepChecks, tracer: Tracer | None = None,
+                 blas_limit: int = 0):
         self.plan = plan
         self.checks = checks
         self.tracer = tracer
+        self.blas_limit = blas_limit
         self._inputs = [*plan.input_slots.values(), *plan.outer_slots.values(), *plan.arenas]
         # per device arena: its slot, device, size and the arenas no run holds now
         self._arenas = [(s, device, nbytes, []) for s, (device, nbytes) in plan.arenas.items()]
@@ -658,7 +721,14 @@ class PlanRun:
         return CompiledSteps(plan.steps, self._inputs, plan.constants, self._outputs, plan.keep,
                              self.checks, releases=plan.releases, tracer=self.tracer,
                              cancellable=cancellable,
-                             check_all=self.checks.max_tensor_bytes is not None)
+                             check_all=self.checks.max_tensor_bytes is not None,
+                             blas_limit=self.blas_limit)
+
+    @property
+    def holds_blas(self) -> bool:
+        """Whether runs hold the BLAS pools themselves, only once a value is big enough
+        (``CompiledSteps``'s ``blas_limit``); the caller then does not hold them."""
+        return bool(self.plain.holds_blas)
 
     def run(self, feeds: Mapping[str, Any], scope: Mapping[str, Any] | None = None,
             names: Sequence[str] | None = None, cancel: Any = None) -> list[Any]:

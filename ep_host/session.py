@@ -225,7 +225,7 @@ class _Runtime:
         # a body's nodes are traced only at full verbosity
         tracer = self.tracer if self.tracer is not None and (
             not body or self.tracer.verbosity >= Tracer.FULL) else None
-        return plan, PlanRun(plan, self.checks, tracer)
+        return plan, PlanRun(plan, self.checks, tracer, blas_limit=self.threads)
 
     def compile(self, graph: GraphView) -> CompiledGraph:
         """Place and compile a body graph; its outer-scope names become scope inputs."""
@@ -391,7 +391,7 @@ class InferenceSession:
     def _use_plan(self, plan: Plan, run: PlanRun) -> None:
         """Run ``plan`` from now on: its runner, its BLAS limit and its one-function path."""
         self._plan, self._run = plan, run
-        self._run_threads = self._threads_for(plan)
+        self._run_threads = self._threads_for(plan, run)
         self._fast = self._fast_runner()
 
     def _fast_runner(self) -> Any:
@@ -400,13 +400,15 @@ class InferenceSession:
             return None
         return plain_runner(self._feeds, self._run, self._run_threads, hand_out)
 
-    def _threads_for(self, plan: Plan) -> BlasThreads:
+    def _threads_for(self, plan: Plan, run: PlanRun) -> BlasThreads:
         """The BLAS limit runs of ``plan`` take: none where no kernel of it calls BLAS
-        (``Kernel.uses_blas``), or every value it makes is small enough that OpenBLAS runs each
-        call on one thread anyway (``blas_stays_single``)."""
+        (``Kernel.uses_blas``), where every value it makes is small enough that OpenBLAS runs
+        each call on one thread anyway (``blas_stays_single``), or where ``run`` holds the
+        limit itself once a value is big enough (``PlanRun.holds_blas``)."""
         if not self._threads.threads:
             return self._threads
-        if all(step.kind == "node" and not step.kernel.uses_blas for step in plan.steps):
+        if run.holds_blas or all(step.kind == "node" and not step.kernel.uses_blas
+                                 for step in plan.steps):
             return NO_LIMIT
         if self._feeds.plain is None:
             return self._threads
@@ -599,7 +601,7 @@ class InferenceSession:
         if key not in self._device_plans:
             plan, where = device_plan(self._plan, on_device, {n: wanted[n] for n in names})
             runner = self._run if plan is self._plan else PlanRun(
-                plan, self._runtime.checks, self._run.tracer)
+                plan, self._runtime.checks, self._run.tracer, self._runtime.threads)
             self._device_plans[key] = (runner, where)
         runner, where = self._device_plans[key]
         values = self._execute(runner, feeds, names, run_options)
@@ -616,7 +618,9 @@ class InferenceSession:
                   timeout: float | None) -> list[Any]:
         model = self._model
         try:
-            with self._run_threads:
+            threads = (self._run_threads if runner is self._run
+                       else self._threads_for(runner.plan, runner))
+            with threads:
                 if timeout:
                     outputs = self._run_with_timeout(runner, feeds, names, cancel, timeout)
                 elif self.tracer is None:

@@ -2,7 +2,10 @@
 
 numpy's BLAS starts one thread per core; on a small or shared machine two BLAS threads are
 often slower than one, so sessions default to one thread there. The limit is set through
-threadpoolctl when the first run starts and restored when the last concurrent run ends.
+threadpoolctl when the first run holds it and restored when the last concurrent run gives it
+back. A plan of one function holds it only from its first BLAS-calling step with a value over
+``SINGLE_THREAD_VALUES`` values (``runloop.CompiledSteps``'s ``blas_limit``); a longer one for
+its whole run.
 """
 
 from __future__ import annotations

@@ -7,7 +7,13 @@ from hostkit import InlineProvider, make_model
 from onnx import TensorProto, helper
 
 from ep_host import FunctionKernel, InferenceSession, hookimpl
-from ep_host.threads import SINGLE_THREAD_VALUES, BlasThreads, blas_stays_single, default_threads
+from ep_host.threads import (
+    POOLS,
+    SINGLE_THREAD_VALUES,
+    BlasThreads,
+    blas_stays_single,
+    default_threads,
+)
 
 threadpoolctl = pytest.importorskip("threadpoolctl")
 
@@ -31,9 +37,9 @@ def add_relu(shape):
     )
 
 
-def feeds(shape):
+def feeds(shape, open_dims=3):
     rng = np.random.default_rng(0)
-    shape = [d if isinstance(d, int) else 3 for d in shape]
+    shape = [d if isinstance(d, int) else open_dims for d in shape]
     return {"x": rng.random(shape, np.float32), "y": rng.random(shape, np.float32)}
 
 
@@ -77,16 +83,58 @@ def test_zero_leaves_the_pool_alone(host, two_blas_threads):
     assert all(n == 2 for n in seen[0])
 
 
-@pytest.mark.parametrize("shape, limited", [([2, 3], False), ([64, 64], False), (BIG, True),
-                                            (["n", 3], True)])
+@pytest.mark.parametrize("shape, limited", [([2, 3], False), ([64, 64], False), (BIG, True)])
 def test_a_model_of_small_known_values_leaves_the_pool_alone(host, two_blas_threads, shape,
                                                              limited):
     """OpenBLAS runs calls on operands of at most 4096 values on one thread whatever its pool:
-    setting and restoring the pool would cost each run microseconds for nothing. A value of
-    unknown size may be large, so a dynamic shape keeps the limit."""
+    setting and restoring the pool would cost each run microseconds for nothing."""
     session, seen = probing_session(host, 1, shape)
     session.run(None, feeds(shape))
     assert all(n == (1 if limited else 2) for n in seen[0])
+    assert all(n == 2 for n in blas_threads())
+
+
+@pytest.mark.parametrize("rows, limited", [(3, False), (SINGLE_THREAD_VALUES // 3 + 1, True)])
+def test_a_dynamic_shape_is_held_once_a_value_is_big(host, two_blas_threads, rows, limited):
+    """A value of unknown size may be large: the run holds the pool at the first step that may
+    call BLAS with an input over 4096 values (here 3 x 3, then 1366 x 3), and gives it back at
+    its end; a run of small values leaves it alone."""
+    session, seen = probing_session(host, 1, ["n", 3])
+    assert session._run.holds_blas
+    for _ in range(2):  # held and given back each run
+        seen.clear()
+        session.run(None, feeds(["n", 3], rows))
+        assert all(n == (1 if limited else 2) for n in seen[0])
+        assert all(n == 2 for n in blas_threads())
+
+
+def test_a_run_that_fails_after_holding_the_pool_gives_it_back(host, two_blas_threads):
+    class Provider(InlineProvider):
+        @hookimpl
+        def ep_host_create_kernel(self, node, context):
+            if node.op_type == "Relu":
+                def broken(x):
+                    raise RuntimeError("relu broke")
+                return FunctionKernel(broken)
+            return FunctionKernel(self.FUNCS[node.op_type])
+
+    host.register(Provider("cpu"), name="cpu")
+    session = InferenceSession(add_relu(["n", 64]).SerializeToString(), providers=["cpu"],
+                               host=host, intra_op_num_threads=1)
+    with pytest.raises(Exception, match="relu broke"):
+        session.run(None, feeds(["n", 64], 128))  # 8192 values: held before the Add
+    assert all(n == 2 for n in blas_threads())
+
+
+def test_a_plan_of_several_functions_holds_the_pool_for_the_whole_run(host, two_blas_threads,
+                                                                       monkeypatch):
+    """The lazy hold lives in a plan of one function; a longer plan (a chain of functions)
+    holds the pool from the run's start, whatever its values."""
+    monkeypatch.setattr("ep_host.runloop.STEPS_PER_FUNCTION", 1)
+    session, seen = probing_session(host, 1, ["n", 3])
+    assert not session._run.holds_blas
+    session.run(None, feeds(["n", 3]))
+    assert all(n == 1 for n in seen[0])
     assert all(n == 2 for n in blas_threads())
 
 
@@ -109,10 +157,11 @@ def test_a_negative_count_is_refused():
         BlasThreads(-1)
 
 
-def test_a_plan_of_ops_the_cpu_ep_runs_without_blas_leaves_the_pool_alone_at_any_batch():
+def test_a_plan_of_ops_the_cpu_ep_runs_without_blas_leaves_the_pool_alone_at_any_batch(
+        monkeypatch):
     """A tree ensemble with an open batch: no kernel of ep-host's CPU
     EP in it calls BLAS, so no run limits the pool; a linear model's scores are a BLAS GEMM,
-    whose threads an open batch may raise, so its runs keep the limit."""
+    whose threads an open batch may raise, so its runs hold the limit once a value is big."""
     ml = [("ai.onnx.ml", 3)]
     tree = helper.make_node(
         "TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml", n_targets=1,
@@ -122,11 +171,18 @@ def test_a_plan_of_ops_the_cpu_ep_runs_without_blas_leaves_the_pool_alone_at_any
         target_nodeids=[1, 2], target_ids=[0, 0], target_weights=[1.0, -1.0])
     linear = helper.make_node("LinearRegressor", ["x"], ["y"], domain="ai.onnx.ml",
                               coefficients=[1.0, 2.0], intercepts=[0.5])
-    x = np.array([[0.0, 1.0], [1.0, 1.0]], np.float32)
-    for node, limited, want in ((tree, 0, [[1.0], [-1.0]]), (linear, 1, [[2.5], [3.5]])):
+    small = np.array([[0.0, 1.0], [1.0, 1.0]], np.float32)
+    big = np.tile(small, (SINGLE_THREAD_VALUES, 1))  # 8192 x 2
+    for node, limited, want in ((tree, False, [[1.0], [-1.0]]),
+                                (linear, True, [[2.5], [3.5]])):
         model = make_model([node], [("x", TensorProto.FLOAT, [None, 2])],
                            [("y", TensorProto.FLOAT, [None, 1])], domains=ml)
+        held = []  # the calls that hold (+limit) and give back (-limit) the pool
+        monkeypatch.setattr(POOLS, "enter", held.append)
+        monkeypatch.setattr(POOLS, "exit", lambda limit, held=held: held.append(-limit))
         session = InferenceSession(model.SerializeToString(), providers=["cpu"],
                                    intra_op_num_threads=1)
-        assert session._run_threads.threads == limited
-        np.testing.assert_allclose(session.run(None, {"x": x})[0], want)
+        np.testing.assert_allclose(session.run(None, {"x": small})[0], want)
+        assert held == []  # two rows: no run holds the pool
+        np.testing.assert_allclose(session.run(None, {"x": big})[0], np.tile(want, (4096, 1)))
+        assert held == ([1, -1] if limited else [])
