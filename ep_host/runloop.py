@@ -12,16 +12,14 @@ from __future__ import annotations
 import contextvars
 import itertools
 import sys
-import threading
-import types
 from array import array
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 
 from ep_host import plugin_calls
+from ep_host.code_cache import compiled_code
 from ep_host.cost import element_count
 from ep_host.errors import (
     HostError,
@@ -32,7 +30,7 @@ from ep_host.errors import (
 )
 from ep_host.plugin_calls import is_user_interrupt, marker_head, sigint
 from ep_host.sole import SOLE_OWNER, sole_view
-from ep_host.threads import POOLS, SINGLE_THREAD_VALUES
+from ep_host.threads import HELD, POOLS, SINGLE_THREAD_VALUES, run_holder
 
 if TYPE_CHECKING:
     from ep_host.plan import Plan, Step
@@ -51,44 +49,6 @@ STEPS_PER_FUNCTION = 500
 """A plan longer than this runs as a chain of generated functions of at most this many steps:
 compiling one costs about 17 KB a step at its peak (SSD-lite's 2,072 steps in one function: 32
 MiB), and a link boundary only hands on the live values (microseconds a run)."""
-
-
-CODE_CACHE_CHARS = 16 * 2**20
-"""The generated sources whose compiled code the process keeps, in characters (least recently
-used dropped first): another session of the same model compiles nothing (a plan of 400 steps
-takes some 20 ms to compile)."""
-
-_code_cache: OrderedDict[str, types.CodeType] = OrderedDict()
-_code_cache_chars = 0
-_code_cache_lock = threading.Lock()
-
-
-def compiled_code(source: str, filename: str) -> types.CodeType:
-    """``compile(source, filename, "exec")``, from the process's cache when the same source was
-    compiled before (its code objects then renamed to ``filename``)."""
-    global _code_cache_chars
-    with _code_cache_lock:
-        code = _code_cache.get(source)
-        if code is not None:
-            _code_cache.move_to_end(source)
-    if code is None:
-        code = compile(source, FILENAME.format(0), "exec")
-        if len(source) <= CODE_CACHE_CHARS:
-            with _code_cache_lock:
-                if source not in _code_cache:
-                    _code_cache[source] = code
-                    _code_cache_chars += len(source)
-                while _code_cache_chars > CODE_CACHE_CHARS:
-                    dropped, _ = _code_cache.popitem(last=False)
-                    _code_cache_chars -= len(dropped)
-    return _renamed(code, filename)
-
-
-def _renamed(code: types.CodeType, filename: str) -> types.CodeType:
-    """``code`` and the functions' code in its constants, with ``co_filename`` ``filename``."""
-    consts = tuple(_renamed(c, filename) if isinstance(c, types.CodeType) else c
-                   for c in code.co_consts)
-    return code.replace(co_filename=filename, co_consts=consts)
 
 
 def _worth_donating(dtype: Any, shape: tuple[Any, ...] | None) -> bool:
@@ -322,13 +282,12 @@ class CompiledSteps:
     (``cancel.terminate`` is read before every step), ``check_all`` (every output takes the full
     check, as the size limit needs).
 
-    ``blas_limit``: the BLAS thread count runs hold the pools at (0: none), held lazily where
-    the plan is one function (``holds_blas``): before the first step that calls BLAS
-    (``Kernel.uses_blas``) with an input, or a statically known output, of more than
-    ``SINGLE_THREAD_VALUES`` values, until the run ends. A run of small values (a
-    scikit-learn export's few rows) then never touches the pools: holding them cost such a
-    run 6-9 us. A product of small inputs whose output's size is unknown before it runs (an
-    outer product of dynamic size) is not held to the limit.
+    ``blas_limit``: the BLAS threads runs hold the pools at (0: none), held lazily where the plan
+    is one function (``holds_blas``): from the first step calling BLAS (``Kernel.uses_blas``)
+    with an input, or a known output, of over ``SINGLE_THREAD_VALUES`` values to the run's end.
+    A run of small values (a scikit-learn export's few rows) never touches the pools (holding
+    them cost it 6-9 us). A product of small inputs and an output of unknown size (an outer
+    product of dynamic size) is not held to the limit.
 
     A kernel that raises is named by :meth:`StepChecks.failure`; the host's own errors (a
     check, a cancellation) pass through as they are.
@@ -373,7 +332,7 @@ class CompiledSteps:
         starts = list(range(0, len(steps), STEPS_PER_FUNCTION)) or [0]
         self.holds_blas = blas_limit if len(starts) == 1 else 0
         if self.holds_blas:
-            names.update(hold=_holder(blas_limit), release=POOLS.exit, HELD=HELD)
+            names.update(hold=run_holder(blas_limit), release=POOLS.exit, HELD=HELD)
             # slot -> its static shape, where known: constants', and outputs' as steps pass
             self._sizes = {s: v.shape for s, v in constants.items() if hasattr(v, "shape")}
         carried = _carried(steps, inputs, outputs, constants, starts) if len(starts) > 1 else []
@@ -482,9 +441,8 @@ class CompiledSteps:
         return name
 
     def _emit_hold(self, i: int, step: Step, indent: str, constants: Mapping[int, Any]) -> None:
-        """The test that holds the BLAS pools before step ``i`` (see ``blas_limit``): on any
-        input or statically known output over ``SINGLE_THREAD_VALUES`` values, read at run
-        time where the plan does not know it."""
+        """The test holding the BLAS pools before step ``i`` (see ``blas_limit``): an input or
+        known output over ``SINGLE_THREAD_VALUES`` values, read at run time where unknown."""
         sizes = self._sizes
         tests, known_big = [], False
         for s in step.inputs:
@@ -610,22 +568,6 @@ class CompiledSteps:
                 found = offset + tb.tb_lineno
             tb = tb.tb_next
         return found
-
-
-HELD = "blas pools held"
-"""The key of a run's values under which a run that holds the BLAS pools lazily keeps its limit
-(see ``CompiledSteps``'s ``blas_limit``)."""
-
-
-def _holder(limit: int) -> Callable[[dict[Any, Any]], None]:
-    """Hold the BLAS pools at ``limit`` for the run whose values are handed in."""
-    enter = POOLS.enter
-
-    def hold(values: dict[Any, Any]) -> None:
-        enter(limit)
-        values[HELD] = limit
-
-    return hold
 
 
 def _marker_record(step: Step) -> bytes:

@@ -142,6 +142,22 @@ def find_blas_again() -> None:
     POOLS.modules = -1
 
 
+HELD = "blas pools held"
+"""The key of a run's values under which a run that holds the BLAS pools lazily keeps its limit
+(see ``runloop.CompiledSteps``'s ``blas_limit``)."""
+
+
+def run_holder(limit: int) -> Callable[[dict[Any, Any]], None]:
+    """Hold the BLAS pools at ``limit`` for the run whose values are handed in."""
+    enter = POOLS.enter
+
+    def hold(values: dict[Any, Any]) -> None:
+        enter(limit)
+        values[HELD] = limit
+
+    return hold
+
+
 class BlasThreads:
     """A context manager holding the BLAS pools at ``threads`` (0: leave them alone)."""
 
