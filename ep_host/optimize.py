@@ -49,6 +49,10 @@ provider claims it, the capability walk places those nodes instead, as it does a
 - ``tree_ensemble_merging``: a Concat along axis 1 of ai.onnx.ml TreeEnsembleRegressors of one
   input that sum their trees without a post transform (skl2onnx's AdaBoostRegressor) becomes one
   TreeEnsembleRegressor per run, the forests' trees and targets numbered one after another.
+- ``class_label_gather``: an ArgMax over axis 1 (kept), an ai.onnx.ml ArrayFeatureExtractor of
+  a constant 1-D class list at those indices, a Reshape to [-1] and Casts that keep every
+  class's value (skl2onnx's predicted label) become an ArgMax without the kept axis and a Gather
+  of the class list, cast once at optimization.
 - ``cast_elimination`` (last): a Cast writing a graph output in the element type its tensor
   input already has is dropped, the node writing its input (read by nothing else) writing that
   output instead.
@@ -90,7 +94,12 @@ from ep_host.rewriter import (
     tensor_type_proto,
     tensor_typed,
 )
-from ep_host.simplify import cast_elimination, product_features_fusion, tree_ensemble_merging
+from ep_host.simplify import (
+    cast_elimination,
+    class_label_gather,
+    product_features_fusion,
+    tree_ensemble_merging,
+)
 
 PASSES: dict[str, Callable[[Rewriter], int]] = {
     "constant_lifting": constant_lifting,
@@ -106,6 +115,7 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "matmul_add_fusion": matmul_add_fusion,
     "product_features_fusion": product_features_fusion,
     "tree_ensemble_merging": tree_ensemble_merging,
+    "class_label_gather": class_label_gather,
     "cast_elimination": cast_elimination,
 }
 DEFAULT_PASSES = tuple(PASSES)
@@ -134,6 +144,8 @@ PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
                                 frozenset({"ReduceProd"}), frozenset({"Concat"})),
     "tree_ensemble_merging": (frozenset({"ai.onnx.ml::TreeEnsembleRegressor"}),
                               frozenset({"Concat"})),
+    "class_label_gather": (frozenset({"ArgMax"}), frozenset({"ai.onnx.ml::ArrayFeatureExtractor"}),
+                           frozenset({"Reshape"})),
     "cast_elimination": (frozenset({"Cast"}),),
 }
 REINFER_AFTER = frozenset({"constant_lifting", "constant_folding"})

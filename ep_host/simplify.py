@@ -3,7 +3,8 @@ standard nodes, which every provider of those ops runs, so nothing is remembered
 skl2onnx writes an export's steps one small node at a time, and in a run of many small kernels
 each node costs several times what it costs alone, so these take the many-node patterns it
 writes: PolynomialFeatures' column products (one Gather and one ReduceProd), AdaBoostRegressor's
-sibling forests (one TreeEnsembleRegressor) and the label's second Cast to int64 (dropped).
+sibling forests (one TreeEnsembleRegressor), a classifier's label lookup (an ArgMax and a Gather)
+and the label's second Cast to int64 (dropped).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from ep_host.rewriter import (
     is_op,
     node_attribute,
     node_domain,
+    rename_inputs,
     tensor_typed,
 )
 
@@ -225,9 +227,92 @@ def _merge_forests(rw: Rewriter, concat: NodeProto, nodes: list[NodeProto],
     return out
 
 
+def class_label_gather(rw: Rewriter) -> int:
+    """skl2onnx's predicted label: an ArgMax over axis 1 (kept) of [N, C] scores, an
+    ArrayFeatureExtractor of the constant 1-D class list at those indices ([1, N]), a Reshape to
+    [-1] and Casts before or after it (to int64, and in some exports to float and back) become
+    an ArgMax without the kept axis and a Gather of the class list, cast here, at those [N]
+    indices: the same labels, two kernels for four to six. Only casts that keep every class's
+    value are taken (a class list that a Cast would round, wrap or make bool stays as written);
+    every value between the ArgMax and the last node taken is read by the next node alone."""
+    done = 0
+    for argmax in rw.live():
+        if (not is_op(argmax, "ArgMax") or node_attribute(argmax, "keepdims", 1) != 1
+                or node_attribute(argmax, "axis", 0) not in (1, -1)):
+            continue
+        scores = rw.shape(argmax.input[0])
+        if scores is None or len(scores) != 2:
+            continue
+        chain = _label_chain(rw, argmax)
+        if chain is None:
+            continue
+        afe, rest, classes = chain
+        found = rw.type_of(argmax.output[0])
+        if not tensor_typed(found):
+            continue
+        index, constant = rw.fresh(f"{argmax.output[0]}_flat"), rw.fresh(f"{afe.name}_classes")
+        rw.add_constant(constant, classes)
+        rw.learned[index] = (found[0], found[1], (scores[0],))  # type: ignore[index]
+        flat = copy_node(argmax)
+        del flat.attribute[:]
+        flat.attribute.extend(a for a in argmax.attribute if a.name != "keepdims")
+        flat.attribute.append(helper.make_attribute("keepdims", 0))
+        flat.output[0] = index
+        gather = helper.make_node("Gather", [constant, index], [rest[-1].output[0]], axis=0,
+                                  name=rw.fresh(f"{afe.name}::Gather"))
+        rw.replace(argmax, flat)
+        rw.replace(afe, gather)
+        for node in rest:
+            rw.remove(node, into=gather.name)
+        done += 1
+    return done
+
+
+def _label_chain(rw: Rewriter, argmax: NodeProto,
+                 ) -> tuple[NodeProto, list[NodeProto], np.ndarray] | None:
+    """``(extractor, [the Reshape and Casts after it], the class list as the last Cast leaves
+    it)`` for ``class_label_gather``, ending with the last Cast after the Reshape; ``None``
+    where the pattern does not hold."""
+    afe = rw.only_consumer(argmax.output[0])
+    if (afe is None or afe.op_type != "ArrayFeatureExtractor" or node_domain(afe) != ML_DOMAIN
+            or list(afe.input[1:]) != [argmax.output[0]]):
+        return None
+    classes = rw.const(afe.input[0])
+    if classes is None or classes.ndim != 1 or classes.dtype.kind not in "iuf":
+        return None
+    rest: list[NodeProto] = []
+    reshaped = False
+    value = afe.output[0]
+    while True:
+        node = rw.only_consumer(value)
+        if node is None or len(node.output) != 1:
+            break
+        if is_op(node, "Reshape") and not reshaped and node.input[0] == value:
+            shape = rw.const(node.input[1]) if len(node.input) > 1 else None
+            if shape is None or shape.reshape(-1).tolist() != [-1]:
+                break
+            reshaped = True
+        elif is_op(node, "Cast") and len(node.input) == 1:
+            to = helper.tensor_dtype_to_np_dtype(node_attribute(node, "to"))
+            if to.kind not in "iuf":
+                break
+            cast = classes.astype(to)
+            if not np.array_equal(cast, classes):
+                break
+            classes = cast
+        else:
+            break
+        rest.append(node)
+        value = node.output[0]
+    if not reshaped:
+        return None
+    return afe, rest, classes
+
+
 def cast_elimination(rw: Rewriter) -> int:
-    """A Cast to the element type its tensor input already has, writing a graph output (skl2onnx
-    casts the int64 label it outputs to int64 again): the node writing its input, read by
+    """A Cast to the element type its tensor input already has (skl2onnx casts the int64 label
+    it outputs to int64 again, and an MLP's float input to float): read by nodes only, its
+    readers read its input instead; writing a graph output, the node writing its input, read by
     nothing else, writes that output itself. Runs after the other passes."""
     removed = 0
     for cast in rw.live():
@@ -235,8 +320,11 @@ def cast_elimination(rw: Rewriter) -> int:
             continue
         source, out = cast.input[0], cast.output[0]
         given, made = rw.type_of(source), rw.type_of(out)
-        if (out not in rw.outputs or not tensor_typed(given) or not tensor_typed(made)
+        if (not tensor_typed(given) or not tensor_typed(made)
                 or given[1] != made[1]):  # type: ignore[index]
+            continue
+        if out not in rw.outputs:
+            removed += _read_through(rw, cast)
             continue
         writer = rw.producer.get(source)
         if (writer is None or source in rw.outputs or rw.consumers.get(source) != [cast]
@@ -249,3 +337,32 @@ def cast_elimination(rw: Rewriter) -> int:
         rw.replace(writer, new)
         removed += 1
     return removed
+
+
+def _read_through(rw: Rewriter, cast: NodeProto) -> int:
+    """``cast``'s readers reading its input instead, and so the nodes a reader's fusion replaced
+    (placed where no provider claims the fused node): 1; 0 where a reader holds a graph, whose
+    bodies may read the name too."""
+    source, out = cast.input[0], cast.output[0]
+    readers = list({id(n): n for n in rw.consumers.get(out, [])}.values())
+    if not readers or any(rw.holds_graph(n) for n in readers):
+        return 0
+    rw.remove(cast, into=readers[0].name)
+    names = {out: source}
+    for reader in readers:
+        new = copy_node(reader)
+        rename_inputs(new, names)
+        rw.replace(reader, new)
+        originals = rw.unfused.get(reader.name)
+        if originals:
+            rw.unfused[reader.name] = [_renamed(n, names) for n in originals]
+    return 1
+
+
+def _renamed(node: NodeProto, names: dict[str, str]) -> NodeProto:
+    """``node`` reading ``names``' values for its inputs: itself where it reads none of them."""
+    if not any(name in names for name in node.input):
+        return node
+    new = copy_node(node)
+    rename_inputs(new, names)
+    return new

@@ -370,7 +370,7 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
                            "channel_affine_folding", "conv_activation_fusion", "gelu_fusion",
                            "silu_fusion", "layer_norm_fusion", "skip_layer_norm_fusion",
                            "bias_gelu_fusion", "matmul_add_fusion", "product_features_fusion",
-                           "tree_ensemble_merging", "cast_elimination"}
+                           "tree_ensemble_merging", "class_label_gather", "cast_elimination"}
 
 
 def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):
@@ -1007,6 +1007,155 @@ def test_a_cast_that_changes_something_or_whose_input_is_read_elsewhere_stays(ki
     session, got, want = run_both(model, {"x": x})
     assert "cast_elimination" not in session.model.optimizations
     assert "Cast" in [n.op_type for n in session.placement.table.nodes]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_a_cast_to_the_type_it_has_read_by_nodes_is_read_through(tmp_path, capsys):
+    """x -> Cast(float) -> c, read by a Neg and a Relu: both read x."""
+    nodes = [helper.make_node("Cast", ["x"], ["c"], to=F, name="cast"),
+             helper.make_node("Neg", ["c"], ["n"], name="neg"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu")]
+    model = make_model(nodes, [("x", F, [None, 3])], [("n", F, [None, 3]), ("r", F, [None, 3])])
+    x = RNG.standard_normal((4, 3)).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations == {"cast_elimination": 1}
+    assert [n.op_type for n in session.placement.table.nodes] == ["Neg", "Relu"]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert main(["why", str(path), "cast", "--providers", "cpu"]) == 0
+    assert "node 'cast' is part of 'neg'" in capsys.readouterr().err
+
+
+def test_a_fused_node_nobody_claims_reads_through_a_dropped_cast_too(host):
+    """Cast(float) of x, then MatMul and Add (one Gemm): a provider without Gemm runs the
+    MatMul and the Add, the MatMul reading x."""
+    class Matrices(InlineProvider):
+        FUNCS = {**InlineProvider.FUNCS, "MatMul": np.matmul}
+
+    host.register(Matrices("plain", ops=("MatMul", "Add")), name="plain")
+    nodes = [helper.make_node("Cast", ["x"], ["c"], to=F, name="cast"),
+             helper.make_node("MatMul", ["c", "w"], ["m"], name="mm"),
+             helper.make_node("Add", ["m", "b"], ["y"], name="add")]
+    w, b = RNG.standard_normal((8, 5)), RNG.standard_normal(5)
+    model = make_model(nodes, [("x", F, [3, 8])], [("y", F, [3, 5])],
+                       initializers=[const("w", w), const("b", b)])
+    session = InferenceSession(model.SerializeToString(), providers=["plain"], host=host)
+    assert session.model.optimizations == {"matmul_add_fusion": 1, "cast_elimination": 1}
+    assert [n.op_type for n in session.placement.table.nodes] == ["MatMul", "Add"]
+    x = RNG.standard_normal((3, 8)).astype(np.float32)
+    want = x @ w.astype(np.float32) + b.astype(np.float32)
+    np.testing.assert_allclose(session.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+
+
+def label_model(classes, before=(), after=(TensorProto.INT64,), *, reshape=(-1,),
+                keepdims=1, read=None, **argmax):
+    """skl2onnx's label: x [N, 3] -> ArgMax (axis 1) -> i -> ArrayFeatureExtractor(classes, i)
+    -> Casts ``before`` -> Reshape(``reshape``) -> Casts ``after``, the last writing label;
+    ``read``: a value of the chain before that also made a graph output."""
+    nodes = [helper.make_node("ArgMax", ["x"], ["i"], axis=1, keepdims=keepdims, name="argmax",
+                              **argmax),
+             helper.make_node("ArrayFeatureExtractor", ["classes", "i"], ["c0"],
+                              domain="ai.onnx.ml", name="afe")]
+    value, k = "c0", 0
+    for stage in (*[("Cast", to) for to in before], ("Reshape", None),
+                  *[("Cast", to) for to in after]):
+        k += 1
+        if stage[0] == "Cast":
+            nodes.append(helper.make_node("Cast", [value], [f"c{k}"], to=stage[1], name=f"cast{k}"))
+        elif reshape is not None:
+            nodes.append(helper.make_node("Reshape", [value, "shape"], [f"c{k}"], name="reshape"))
+        else:
+            k -= 1
+            continue
+        value = f"c{k}"
+    nodes[-1].output[0] = "label"
+    out_type = after[-1] if after else before[-1] if before else helper.np_dtype_to_tensor_dtype(
+        np.asarray(classes).dtype)
+    outputs = [("label", out_type, None)]
+    if read is not None:
+        outputs.append((read, helper.np_dtype_to_tensor_dtype(np.asarray(classes).dtype), None))
+    inits = [numpy_helper.from_array(np.asarray(classes), "classes"),
+             numpy_helper.from_array(np.array(reshape or (-1,), np.int64), "shape")]
+    return make_model(nodes, [("x", F, [None, 3])], outputs, initializers=inits,
+                      domains=[("ai.onnx.ml", 1)])
+
+
+@pytest.mark.parametrize("classes, before, after", [
+    (np.array([3, 7, 11], np.int32), (), (TensorProto.INT64, TensorProto.INT64)),  # Perceptron
+    (np.array([0, 1, 2], np.int64), (TensorProto.FLOAT,), (TensorProto.INT64,)),  # GaussianNB
+    (np.array([0.5, -2.0, 4.25], np.float32), (), ()),
+])
+def test_a_classifiers_label_lookup_becomes_an_argmax_and_a_gather(classes, before, after,
+                                                                   tmp_path, capsys):
+    x = RNG.standard_normal((9, 3)).astype(np.float32)
+    x[4] = [1.0, 1.0, 0.5]  # a tie: the first index
+    model = label_model(classes, before, after)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations == {"class_label_gather": 1}
+    assert [n.op_type for n in session.placement.table.nodes] == ["ArgMax", "Gather"]
+    ort = onnxruntime.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for g, w, o in zip(got, want, ort, strict=True):
+        assert g.dtype == w.dtype == o.dtype and g.shape == w.shape == o.shape == (9,)
+        np.testing.assert_array_equal(g, w)
+        np.testing.assert_array_equal(g, o)
+    np.testing.assert_array_equal(got[0], classes[x.argmax(axis=1)])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert main(["why", str(path), "reshape", "--providers", "cpu"]) == 0
+    assert "node 'reshape' is part of 'afe::Gather'" in capsys.readouterr().err
+
+
+def test_the_label_lookup_keeps_argmax_select_last_index():
+    x = np.array([[1.0, 1.0, 0.5], [0.0, 2.0, 2.0], [3.0, 1.0, 3.0]], np.float32)
+    model = label_model(np.array([10, 20, 30], np.int64), select_last_index=1)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations == {"class_label_gather": 1}
+    np.testing.assert_array_equal(got[0], [20, 30, 30])
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("kind", ["rounding cast", "wrapping cast"])
+def test_a_cast_that_would_change_a_class_stays_after_the_gather(kind):
+    classes = np.array([1, 2, 300], np.int64)
+    after = (TensorProto.INT8, TensorProto.INT64)
+    if kind == "rounding cast":
+        classes, after = np.array([0.5, 1.0, 2.0], np.float32), (TensorProto.INT64,)
+    model = label_model(classes, (), after)
+    x = RNG.standard_normal((5, 3)).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations == {"class_label_gather": 1}
+    assert [n.op_type for n in session.placement.table.nodes] == [
+        "ArgMax", "Gather", *["Cast"] * len(after)]
+    np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("kind", ["bool cast", "no reshape", "other reshape",
+                                  "argmax keepdims 0", "index read elsewhere",
+                                  "labels read elsewhere"])
+def test_a_label_lookup_that_differs_from_the_pattern_stays_as_written(kind):
+    classes = np.array([1, 2, 300], np.int64)
+    before, after, extra = (), (TensorProto.INT64,), {}
+    if kind == "bool cast":
+        before = (TensorProto.BOOL,)
+    elif kind == "no reshape":
+        extra["reshape"] = None
+    elif kind == "other reshape":
+        extra["reshape"] = (1, -1)
+    elif kind == "argmax keepdims 0":
+        extra["keepdims"] = 0
+    elif kind == "index read elsewhere":
+        extra["read"] = "i"
+    else:
+        extra["read"] = "c0"
+    model = label_model(classes, before, after, **extra)
+    x = RNG.standard_normal((5, 3)).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    assert "class_label_gather" not in session.model.optimizations
+    assert "ArrayFeatureExtractor" in [n.op_type for n in session.placement.table.nodes]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
 
