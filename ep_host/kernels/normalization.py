@@ -379,11 +379,13 @@ def _check_softmax(node, provider):
 def _softmax(xp, x, axis, log):
     """Each step in X's own type, as the schema's function body (ReduceMax, Sub, Exp, ReduceSum,
     Div or Log and Sub) computes it; half types are not widened. A provider's
-    ``xp.compiled_softmax`` (the CPU EP's, numba) takes float32 over the last axis."""
+    ``xp.compiled_softmax`` (the CPU EP's, numba) takes float32 over the last axis: from
+    ``MIN_SIZE`` values on (``ready``: built first where it is not), below that where it is
+    ``at_hand`` (no build)."""
     compiled = getattr(xp, "compiled_softmax", None)
     if (not log and compiled is not None and x.dtype == xp.float32 and x.ndim
-            and axis % x.ndim == x.ndim - 1 and x.shape[-1] and x.size >= compiled.MIN_SIZE
-            and compiled.ready()):
+            and axis % x.ndim == x.ndim - 1 and x.shape[-1]
+            and (compiled.ready() if x.size >= compiled.MIN_SIZE else compiled.at_hand())):
         return compiled(x)
     shifted = x - x.max(axis=axis, keepdims=True)
     if log:

@@ -145,9 +145,10 @@ def compiled_in_use() -> bool:
     return bool(_LOADED) or "numba" in sys.modules
 
 
-def _ahead_of_time(py_func: Any, signature: Callable[..., Any], helpers: tuple[Any, ...],
-                   args: tuple[str, ...], slp: bool = False) -> Any:
-    """The kernel from its module built ahead of time (:mod:`ep_host_cpu.aot`), or ``None``."""
+def _spec(py_func: Any, signature: Callable[..., Any], helpers: tuple[Any, ...],
+          args: tuple[str, ...], slp: bool = False) -> Any:
+    """The kernel's :class:`ep_host_cpu.aot.KernelSpec`; ``None`` where it is not built ahead
+    of time (switched off, or a function the child process cannot import by name)."""
     from ep_host_cpu import aot
 
     if not aot.aot_wanted():
@@ -155,9 +156,27 @@ def _ahead_of_time(py_func: Any, signature: Callable[..., Any], helpers: tuple[A
     names = [_named(f) for f in (py_func, signature, *helpers)]
     if any(n is None for n in names):
         return None
-    spec = aot.KernelSpec(names[0], tuple(names[2:]), names[1], args,  # type: ignore[arg-type]
+    return aot.KernelSpec(names[0], tuple(names[2:]), names[1], args,  # type: ignore[arg-type]
                           slp)
-    return aot.load(spec, numba_cache_dir())
+
+
+def _ahead_of_time(py_func: Any, signature: Callable[..., Any], helpers: tuple[Any, ...],
+                   args: tuple[str, ...], slp: bool = False) -> Any:
+    """The kernel from its module built ahead of time (:mod:`ep_host_cpu.aot`), or ``None``."""
+    from ep_host_cpu import aot
+
+    spec = _spec(py_func, signature, helpers, args, slp)
+    return None if spec is None else aot.load(spec, numba_cache_dir())
+
+
+def built_ahead(py_func: Any, signature: Callable[..., Any], helpers: tuple[Any, ...] = ()
+                ) -> bool:
+    """Whether the kernel's module built ahead of time is on disk, so that compiling it costs
+    only the module's import (no build, no numba)."""
+    from ep_host_cpu import aot
+
+    spec = _spec(py_func, signature, helpers, ())
+    return spec is not None and aot.is_built(spec, numba_cache_dir())
 
 
 def compiled(py_func: Any, signature: Callable[..., Any], helpers: tuple[Any, ...] = (),
@@ -239,6 +258,19 @@ class CompiledLoop:
         if self._compiled is None:
             self._compiled = compiled(self.function, self.signature, self.helpers) or False
         return bool(self._compiled)
+
+    _built: bool | None = None  # whether its module was on disk, asked once
+
+    def at_hand(self) -> bool:
+        """:meth:`ready` where that costs no build: the loop already compiled in this process,
+        or its module built ahead of time on disk (imported now); ``False`` otherwise, without
+        building it (seconds), which a small input does not repay."""
+        if self._compiled is not None:
+            return bool(self._compiled) and numba_wanted()
+        if self._built is None:
+            self._built = numba_wanted() and built_ahead(self.function, self.signature,
+                                                         self.helpers)
+        return self._built and self.ready()
 
 
 class LoopOnceCompiledInUse(CompiledLoop):

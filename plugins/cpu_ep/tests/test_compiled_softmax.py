@@ -94,3 +94,31 @@ def test_the_row_maximum_at_every_position(cols):
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-37)
     np.testing.assert_allclose(got.astype(np.float64).sum(axis=-1), 1, rtol=1e-6)
+
+
+def test_a_small_softmax_takes_the_loop_only_where_no_build_is_needed(rng, tmp_path,
+                                                                       monkeypatch):
+    """Under MIN_SIZE values the loop is used where it is at hand (compiled in this process, or
+    its module built on disk and imported then); where it is not, numpy's passes run and
+    nothing is built."""
+    small = rng.standard_normal((7, 3)).astype(np.float32)
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))  # nothing built there
+    fresh = CompiledSoftmax()
+    assert not fresh.at_hand() and fresh._compiled is None
+    assert not (tmp_path / "aot").exists()
+    monkeypatch.delenv("NUMBA_CACHE_DIR")
+    assert numpy_xp.compiled_softmax.ready()  # built (or read back) where the others run
+    fresh = CompiledSoftmax()
+    assert fresh.at_hand()
+    got = fresh(small)
+    np.testing.assert_allclose(got, reference(small), rtol=1e-6, atol=0)
+    calls = []
+    original = type(numpy_xp.compiled_softmax).__call__
+    monkeypatch.setattr(type(numpy_xp.compiled_softmax), "__call__",
+                        lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    np.testing.assert_array_equal(softmax(numpy_xp, small, axis=-1), got)
+    assert calls == [1]
+    monkeypatch.setenv("EP_HOST_NUMBA", "0")
+    assert not fresh.at_hand()
+    np.testing.assert_allclose(softmax(numpy_xp, small, axis=-1), got, rtol=1e-6, atol=0)
+    assert calls == [1]
