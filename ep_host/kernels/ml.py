@@ -60,12 +60,12 @@ def transform_scores(xp, scores, kind):
             and scores.shape[1] < SHORT_ROW):
         row = scores[0].tolist()
         if math.isfinite(sum(row)):  # NaN and infinities take numpy's path
-            return np.array([_softmax_row(row) if kind == 1 else _logistic_row(row)])
+            return np.array([_softmax_row(row) if kind == 1 else logistic_row(row)])
     if kind == 2 and scores.__class__ is np.ndarray and scores.size < SHORT_SCORES:
         # a few scores (a binary classifier's column): one by one, as a row above
         values = scores.ravel().tolist()
         if math.isfinite(sum(values)):
-            return np.array(_logistic_row(values), dtype=scores.dtype).reshape(scores.shape)
+            return np.array(logistic_row(values), dtype=scores.dtype).reshape(scores.shape)
     if kind == 1:  # SOFTMAX
         e = xp.exp(scores - scores.max(axis=1, keepdims=True))
         return e / e.sum(axis=1, keepdims=True)
@@ -93,7 +93,8 @@ def _softmax_row(row):
     return [v / total for v in e]
 
 
-def _logistic_row(row):
+def logistic_row(row):
+    """LOGISTIC of each float in ``row`` (a list), in float64 as numpy's path computes it."""
     out = []
     for v in row:
         e = math.exp(-abs(v))

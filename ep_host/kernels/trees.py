@@ -16,9 +16,11 @@ from ep_host.kernels.helpers import two_columns
 from ep_host.kernels.ml import (
     ML,
     NUMBERS,
+    SHORT_SCORES,
     TRANSFORM_NAMES,
     given_array,
     input_type,
+    logistic_row,
     tensor_type,
     transform_scores,
 )
@@ -883,10 +885,29 @@ def _one_column_scores(xp, score, mixed_signs, transform):
     return positive, two_columns(xp, 1 - score, score)
 
 
+def _few_one_column_scores(score, base, mixed_signs):
+    """``_one_column_scores`` of LOGISTIC for a few rows, with ``base`` added: each row in
+    Python floats (float64, as numpy's passes: the same values), labels' indices and the
+    [rows, 2] float32 scores; ``None`` where a score is not finite."""
+    values = [v + base for v in score.tolist()]
+    if not math.isfinite(sum(values)):
+        return None
+    cut = 0.0 if mixed_signs else 0.5
+    out = np.array([(1 - p, p) for p in logistic_row(values)], dtype=np.float32)
+    return np.array([v > cut for v in values], dtype=np.intp), out.reshape(len(values), 2)
+
+
 def _tree_classifier(xp, x, forest, rule):
     scores, has = forest.scores(xp, _compare_type(xp, x if x.ndim == 2 else _rows(x)),
                                 rule.column_base)
     labels = xp.asarray(rule.labels) if rule.labels.dtype != object else rule.labels
+    if (rule.one_column and rule.transform == TRANSFORM_NAMES["LOGISTIC"]
+            and scores.__class__ is np.ndarray and scores.dtype == np.float64
+            and scores.shape[0] < SHORT_SCORES):
+        few = _few_one_column_scores(scores[:, 0], float(rule.base[0]) if rule.base.size
+                                     else 0.0, rule.mixed_signs)
+        if few is not None:
+            return labels[few[0]], few[1]
     if rule.one_column:
         score = scores[:, 0] + (rule.base[0] if rule.base.size else 0.0)
         positive, out = _one_column_scores(xp, score, rule.mixed_signs, rule.transform)

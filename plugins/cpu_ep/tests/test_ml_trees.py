@@ -194,6 +194,21 @@ def test_classifier_binary_logistic_like_gradient_boosting(rng, signs, rows):
     np.testing.assert_allclose(scores.sum(axis=1), 1.0, rtol=1e-6)
 
 
+@pytest.mark.parametrize("rows", [1, 7, 31])
+@pytest.mark.parametrize("signs", ["positive", "mixed"])
+def test_a_few_rows_of_binary_logistic_scores_equal_numpys_passes(rng, signs, rows, monkeypatch):
+    """Under SHORT_SCORES rows the one-column LOGISTIC scores and labels are worked out in
+    Python floats: the same labels and float32 scores, to the bit, as numpy's passes."""
+    model = classifier(rng, 2, [0], transform="LOGISTIC", base=(-0.3,), signs=signs, trees=6)
+    x = inputs(rng, rows=rows) * 3
+    few = run_ep_host(model, {"x": x})
+    monkeypatch.setattr("ep_host.kernels.trees.SHORT_SCORES", 0)
+    passes = run_ep_host(model, {"x": x})
+    for a, b in zip(few, passes, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+
+
 def test_classifier_declines_two_classes_both_voted(rng):
     answer = cpu_answer(classifier(rng, 2, [0, 1]))
     assert not answer.is_supported and answer.code == "attribute"
