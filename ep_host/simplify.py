@@ -4,7 +4,7 @@ skl2onnx writes an export's steps one small node at a time, and in a run of many
 each node costs several times what it costs alone, so these take the many-node patterns it
 writes: PolynomialFeatures' column products (one Gather and one ReduceProd), AdaBoostRegressor's
 sibling forests (one TreeEnsembleRegressor), a classifier's label lookup (an ArgMax and a Gather)
-and the label's second Cast to int64 (dropped).
+and Casts to the type a value already has (dropped).
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ class CompiledSigmoid(CompiledLoop):
     yes); calling it computes a float32 array's sigmoid (``x * sigmoid(x)`` with ``times_x``)
     into ``out`` or a new array."""
 
-    MIN_SIZE = 16384  # below, numpy's passes cost about the same and nothing is compiled
+    MIN_SIZE = 16384  # below, used only where it is at hand (``at_hand``: nothing built)
 
     function = staticmethod(sigmoid_float32)
     signature = staticmethod(signature)

@@ -153,3 +153,22 @@ def test_efficientnet_silu_shapes_match_onnxruntime(path, rng):
         (want,) = run_onnxruntime(model, {"x": x})
         # onnxruntime's sigmoid is an approximation off by up to about 1e-7 (times |x| < 40)
         np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-5)
+
+
+def test_a_small_sigmoid_takes_the_loop_where_it_is_at_hand(rng, monkeypatch):
+    """Under MIN_SIZE values the loop runs once it is compiled or built (no build for a small
+    tensor: see test_compiled_softmax), with numpy's passes' values."""
+    small = (rng.standard_normal((7, 3)) * 20).astype(np.float32)
+    small[0, :3] = [-1000.0, 0.0, np.nan]
+    assert small.size < CompiledSigmoid.MIN_SIZE and numpy_xp.compiled_sigmoid.ready()
+    calls = []
+    original = type(numpy_xp.compiled_sigmoid).__call__
+    monkeypatch.setattr(type(numpy_xp.compiled_sigmoid), "__call__",
+                        lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    got = sigmoid(numpy_xp, small)
+    assert calls == [1]
+    monkeypatch.setenv("EP_HOST_NUMBA", "0")
+    want = sigmoid(numpy_xp, small)
+    assert calls == [1]
+    np.testing.assert_allclose(got, want, rtol=2e-7, atol=0)
+    assert np.isnan(got[0, 2]) and got[0, 0] == 0 and got[0, 1] == 0.5
