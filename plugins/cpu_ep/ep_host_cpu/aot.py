@@ -177,7 +177,10 @@ def is_built(spec: KernelSpec, folder: str | Path) -> bool:
     """Whether ``spec``'s module is built under ``folder``/aot: :func:`load` then only imports
     it (about 15 ms here), where a build costs seconds."""
     stem = "-".join((".".join(spec.function), *spec.args))
-    return (Path(folder) / "aot" / f"{stem}-{kernel_key(spec)}").is_dir()
+    home = Path(folder) / "aot"
+    if not any(home.glob(f"{stem}-*")):  # none built from any source: no key to work out
+        return False  # (hashing the sources and reading the versions: 10-35 ms a process)
+    return (home / f"{stem}-{kernel_key(spec)}").is_dir()
 
 
 def load(spec: KernelSpec, folder: str | Path) -> AheadKernel | None:
