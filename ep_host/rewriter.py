@@ -310,11 +310,7 @@ class Rewriter:
     def renamed(self, node: NodeProto) -> NodeProto:
         """``node`` reading each constant ``aliases`` names rather than the Identity's output:
         itself when it reads none, else an edited copy."""
-        if not any(name in self.aliases for name in node.input):
-            return node
-        out = copy_node(node)
-        rename_inputs(out, self.aliases)
-        return out
+        return inputs_renamed(node, self.aliases)
 
     def remove(self, node: NodeProto, into: str | None = None) -> None:
         """Drop ``node``; its work is now done by node ``into`` (``None``: a constant)."""
@@ -383,6 +379,16 @@ def rename_inputs(node: NodeProto, names: dict[str, str]) -> None:
     for i, name in enumerate(node.input):
         if name in names:
             node.input[i] = names[name]
+
+
+def inputs_renamed(node: NodeProto, names: dict[str, str]) -> NodeProto:
+    """``node`` reading the values ``names`` maps its inputs to: itself where it reads none of
+    them, else an edited copy."""
+    if not any(name in names for name in node.input):
+        return node
+    out = copy_node(node)
+    rename_inputs(out, names)
+    return out
 
 
 def copy_node(node: NodeProto) -> NodeProto:

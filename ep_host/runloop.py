@@ -331,10 +331,10 @@ class CompiledSteps:
         # proportion to its length (about 17 KB per step), a chain only that of its longest link
         starts = list(range(0, len(steps), STEPS_PER_FUNCTION)) or [0]
         self.holds_blas = blas_limit if len(starts) == 1 else 0
+        # slot -> its static shape, where known: constants', and outputs' as steps pass
+        sizes = {s: v.shape for s, v in constants.items() if hasattr(v, "shape")}
         if self.holds_blas:
             names.update(hold=run_holder(blas_limit), release=POOLS.exit, HELD=HELD)
-            # slot -> its static shape, where known: constants', and outputs' as steps pass
-            self._sizes = {s: v.shape for s, v in constants.items() if hasattr(v, "shape")}
         carried = _carried(steps, inputs, outputs, constants, starts) if len(starts) > 1 else []
         self._files: dict[str, int] = {}  # file name of each link -> its first line, less one
         parts = []
@@ -381,12 +381,12 @@ class CompiledSteps:
                              i, own=True)
                 else:
                     if self.holds_blas and step.kind == "node" and step.kernel.uses_blas:
-                        self._emit_hold(i, step, indent, constants)
+                        self._emit_hold(i, step, indent, constants, sizes)
                     self._emit_node(names, i, step, args, release, keep, ref, indent)
                 if self.holds_blas:
                     for s, (_, shape, _) in zip(step.outputs, step.expect, strict=False):
                         if s >= 0 and shape is not None and all(type(d) is int for d in shape):
-                            self._sizes[s] = tuple(shape)
+                            sizes[s] = tuple(shape)
                 for s in release:
                     if s not in constants:
                         emit(f"    v{s} = None", i)
@@ -440,10 +440,11 @@ class CompiledSteps:
             names[name] = value
         return name
 
-    def _emit_hold(self, i: int, step: Step, indent: str, constants: Mapping[int, Any]) -> None:
+    def _emit_hold(self, i: int, step: Step, indent: str, constants: Mapping[int, Any],
+                   sizes: Mapping[int, tuple[Any, ...]]) -> None:
         """The test holding the BLAS pools before step ``i`` (see ``blas_limit``): an input or
-        known output over ``SINGLE_THREAD_VALUES`` values, read at run time where unknown."""
-        sizes = self._sizes
+        known output over ``SINGLE_THREAD_VALUES`` values, read at run time where unknown;
+        ``sizes``: the static shapes known so far, by slot."""
         tests, known_big = [], False
         for s in step.inputs:
             shape = sizes.get(s)

@@ -618,8 +618,8 @@ class InferenceSession:
                   timeout: float | None) -> list[Any]:
         model = self._model
         try:
-            threads = (self._run_threads if runner is self._run
-                       else self._threads_for(runner.plan, runner))
+            threads = (self._run_threads if runner is self._run  # a device plan: as it holds
+                       else NO_LIMIT if runner.holds_blas else self._threads)
             with threads:
                 if timeout:
                     outputs = self._run_with_timeout(runner, feeds, names, cancel, timeout)

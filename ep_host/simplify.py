@@ -18,10 +18,10 @@ from onnx import NodeProto, helper
 from ep_host.rewriter import (
     Rewriter,
     copy_node,
+    inputs_renamed,
     is_op,
     node_attribute,
     node_domain,
-    rename_inputs,
     tensor_typed,
 )
 
@@ -350,19 +350,8 @@ def _read_through(rw: Rewriter, cast: NodeProto) -> int:
     rw.remove(cast, into=readers[0].name)
     names = {out: source}
     for reader in readers:
-        new = copy_node(reader)
-        rename_inputs(new, names)
-        rw.replace(reader, new)
+        rw.replace(reader, inputs_renamed(reader, names))
         originals = rw.unfused.get(reader.name)
         if originals:
-            rw.unfused[reader.name] = [_renamed(n, names) for n in originals]
+            rw.unfused[reader.name] = [inputs_renamed(n, names) for n in originals]
     return 1
-
-
-def _renamed(node: NodeProto, names: dict[str, str]) -> NodeProto:
-    """``node`` reading ``names``' values for its inputs: itself where it reads none of them."""
-    if not any(name in names for name in node.input):
-        return node
-    new = copy_node(node)
-    rename_inputs(new, names)
-    return new
