@@ -53,6 +53,10 @@ class LongListAttributes(Mapping[str, Any]):
             found = self._values[name] = self._makers[name]()
         return found
 
+    def pending(self, name: str) -> bool:
+        """Whether ``name`` is a long list whose tuple is not made yet (reading it makes it)."""
+        return self._values.get(name) is _LATER
+
     def __contains__(self, name: object) -> bool:
         return name in self._values
 

@@ -190,6 +190,7 @@ def test_a_tree_ensemble_session_reads_its_tables_as_arrays_only():
     assert isinstance(attrs, LongListAttributes)
     made = [name for name in tree if attrs._values[name] is not LongListAttributes.later()]
     assert made == []  # the modes too: looked up as bytes (NodeView.attribute_strings)
+    assert attrs.pending("nodes_nodeids") and not attrs.pending("n_targets")
     assert session._model.graph.nodes[0].attribute_strings("nodes_modes") == (
         b"BRANCH_LEQ", b"LEAF", b"LEAF") * (n // 2)
     assert session._model.graph.nodes[0].attribute_strings("nodes_values") is None  # FLOATS

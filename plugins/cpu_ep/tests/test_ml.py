@@ -159,6 +159,24 @@ def test_tree_ensemble_one_row_at_a_time(aggregate):
         assert_same(model, {"x": row[None, :]}, rtol=1e-6)
 
 
+@pytest.mark.parametrize("tracks", [None, [1, 0, 0, 1]])
+def test_a_small_tree_ensembles_forest_is_numpys(tracks, monkeypatch):
+    # a table under trees.SMALL_TABLE is laid out in Python lists: every field as numpy's
+    from ep_host import load_model
+    from ep_host.kernels import trees
+
+    node = load_model(tree_model(F, tracks=tracks).SerializeToString()).graph.nodes[0]
+
+    def fields():
+        forest = trees._tree_ensemble_forest(node)["forest"]
+        return {k: (v.dtype.str, v.shape, v.tobytes()) if isinstance(v, np.ndarray) else v
+                for k, v in vars(forest).items() if not k.startswith("_")}
+
+    small = fields()
+    monkeypatch.setattr(trees, "SMALL_TABLE", 0)
+    assert small == fields() and small["member_sets"] == {2: [2.0, 3.0]}
+
+
 def test_tree_ensemble_declines_min_when_a_target_may_get_no_vote():
     answer = cpu_answer(tree_model(F, aggregate=2))
     assert not answer.is_supported and answer.code == "attribute"

@@ -476,3 +476,97 @@ def test_a_leaf_two_branches_share_is_reached_from_both():
     x = np.array([[-1, -1, 0, 0], [-1, 1, 0, 0], [1, -1, 0, 0], [1, 1, 0, 0]], np.float32)
     (y,) = run_ep_host(model, {"x": x})
     np.testing.assert_array_equal(y, np.array([[1], [5], [1], [1]], np.float32))
+
+
+# -- small tables: laid out in Python lists, as numpy lays out big ones --------------------------
+
+
+def random_table(rng):
+    """An old-encoding regressor table of 1-4 random binary trees, ids shuffled or in order, and
+    now and then a fault: a repeated id, a missing child, a second root, a cycle, a shared
+    subtree, a vote off a leaf or outside the targets, vote lists of unequal length."""
+    rows, votes = [], []
+    tree_ids = rng.choice(50, size=int(rng.integers(1, 5)), replace=False).tolist()
+    for t in tree_ids:
+        children = {0: None}
+        for _ in range(int(rng.integers(0, 12))):  # split a random leaf
+            leaves = [k for k, c in children.items() if c is None]
+            k = int(rng.choice(leaves))
+            children[k] = (len(children), len(children) + 1)
+            children[len(children)] = None
+            children[len(children)] = None
+        ids = rng.permutation(len(children)).tolist() if rng.random() < 0.3 else list(
+            range(len(children)))
+        for k, c in children.items():
+            if c is None:
+                rows.append([t, ids[k], 0, 0.0, "LEAF", 0, 0, 0])
+                for _ in range(int(rng.integers(0, 3))):
+                    votes.append([t, ids[k], int(rng.integers(2)), float(rng.normal())])
+            else:
+                rows.append([t, ids[k], int(rng.integers(F)), float(rng.normal()),
+                             str(rng.choice(["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GT"])),
+                             ids[c[0]], ids[c[1]], int(rng.integers(2))])
+    if rng.random() < 0.3:
+        rows = [rows[i] for i in rng.permutation(len(rows))]
+    fault = rng.integers(16)  # 9 to 15: none
+    interior = [r for r in rows if r[4] != "LEAF"]
+    if fault == 0:
+        rows.append(list(rows[int(rng.integers(len(rows)))]))  # a repeated (tree, node) id
+    elif fault == 1 and interior:
+        interior[0][5] = 99  # a missing child
+    elif fault == 2:
+        rows.append([rows[0][0], 77, 0, 0.0, "LEAF", 0, 0, 0])  # a second root
+    elif fault == 3 and interior:  # a cycle: a node its own true child, that leaf gone
+        node = interior[-1]
+        leaf = next((r for r in rows if r[:2] == [node[0], node[5]] and r[4] == "LEAF"), None)
+        if leaf is not None:
+            rows.remove(leaf)
+            votes = [v for v in votes if v[:2] != leaf[:2]]
+            node[5] = node[1]
+    elif fault == 4 and len(interior) > 1 and interior[0][0] == interior[1][0]:
+        interior[1][6] = interior[0][6]  # a shared subtree (or a cycle)
+    elif fault == 5 and interior and votes:
+        votes[0][:2] = interior[0][:2]  # a vote on an interior node
+    elif fault == 6 and votes:
+        votes[-1][2] = 5  # a target outside [0, 2)
+    elif fault == 7 and votes:
+        votes[0][1] = 55  # a vote on a missing node
+    attrs = node_attrs(rows, 1)
+    attrs.update(target_treeids=[v[0] for v in votes], target_nodeids=[v[1] for v in votes],
+                 target_ids=[v[2] for v in votes], target_weights=[v[3] for v in votes])
+    if fault == 8 and votes:
+        attrs["target_ids"] = attrs["target_ids"][:-1]
+    aggregate = str(rng.choice(["SUM", "AVERAGE", "MIN", "MAX"]))
+    node = helper.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain=ML, n_targets=2,
+                            aggregate_function=aggregate,
+                            **{k: v for k, v in attrs.items() if len(v)})  # none: unset
+    return ml_model(node, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 2])], 1)
+
+
+def forest_or_fault(model):
+    try:
+        forest = forest_of(model)
+    except ValueError as exc:
+        return str(exc)
+    fields = {k: v for k, v in vars(forest).items() if not k.startswith("_")}
+    return {k: (v.dtype.str, v.shape, v.tobytes()) if isinstance(v, np.ndarray) else v
+            for k, v in fields.items()}  # arrays bit for bit (NaN included)
+
+
+def test_small_tables_are_laid_out_as_numpy_lays_out_big_ones(monkeypatch):
+    """The Python-list layout of small tables (trees.SMALL_TABLE) gives every field of the
+    forest numpy's layout gives, and the same error for a faulty table."""
+    from ep_host.kernels import trees
+
+    rng = np.random.default_rng(5)
+    faults = set()
+    for _ in range(300):
+        model = random_table(rng)
+        small = forest_or_fault(model)
+        with monkeypatch.context() as m:
+            m.setattr(trees, "SMALL_TABLE", 0)
+            big = forest_or_fault(model)
+        assert small == big
+        if isinstance(small, str):
+            faults.add(small.split(" ")[-1])
+    assert len(faults) >= 5  # the faults made were met: not only well-formed tables compared
