@@ -197,8 +197,8 @@ def _add_model_args(p: argparse.ArgumentParser, provider_instead: str = PROVIDER
                    "constant_folding, conv_bn_folding, channel_affine_folding, "
                    "conv_activation_fusion, gelu_fusion, silu_fusion, layer_norm_fusion, "
                    "skip_layer_norm_fusion, bias_gelu_fusion, matmul_add_fusion, "
-                   "product_features_fusion, tree_ensemble_merging, class_label_gather, "
-                   "cast_elimination")
+                   "product_features_fusion, tree_ensemble_merging, "
+                   "tree_classifier_merging, class_label_gather, cast_elimination")
 
 
 COMPLETION_SHELLS = ("bash", "zsh", "tcsh")

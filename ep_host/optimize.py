@@ -49,6 +49,10 @@ provider claims it, the capability walk places those nodes instead, as it does a
 - ``tree_ensemble_merging``: a Concat along axis 1 of ai.onnx.ml TreeEnsembleRegressors of one
   input that sum their trees without a post transform (skl2onnx's AdaBoostRegressor) becomes one
   TreeEnsembleRegressor per run, the forests' trees and targets numbered one after another.
+- ``tree_classifier_merging``: ai.onnx.ml TreeEnsembleClassifiers of one input (three classes
+  or more, votes on every leaf, no base values, no post transform) whose labels nothing reads
+  (skl2onnx's AdaBoostClassifier) become one TreeEnsembleRegressor, a target per class of each,
+  and a Split of its scores into theirs.
 - ``class_label_gather``: an ArgMax over axis 1 (kept), an ai.onnx.ml ArrayFeatureExtractor of
   a constant 1-D class list at those indices, a Reshape to [-1] and Casts that keep every
   class's value (skl2onnx's predicted label) become an ArgMax without the kept axis and a Gather
@@ -98,6 +102,7 @@ from ep_host.simplify import (
     cast_elimination,
     class_label_gather,
     product_features_fusion,
+    tree_classifier_merging,
     tree_ensemble_merging,
 )
 
@@ -115,6 +120,7 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "matmul_add_fusion": matmul_add_fusion,
     "product_features_fusion": product_features_fusion,
     "tree_ensemble_merging": tree_ensemble_merging,
+    "tree_classifier_merging": tree_classifier_merging,
     "class_label_gather": class_label_gather,
     "cast_elimination": cast_elimination,
 }
@@ -124,8 +130,8 @@ DEFAULT_PASSES = tuple(PASSES)
 # pass adds (skip_layer_norm_fusion from the LayerNormalization layer_norm_fusion writes,
 # bias_gelu_fusion from gelu_fusion's Gelu), its group names the ops that pass starts from too;
 # the other passes remove nodes, copy a Conv or BatchNormalization, or add com.microsoft ops,
-# Gemm, Gather, ReduceProd and TreeEnsembleRegressor. So the graph as loaded decides for all of
-# them. constant_folding is decided by ``_may_fold``.
+# Gemm, Gather, ReduceProd, Split and TreeEnsembleRegressor. So the graph as loaded decides for
+# all of them. constant_folding is decided by ``_may_fold``.
 PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
     "constant_lifting": (frozenset({"Constant"}),),
     "conv_bn_folding": (frozenset({"BatchNormalization"}), frozenset({"Conv"})),
@@ -144,6 +150,7 @@ PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
                                 frozenset({"ReduceProd"}), frozenset({"Concat"})),
     "tree_ensemble_merging": (frozenset({"ai.onnx.ml::TreeEnsembleRegressor"}),
                               frozenset({"Concat"})),
+    "tree_classifier_merging": (frozenset({"ai.onnx.ml::TreeEnsembleClassifier"}),),
     "class_label_gather": (frozenset({"ArgMax"}), frozenset({"ai.onnx.ml::ArrayFeatureExtractor"}),
                            frozenset({"Reshape"})),
     "cast_elimination": (frozenset({"Cast"}),),

@@ -3,8 +3,9 @@ standard nodes, which every provider of those ops runs, so nothing is remembered
 skl2onnx writes an export's steps one small node at a time, and in a run of many small kernels
 each node costs several times what it costs alone, so these take the many-node patterns it
 writes: PolynomialFeatures' column products (one Gather and one ReduceProd), AdaBoostRegressor's
-sibling forests (one TreeEnsembleRegressor), a classifier's label lookup (an ArgMax and a Gather)
-and Casts to the type a value already has (dropped).
+sibling forests (one TreeEnsembleRegressor), AdaBoostClassifier's (one TreeEnsembleRegressor and
+a Split), a classifier's label lookup (an ArgMax and a Gather) and Casts to the type a value
+already has (dropped).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 from onnx import NodeProto, helper
 
+from ep_host.graph import DEFAULT_DOMAIN
 from ep_host.rewriter import (
     Rewriter,
     copy_node,
@@ -194,11 +196,10 @@ def _summing_forest(rw: Rewriter, concat: NodeProto,
     return node, attrs
 
 
-def _merge_forests(rw: Rewriter, concat: NodeProto, nodes: list[NodeProto],
-                   forests: list[dict[str, Any]], out: str | None = None) -> str:
-    """One TreeEnsembleRegressor doing the work of ``nodes`` (their ``forests``' attributes, all
-    naming the same ones); the name of its [N, targets] output: ``out`` (typed already) when
-    given, else a new value."""
+def _merged_lists(forests: list[dict[str, Any]]) -> tuple[dict[str, list[Any]], int]:
+    """The TreeEnsembleRegressor lists of ``forests`` (attributes naming the same lists) one
+    after another, each forest's trees and targets numbered after the ones before; and the
+    number of targets."""
     lists: dict[str, list[Any]] = {name: [] for name in forests[0] if name in TREE_LISTS}
     tree_base = target_base = 0
     for attrs in forests:
@@ -211,6 +212,15 @@ def _merge_forests(rw: Rewriter, concat: NodeProto, nodes: list[NodeProto],
             values.extend(given)
         tree_base += max(attrs["nodes_treeids"]) + 1
         target_base += attrs["n_targets"]
+    return lists, target_base
+
+
+def _merge_forests(rw: Rewriter, concat: NodeProto, nodes: list[NodeProto],
+                   forests: list[dict[str, Any]], out: str | None = None) -> str:
+    """One TreeEnsembleRegressor doing the work of ``nodes`` (their ``forests``' attributes, all
+    naming the same ones); the name of its [N, targets] output: ``out`` (typed already) when
+    given, else a new value."""
+    lists, target_base = _merged_lists(forests)
     last = max(nodes, key=lambda n: rw.position[id(n)])
     if out is None:
         out = rw.fresh(f"{concat.name}_forests")
@@ -225,6 +235,93 @@ def _merge_forests(rw: Rewriter, concat: NodeProto, nodes: list[NodeProto],
         if node is not last:
             rw.remove(node, into=merged.name)
     return out
+
+
+# TreeEnsembleClassifier's vote lists, as TreeEnsembleRegressor names them
+CLASS_VOTES = {"class_treeids": "target_treeids", "class_nodeids": "target_nodeids",
+               "class_ids": "target_ids", "class_weights": "target_weights"}
+CLASS_LABELS = ("classlabels_int64s", "classlabels_strings")
+
+
+def tree_classifier_merging(rw: Rewriter) -> int:
+    """Sibling classification forests: TreeEnsembleClassifiers of one input, each of at least
+    three classes, with votes on every leaf, no base values and no post transform, whose labels
+    nothing reads (skl2onnx's AdaBoostClassifier, one per estimator, reading their scores only),
+    become one TreeEnsembleRegressor summing each forest's trees into targets of its own (one a
+    class, numbered after the forests before) and a Split of its [N, classes] scores into the
+    forests' score outputs: every score sums the same trees' votes in the same order, which the
+    classifier's scores are with every leaf voting (10 estimators: 10 forests become 2 nodes)."""
+    groups: dict[str, list[tuple[NodeProto, dict[str, Any]]]] = {}
+    for node in rw.live():
+        found = _voting_forest(rw, node)
+        if found is not None:
+            groups.setdefault(node.input[0], []).append(found)
+    merged = 0
+    for found in groups.values():
+        if len(found) < 2:
+            continue
+        nodes = [f[0] for f in found]
+        first, second = nodes[0], nodes[1]  # in graph order: rw.live() walks it
+        scores = [n.output[1] for n in nodes]
+        after = rw.position[id(second)]
+        if any(rw.position[id(reader)] <= after for name in scores
+               for reader in rw.consumers.get(name, [])):
+            continue  # a score read before the second forest, where the Split goes
+        lists, width = _merged_lists([f[1] for f in found])
+        out = rw.fresh(f"{first.name}_scores")
+        kind, dtype, shape = rw.type_of(scores[0]) or (None, None, None)
+        if dtype is not None:
+            rw.learned[out] = (kind, dtype, (shape[0] if shape else None, width))
+        forest = helper.make_node("TreeEnsembleRegressor", [first.input[0]], [out],
+                                  name=rw.fresh(f"{first.name}::TreeEnsembleRegressor"),
+                                  domain=ML_DOMAIN, n_targets=width, **lists)
+        sizes = [f[1]["n_targets"] for f in found]
+        name = rw.fresh(f"{first.name}::Split")
+        if rw.model.opset_imports.get(DEFAULT_DOMAIN, 0) >= 13:  # sizes an input from 13 on
+            split = rw.fresh(f"{first.name}_split")
+            rw.add_constant(split, np.array(sizes, np.int64))
+            cut = helper.make_node("Split", [out, split], scores, axis=1, name=name)
+        else:
+            cut = helper.make_node("Split", [out], scores, axis=1, split=sizes, name=name)
+        rw.replace(first, forest)
+        rw.replace(second, cut)
+        rw.merged[second.name] = forest.name
+        for node in nodes[2:]:
+            rw.remove(node, into=forest.name)
+        merged += 1
+    return merged
+
+
+def _voting_forest(rw: Rewriter, node: NodeProto) -> tuple[NodeProto, dict[str, Any]] | None:
+    """``(node, attributes)`` where ``node`` is a TreeEnsembleClassifier as
+    :func:`tree_classifier_merging` takes them, its attributes as a TreeEnsembleRegressor's
+    lists (``n_targets``: its classes); else ``None``."""
+    if (node.op_type != "TreeEnsembleClassifier" or node_domain(node) != ML_DOMAIN
+            or len(node.input) != 1 or len(node.output) != 2 or not node.output[1]
+            or rw.consumers.get(node.output[0]) or node.output[0] in rw.outputs):
+        return None
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if any(n not in TREE_LISTS and n not in CLASS_VOTES and n not in CLASS_LABELS
+           and n != "post_transform" for n in attrs) or "base_values" in attrs:
+        return None  # the *_as_tensor forms, base values, or an attribute this merge does not know
+    classes = len(attrs.get("classlabels_int64s") or attrs.get("classlabels_strings") or [])
+    trees, modes = attrs.get("nodes_treeids") or [], attrs.get("nodes_modes") or []
+    if attrs.get("post_transform", b"NONE") != b"NONE" or classes < 3 or not trees or min(
+            trees) < 0 or len(modes) != len(trees):
+        return None
+    lists = {CLASS_VOTES.get(k, k): v for k, v in attrs.items() if k in TREE_LISTS
+             or k in CLASS_VOTES}
+    voters, ids = lists.get("target_treeids") or [], lists.get("target_ids") or []
+    if any(not 0 <= t <= max(trees) for t in voters) or any(not 0 <= c < classes for c in ids):
+        return None  # renumbered, a stray id would name a neighbour's tree or class
+    # a leaf without votes: the classifier has no label for a row reaching it (and refuses
+    # the run), where a regressor scores it 0
+    voted = set(zip(voters, lists.get("target_nodeids") or [], strict=False))
+    leaves = zip(trees, attrs.get("nodes_nodeids") or [], modes, strict=False)
+    if any(mode == b"LEAF" and (t, n) not in voted for t, n, mode in leaves):
+        return None
+    lists["n_targets"] = classes
+    return node, lists
 
 
 def class_label_gather(rw: Rewriter) -> int:

@@ -370,7 +370,8 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
                            "channel_affine_folding", "conv_activation_fusion", "gelu_fusion",
                            "silu_fusion", "layer_norm_fusion", "skip_layer_norm_fusion",
                            "bias_gelu_fusion", "matmul_add_fusion", "product_features_fusion",
-                           "tree_ensemble_merging", "class_label_gather", "cast_elimination"}
+                           "tree_ensemble_merging", "tree_classifier_merging",
+                           "class_label_gather", "cast_elimination"}
 
 
 def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):
@@ -967,6 +968,104 @@ def test_a_forest_voting_for_a_target_it_does_not_have_is_not_merged():
     ids = next(a for a in forest.attribute if a.name == "target_ids")
     ids.ints[0] = 1  # target 1 of a one-target forest: the next forest's, once renumbered
     assert optimize(load_model(stray)).optimizations == {}
+
+
+def classifier_node(name, x, label, scores, trees, classes=3, **extra):
+    """A TreeEnsembleClassifier of ``trees`` random depth-2 trees over 4 features (tree ids
+    2, 3, ...: not from 0), every leaf voting for every class (for class 0 of two)."""
+    attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids",
+                             "nodes_modes", "nodes_values", "nodes_truenodeids",
+                             "nodes_falsenodeids", "class_treeids", "class_nodeids",
+                             "class_ids", "class_weights")}
+    for t in range(2, trees + 2):
+        for node, mode, true, false in ((0, "BRANCH_LEQ", 1, 2), (1, "BRANCH_LT", 3, 4),
+                                        (2, "LEAF", 0, 0), (3, "LEAF", 0, 0), (4, "LEAF", 0, 0)):
+            row = (t, node, mode, int(RNG.integers(4)), float(RNG.standard_normal()), true,
+                   false)
+            for key, v in zip(("nodes_treeids", "nodes_nodeids", "nodes_modes",
+                               "nodes_featureids", "nodes_values", "nodes_truenodeids",
+                               "nodes_falsenodeids"), row, strict=True):
+                attrs[key].append(v)
+            voting = range(classes) if classes > 2 else [0]  # two: one column, as exported
+            for c in voting if mode == "LEAF" else ():
+                for key, v in zip(("class_treeids", "class_nodeids", "class_ids",
+                                   "class_weights"), (t, node, c, float(RNG.random())),
+                                  strict=True):
+                    attrs[key].append(v)
+    attrs.update(extra)
+    return helper.make_node("TreeEnsembleClassifier", [x], [label, scores], name=name,
+                            domain="ai.onnx.ml", classlabels_int64s=list(range(classes)),
+                            **{k: v for k, v in attrs.items() if v is not None})
+
+
+def classifiers_model(count=3, opset=17, label_read=False, classes=3, **extra):
+    """x [N, 4] -> ``count`` classifiers -> each one's scores: ArgMax (its output a graph
+    output) and all of them a Sum (another); ``label_read``: the first one's label is a graph
+    output as well; ``extra``: attributes of the last classifier."""
+    nodes, outputs = [], []
+    for i in range(count):
+        nodes.append(classifier_node(f"forest{i}", "x", f"label{i}", f"scores{i}", 2 + i,
+                                     classes, **(extra if i == count - 1 else {})))
+    for i in range(count):
+        nodes.append(helper.make_node("ArgMax", [f"scores{i}"], [f"best{i}"], axis=1,
+                                      name=f"argmax{i}"))
+        outputs.append((f"best{i}", TensorProto.INT64, [None, 1]))
+    nodes.append(helper.make_node("Sum", [f"scores{i}" for i in range(count)], ["total"],
+                                  name="sum"))
+    outputs.append(("total", F, [None, classes]))
+    if label_read:
+        outputs.append(("label0", TensorProto.INT64, [None]))
+    return make_model(nodes, [("x", F, [None, 4])], outputs,
+                      domains=[("ai.onnx.ml", 1)], opset=opset)
+
+
+@pytest.mark.parametrize("opset", [11, 17])  # Split's sizes an attribute, then an input
+def test_sibling_classifiers_become_one_forest_and_a_split(opset, tmp_path, capsys):
+    x = RNG.standard_normal((9, 4)).astype(np.float32)
+    model = classifiers_model(4, opset)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations == {"tree_classifier_merging": 1}
+    assert [n.op_type for n in session.placement.table.nodes][:2] == [
+        "TreeEnsembleRegressor", "Split"]
+    assert "TreeEnsembleClassifier" not in [n.op_type for n in session.placement.table.nodes]
+    ort = onnxruntime.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+    for g, w, o in zip(got, want, ort.run(None, {"x": x}), strict=True):
+        np.testing.assert_array_equal(g, w)  # every score sums the same votes, in order
+        np.testing.assert_allclose(g, o, rtol=1e-6, atol=1e-6)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    assert main(["why", str(path), "forest2", "--providers", "cpu"]) == 0
+    assert "node 'forest2' is part of 'forest0::TreeEnsembleRegressor'" in (
+        capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("kind", ["one", "label read", "two classes", "base values",
+                                  "transform", "leaf without votes"])
+def test_classifiers_that_do_not_only_sum_votes_into_scores_are_not_merged(kind):
+    extra = {"base_values": [0.1, 0.2, 0.3]} if kind == "base values" else {
+        "post_transform": "SOFTMAX"} if kind == "transform" else {}
+    model = classifiers_model(1 if kind == "one" else 2, label_read=kind == "label read",
+                              classes=2 if kind == "two classes" else 3, **extra)
+    if kind == "leaf without votes":
+        forest = model.graph.node[1]
+        nodeids = next(a for a in forest.attribute if a.name == "class_nodeids").ints
+        keep = [i for i, n in enumerate(nodeids) if not (i < 6 and n == 2)]  # first leaf's
+        for a in forest.attribute:
+            if a.name.startswith("class_") and a.name != "classlabels_int64s":
+                values = a.ints if a.ints else a.floats
+                kept = [values[i] for i in keep]
+                del values[:]
+                values.extend(kept)
+        # a row reaching that leaf has no label: the run is refused either way
+        assert optimize(load_model(model)).optimizations == {}
+        return
+    x = RNG.standard_normal((5, 4)).astype(np.float32)
+    session, got, want = run_both(model, {"x": x})
+    assert "tree_classifier_merging" not in session.model.optimizations
+    assert "TreeEnsembleClassifier" in [n.op_type for n in session.placement.table.nodes]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
 
 
 def argmax_cast_model(to=TensorProto.INT64, also_read=False, source_output=False):
