@@ -149,6 +149,26 @@ def test_max_propagates_nan():
     assert np.isnan(out[0]) and out[1] == 3.0
 
 
+@pytest.mark.parametrize("value", [np.inf, -np.inf, np.nan])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_log_sum_exp_where_a_row_holds_an_infinity_or_nan(value, keepdims, rng):
+    # the maximum is subtracted only where it is finite: a row of -inf sums to -inf, not NaN
+    x = rng.standard_normal((4, 3)).astype(np.float32) * 40
+    x[1, 2], x[3, :] = value, -np.inf
+    node = helper.make_node("ReduceLogSumExp", ["x"], ["out"], axes=[1], keepdims=keepdims)
+    model = make_model([node], [("x", TensorProto.FLOAT, [4, 3])],
+                       [("out", TensorProto.FLOAT, None)], opset=13)
+    (out,) = run_ep_host(model, {"x": x})
+    with np.errstate(all="ignore"):
+        m = x.max(axis=1, keepdims=True)
+        m = np.where(np.isfinite(m), m, np.float32(0))
+        want = np.log(np.exp(x - m).sum(axis=1, keepdims=True)) + m
+    np.testing.assert_array_equal(out, want if keepdims else want[:, 0])
+    row = out[1] if keepdims == 0 else out[1, 0]
+    assert np.all(out[3] == -np.inf) and (
+        np.isnan(row) if np.isnan(value) else row == np.inf if value > 0 else np.isfinite(row))
+
+
 def test_rank_0_input_reduces_to_itself():
     x = np.array(2.5, np.float32)
     for op in ("ReduceSum", "ReduceMax", "ReduceSumSquare"):
