@@ -251,11 +251,11 @@ def tree_classifier_merging(rw: Rewriter) -> int:
     class, numbered after the forests before) and a Split of its [N, classes] scores into the
     forests' score outputs: every score sums the same trees' votes in the same order, which the
     classifier's scores are with every leaf voting (10 estimators: 10 forests become 2 nodes)."""
-    groups: dict[str, list[tuple[NodeProto, dict[str, Any]]]] = {}
+    groups: dict[tuple[str, ...], list[tuple[NodeProto, dict[str, Any]]]] = {}
     for node in rw.live():
         found = _voting_forest(rw, node)
-        if found is not None:
-            groups.setdefault(node.input[0], []).append(found)
+        if found is not None:  # by input and lists (a forest without hit rates: another group)
+            groups.setdefault((node.input[0], *sorted(found[1])), []).append(found)
     merged = 0
     for found in groups.values():
         if len(found) < 2:

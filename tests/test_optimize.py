@@ -1041,10 +1041,11 @@ def test_sibling_classifiers_become_one_forest_and_a_split(opset, tmp_path, caps
 
 
 @pytest.mark.parametrize("kind", ["one", "label read", "two classes", "base values",
-                                  "transform", "leaf without votes"])
+                                  "transform", "leaf without votes", "other lists"])
 def test_classifiers_that_do_not_only_sum_votes_into_scores_are_not_merged(kind):
     extra = {"base_values": [0.1, 0.2, 0.3]} if kind == "base values" else {
-        "post_transform": "SOFTMAX"} if kind == "transform" else {}
+        "post_transform": "SOFTMAX"} if kind == "transform" else {
+        "nodes_hitrates": [1.0] * 15} if kind == "other lists" else {}
     model = classifiers_model(1 if kind == "one" else 2, label_read=kind == "label read",
                               classes=2 if kind == "two classes" else 3, **extra)
     if kind == "leaf without votes":

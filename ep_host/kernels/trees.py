@@ -875,7 +875,7 @@ def _pending(node, name):
     return pending is not None and pending(name)
 
 
-def _small_votes(node, prefix, layout):
+def _small_layout_votes(node, prefix, layout):
     """The votes of ``<prefix>_treeids/nodeids/ids/weights`` on a :func:`_small_layout`, as
     :func:`_layout_and_votes` finds them, in lists; raises its errors."""
     weights = _either(node, prefix + "_weights")
@@ -903,7 +903,7 @@ def _layout_and_votes(node, prefix):
     ids/weights``, leaves counted from 0; raises ValueError for an inconsistent table."""
     layout = _regressor_layout(node)
     if isinstance(layout["ids"], dict):
-        return layout, _small_votes(node, prefix, layout)
+        return layout, _small_layout_votes(node, prefix, layout)
     weights = _either(node, prefix + "_weights")
     if weights is None:
         weights = np.zeros(0)
