@@ -739,23 +739,10 @@ def _regressor_layout(node):
     them took half of a 100-tree forest's check."""
     if len(_listed(node, "nodes_nodeids", array=True)) <= SMALL_TABLE:
         return _small_layout(node)
-    tree_ids, node_ids = given_array(node, "nodes_treeids"), given_array(node, "nodes_nodeids")
-    codes = _mode_codes(node)
+    tree_ids, node_ids, codes, values, tracks = _table_columns(node, given_array)
     n = len(node_ids)
-    if len(codes) != n:
-        raise ValueError(f"nodes_modes needs one entry per node ({n})")
-    for name in ("nodes_treeids", "nodes_featureids", "nodes_truenodeids",
-                 "nodes_falsenodeids"):
-        if len(given_array(node, name)) != n:
-            raise ValueError(f"{name} needs one entry per node ({n})")
-    values = _either(node, "nodes_values")
-    if values is None or len(values) != n:
-        raise ValueError(f"nodes_values needs one entry per node ({n})")
-    tracks = node.attribute_array("nodes_missing_value_tracks_true")
     if tracks is None:
         tracks = np.zeros(n, np.int64)
-    if len(tracks) != n:
-        raise ValueError(f"nodes_missing_value_tracks_true needs one entry per node ({n})")
     ids = NodeIds(tree_ids, node_ids)
     if (i := ids.repeated()) is not None:
         raise ValueError(f"tree {tree_ids[i]} repeats node id {node_ids[i]}")
@@ -797,27 +784,37 @@ def _regressor_layout(node):
     }
 
 
-def _small_layout(node):
-    """:func:`_regressor_layout` of a table of at most SMALL_TABLE nodes, in Python lists from
-    ``node.attributes``: the same layout and errors; ``ids`` maps (tree id, node id) to the
-    node's position."""
-    tree_ids, node_ids = _listed(node, "nodes_treeids"), _listed(node, "nodes_nodeids")
-    codes = _mode_codes(node).tolist()
+def _table_columns(node, read):
+    """The node table's tree ids, node ids, mode codes (an array), values (float64) and
+    missing-value tracks (``None`` where unset), the lists read by ``read(node, name)``;
+    raises ValueError where one holds another number of entries than the node ids."""
+    tree_ids, node_ids = read(node, "nodes_treeids"), read(node, "nodes_nodeids")
+    codes = _mode_codes(node)
     n = len(node_ids)
     if len(codes) != n:
         raise ValueError(f"nodes_modes needs one entry per node ({n})")
     for name in ("nodes_treeids", "nodes_featureids", "nodes_truenodeids",
                  "nodes_falsenodeids"):
-        if len(_listed(node, name)) != n:
+        if len(read(node, name)) != n:
             raise ValueError(f"{name} needs one entry per node ({n})")
     values = _either(node, "nodes_values")
     if values is None or len(values) != n:
         raise ValueError(f"nodes_values needs one entry per node ({n})")
-    values = values.tolist()
-    tracks = (_listed(node, "nodes_missing_value_tracks_true")
-              if "nodes_missing_value_tracks_true" in node.attributes else [0] * n)
-    if len(tracks) != n:
+    tracks = (read(node, "nodes_missing_value_tracks_true")
+              if "nodes_missing_value_tracks_true" in node.attributes else None)
+    if tracks is not None and len(tracks) != n:
         raise ValueError(f"nodes_missing_value_tracks_true needs one entry per node ({n})")
+    return tree_ids, node_ids, codes, values, tracks
+
+
+def _small_layout(node):
+    """:func:`_regressor_layout` of a table of at most SMALL_TABLE nodes, in Python lists from
+    ``node.attributes``: the same layout and errors; ``ids`` maps (tree id, node id) to the
+    node's position."""
+    tree_ids, node_ids, codes, values, tracks = _table_columns(node, _listed)
+    n = len(node_ids)
+    codes, values = codes.tolist(), values.tolist()
+    tracks = [0] * n if tracks is None else tracks
     ids: dict[tuple[int, int], int] = {}
     for k, pair in enumerate(zip(tree_ids, node_ids, strict=True)):
         if ids.setdefault(pair, k) != k:
