@@ -189,11 +189,16 @@ def _summing_forest(rw: Rewriter, concat: NodeProto,
             or not isinstance(targets, int) or targets < 1 or not trees or min(trees) < 0
             or len(attrs.get("base_values", [0] * targets)) != targets):
         return None
-    # votes for its own trees and targets only: renumbered, a stray id would name a neighbour's
-    voters, ids = attrs.get("target_treeids") or [], attrs.get("target_ids") or []
-    if any(not 0 <= t <= max(trees) for t in voters) or any(not 0 <= t < targets for t in ids):
-        return None
-    return node, attrs
+    return (node, attrs) if _votes_its_own(attrs, targets) else None
+
+
+def _votes_its_own(lists: dict[str, Any], targets: int) -> bool:
+    """Whether the votes of ``lists`` (a TreeEnsembleRegressor's, tree ids from 0) name only
+    its own trees and ``targets`` targets: merged and renumbered, a stray id would name a
+    neighbour's."""
+    last = max(lists["nodes_treeids"])
+    return (all(0 <= t <= last for t in lists.get("target_treeids") or [])
+            and all(0 <= t < targets for t in lists.get("target_ids") or []))
 
 
 def _merged_lists(forests: list[dict[str, Any]]) -> tuple[dict[str, list[Any]], int]:
@@ -251,11 +256,18 @@ def tree_classifier_merging(rw: Rewriter) -> int:
     class, numbered after the forests before) and a Split of its [N, classes] scores into the
     forests' score outputs: every score sums the same trees' votes in the same order, which the
     classifier's scores are with every leaf voting (10 estimators: 10 forests become 2 nodes)."""
-    groups: dict[tuple[str, ...], list[tuple[NodeProto, dict[str, Any]]]] = {}
+    siblings: dict[str, list[NodeProto]] = {}
     for node in rw.live():
-        found = _voting_forest(rw, node)
-        if found is not None:  # by input and lists (a forest without hit rates: another group)
-            groups.setdefault((node.input[0], *sorted(found[1])), []).append(found)
+        if (node.op_type == "TreeEnsembleClassifier" and node_domain(node) == ML_DOMAIN
+                and len(node.input) == 1 and len(node.output) == 2 and node.output[1]
+                and not rw.consumers.get(node.output[0]) and node.output[0] not in rw.outputs):
+            siblings.setdefault(node.input[0], []).append(node)
+    groups: dict[tuple[str, ...], list[tuple[NodeProto, dict[str, Any]]]] = {}
+    for nodes in siblings.values():  # tables read only where a classifier has a sibling
+        for node in nodes if len(nodes) > 1 else ():
+            found = _voting_forest(node)
+            if found is not None:  # by input and lists (one without hit rates: another group)
+                groups.setdefault((node.input[0], *sorted(found[1])), []).append(found)
     merged = 0
     for found in groups.values():
         if len(found) < 2:
@@ -292,14 +304,10 @@ def tree_classifier_merging(rw: Rewriter) -> int:
     return merged
 
 
-def _voting_forest(rw: Rewriter, node: NodeProto) -> tuple[NodeProto, dict[str, Any]] | None:
-    """``(node, attributes)`` where ``node`` is a TreeEnsembleClassifier as
-    :func:`tree_classifier_merging` takes them, its attributes as a TreeEnsembleRegressor's
-    lists (``n_targets``: its classes); else ``None``."""
-    if (node.op_type != "TreeEnsembleClassifier" or node_domain(node) != ML_DOMAIN
-            or len(node.input) != 1 or len(node.output) != 2 or not node.output[1]
-            or rw.consumers.get(node.output[0]) or node.output[0] in rw.outputs):
-        return None
+def _voting_forest(node: NodeProto) -> tuple[NodeProto, dict[str, Any]] | None:
+    """``(node, attributes)`` where the tables of ``node``, a TreeEnsembleClassifier whose
+    label nothing reads, are as :func:`tree_classifier_merging` takes them, its attributes as a
+    TreeEnsembleRegressor's lists (``n_targets``: its classes); else ``None``."""
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
     if any(n not in TREE_LISTS and n not in CLASS_VOTES and n not in CLASS_LABELS
            and n != "post_transform" for n in attrs) or "base_values" in attrs:
@@ -311,12 +319,12 @@ def _voting_forest(rw: Rewriter, node: NodeProto) -> tuple[NodeProto, dict[str, 
         return None
     lists = {CLASS_VOTES.get(k, k): v for k, v in attrs.items() if k in TREE_LISTS
              or k in CLASS_VOTES}
-    voters, ids = lists.get("target_treeids") or [], lists.get("target_ids") or []
-    if any(not 0 <= t <= max(trees) for t in voters) or any(not 0 <= c < classes for c in ids):
-        return None  # renumbered, a stray id would name a neighbour's tree or class
+    if not _votes_its_own(lists, classes):
+        return None
     # a leaf without votes: the classifier has no label for a row reaching it (and refuses
     # the run), where a regressor scores it 0
-    voted = set(zip(voters, lists.get("target_nodeids") or [], strict=False))
+    voted = set(zip(lists.get("target_treeids") or [], lists.get("target_nodeids") or [],
+                    strict=False))
     leaves = zip(trees, attrs.get("nodes_nodeids") or [], modes, strict=False)
     if any(mode == b"LEAF" and (t, n) not in voted for t, n, mode in leaves):
         return None

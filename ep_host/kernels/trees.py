@@ -118,14 +118,15 @@ class Forest:
         self._tables = {}
         # per input dtype: (the base it was bound with, the provider's bound walk, the walk)
         self._bound: dict[Any, tuple[Any, Any, Any]] = {}
-        if size <= SMALL_TABLE:
+        small = size <= SMALL_TABLE
+        if small:
             tree, leaf = self._small_table(feature, modes, splits, true_child, false_child,
                                            tracks, roots)
         else:
             tree, leaf = self._table_arrays(feature, modes, splits, true_child, false_child,
                                             tracks, roots)
         self.roots_row = self.roots[None, :]
-        if size <= SMALL_TABLE and aggregate_sums(aggregate):
+        if small and aggregate_sums(aggregate):
             has = self._small_votes(*votes)
             self.always_voted = _small_always_voted(tree, [v - n_interior for v in leaf], has,
                                                     n_targets)
