@@ -1,6 +1,7 @@
 """Fusion passes of the graph optimizations: a group of nodes becomes one op (FusedConv, Gelu,
-QuickGelu, LayerNormalization, SkipLayerNormalization, BiasGelu, Gemm) that remembers the nodes
-it replaced, so they can be placed instead when no provider claims it.
+QuickGelu, LayerNormalization, SkipLayerNormalization, BiasGelu, Gemm, and ep-host's own
+WeightedMedian) that remembers the nodes it replaced, so they can be placed instead when no
+provider claims it.
 """
 
 from __future__ import annotations
@@ -10,10 +11,12 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
-from onnx import AttributeProto, NodeProto, helper
+from onnx import AttributeProto, NodeProto, TensorProto, helper
 
 from ep_host.graph import DEFAULT_DOMAIN
+from ep_host.ml_types import ML_DOMAIN
 from ep_host.rewriter import (
+    HOST_DOMAIN,
     MS_DOMAIN,
     Rewriter,
     copy_node,
@@ -512,3 +515,139 @@ def matmul_add_fusion(rw: Rewriter) -> int:
                                               [add.output[0]], name=name))
         fused += 1
     return fused
+
+
+# -- AdaBoostRegressor's weighted median -----------------------------------------------------------
+
+# Cast types whose 1 and 0 keep Less's True above its False, for the ArgMin that reads them
+ORDERED_CASTS = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16,
+                           TensorProto.INT8, TensorProto.INT16, TensorProto.INT32,
+                           TensorProto.INT64, TensorProto.UINT8, TensorProto.UINT16,
+                           TensorProto.UINT32, TensorProto.UINT64})
+
+
+def weighted_median_fusion(rw: Rewriter) -> int:
+    """skl2onnx's AdaBoostRegressor picks its estimators' weighted median in ten nodes: TopK of
+    the (negated) predictions [N, k] over all k columns, ArrayFeatureExtractor of the constant
+    weights at the order, Reshape to [-1, k], CumSum over the columns, ArrayFeatureExtractor of
+    the last sum, Mul by a constant half, Less(sums, that), Cast, ArgMin (kept) and two
+    GatherElements (the order at that column, the prediction at that order). In a run of small
+    kernels each costs several microseconds; they become one ep-host WeightedMedian, which does
+    the same steps in the same types (7 rows: see the kernel's measure in the note)."""
+    fused = 0
+    for topk in rw.live():
+        if not is_op(topk, "TopK"):
+            continue
+        found = _weighted_median(rw, topk)
+        if found is None:
+            continue
+        nodes, inputs, k, largest = found
+        last = nodes[-1]
+        name = rw.fresh(f"{last.name}::WeightedMedian")
+        _fuse(rw, nodes, helper.make_node("WeightedMedian", inputs, [last.output[0]], name=name,
+                                          domain=HOST_DOMAIN, k=k, largest=largest))
+        fused += 1
+    return fused
+
+
+def _axis_1(node: NodeProto, name: str = "axis", default: int = -1) -> bool:
+    return node_attribute(node, name, default) in (1, -1)
+
+
+def _reader(rw: Rewriter, name: str, op_type: str, domain: str = DEFAULT_DOMAIN,
+            at: int = 0) -> NodeProto | None:
+    """The one node reading ``name``, where it is a ``domain`` ``op_type`` reading it as input
+    ``at``."""
+    node = rw.only_consumer(name)
+    if (node is None or node.op_type != op_type or node_domain(node) != domain
+            or len(node.input) <= at or node.input[at] != name):
+        return None
+    return node
+
+
+def _is_extractor(node: NodeProto) -> bool:
+    return node.op_type == "ArrayFeatureExtractor" and node_domain(node) == ML_DOMAIN
+
+
+def _one_const(rw: Rewriter, name: str) -> np.ndarray | None:
+    """Constant ``name`` where it holds one value (of any rank up to 2)."""
+    value = rw.const(name)
+    return value if value is not None and value.size == 1 and value.ndim <= 2 else None
+
+
+def _one_int(rw: Rewriter, name: str) -> int | None:
+    """The one integer constant ``name`` holds (a scalar or [1])."""
+    value = rw.const(name)
+    if value is None or value.size != 1 or value.ndim > 1 or value.dtype.kind not in "iu":
+        return None
+    return int(value.reshape(()))
+
+
+def _weighted_median(rw: Rewriter, topk: NodeProto) -> tuple[list[NodeProto], list[str], int,
+                                                               int] | None:
+    """``(nodes in graph order, WeightedMedian's inputs, k, largest)`` of the weighted median
+    that starts at ``topk``; ``None`` where anything differs from the pattern."""
+    keys = topk.input[0]
+    shape, dtype = rw.shape(keys), rw.dtype(keys)
+    if shape is None or len(shape) != 2 or not isinstance(shape[1], int) or dtype not in (
+            np.float32, np.float64) or not _axis_1(topk) or node_attribute(topk, "sorted", 1) != 1:
+        return None
+    k = (node_attribute(topk, "k") if (rw.opset(topk) or 1) < 10
+         else _one_int(rw, topk.input[1]) if len(topk.input) > 1 else None)
+    if k is None or k != shape[1] or k < 1 or len(topk.output) < 2:
+        return None
+    order = topk.output[1]
+    if (topk.output[0] and (rw.consumers.get(topk.output[0]) or topk.output[0] in rw.outputs)
+            or order in rw.outputs or len(rw.consumers.get(order, ())) != 2):
+        return None
+    extract = next((n for n in rw.consumers[order] if _is_extractor(n)), None)
+    if extract is None or extract.input[1] != order:
+        return None
+    weights = rw.const(extract.input[0])
+    reshape = _reader(rw, extract.output[0], "Reshape")
+    target = rw.const(reshape.input[1]) if reshape is not None else None
+    if (weights is None or weights.dtype != dtype or weights.shape != (k,) or target is None
+            or [int(d) for d in target.reshape(-1)] != [-1, k]):
+        return None
+    cumsum = _reader(rw, reshape.output[0], "CumSum")
+    axis = _one_int(rw, cumsum.input[1]) if cumsum is not None and len(cumsum.input) > 1 else 0
+    if (axis not in (1, -1) or node_attribute(cumsum, "exclusive", 0)
+            or node_attribute(cumsum, "reverse", 0)):
+        return None
+    sums = cumsum.output[0]
+    readers = rw.consumers.get(sums, [])
+    last = next((n for n in readers if _is_extractor(n)), None)
+    less = next((n for n in readers if is_op(n, "Less")), None)
+    if (len(readers) != 2 or sums in rw.outputs or last is None or less is None
+            or last.input[0] != sums or less.input[0] != sums):
+        return None
+    index = _one_int(rw, last.input[1]) if len(last.input) > 1 else None
+    mul = _reader(rw, last.output[0], "Mul")
+    half = other_input(mul, last.output[0]) if mul is not None and len(mul.input) == 2 else None
+    half_value = _one_const(rw, half) if half else None
+    if (index != k - 1
+            or half_value is None or half_value.dtype != dtype
+            or _reader(rw, mul.output[0], "Less", at=1) is not less):
+        return None
+    cast = _reader(rw, less.output[0], "Cast")
+    argmin = _reader(rw, cast.output[0], "ArgMin") if cast is not None else None
+    if (argmin is None or node_attribute(cast, "to") not in ORDERED_CASTS
+            or not _axis_1(argmin, default=0) or node_attribute(argmin, "keepdims", 1) != 1
+            or node_attribute(argmin, "select_last_index", 0)):
+        return None
+    gather = _reader(rw, argmin.output[0], "GatherElements", at=1)
+    if gather is None or gather.input[0] != order or not _axis_1(gather, default=0):
+        return None
+    pick = _reader(rw, gather.output[0], "GatherElements", at=1)
+    if pick is None or not _axis_1(pick, default=0):
+        return None
+    scores = pick.input[0]
+    found = rw.shape(scores)  # the same [N, k] as the keys: the kernel checks the rows
+    if found is None or len(found) != 2 or found[1] != k or rw.dtype(scores) != dtype:
+        return None
+    nodes = [topk, extract, reshape, cumsum, last, mul, less, cast, argmin, gather, pick]
+    nodes.sort(key=lambda n: rw.position[id(n)])
+    if nodes[-1] is not pick:
+        return None
+    largest = int(node_attribute(topk, "largest", 1))
+    return nodes, [keys, scores, extract.input[0], half], k, largest

@@ -53,6 +53,11 @@ provider claims it, the capability walk places those nodes instead, as it does a
   or more, votes on every leaf, no base values, no post transform) whose labels nothing reads
   (skl2onnx's AdaBoostClassifier) become one TreeEnsembleRegressor, a target per class of each,
   and a Split of its scores into theirs.
+- ``weighted_median_fusion``: skl2onnx's AdaBoostRegressor weighted median (TopK over all k
+  columns, ArrayFeatureExtractor of constant weights at that order, Reshape, CumSum,
+  ArrayFeatureExtractor of the last sum, Mul by a constant half, Less, Cast, ArgMin and two
+  GatherElements) becomes one ``ai.ep_host::WeightedMedian``, an op of ep-host's own that the
+  CPU EP runs.
 - ``class_label_gather``: an ArgMax over axis 1 (kept), an ai.onnx.ml ArrayFeatureExtractor of
   a constant 1-D class list at those indices, a Reshape to [-1] and Casts that keep every
   class's value (skl2onnx's predicted label) become an ArgMax without the kept axis and a Gather
@@ -87,10 +92,12 @@ from ep_host.fusion import (
     matmul_add_fusion,
     silu_fusion,
     skip_layer_norm_fusion,
+    weighted_median_fusion,
 )
 from ep_host.graph import DEFAULT_DOMAIN, GraphView, node_reads, normalize_domain
 from ep_host.loading import Model
 from ep_host.rewriter import (
+    HOST_DOMAIN,
     MS_DOMAIN,
     Rewriter,
     node_domain,
@@ -121,6 +128,7 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "product_features_fusion": product_features_fusion,
     "tree_ensemble_merging": tree_ensemble_merging,
     "tree_classifier_merging": tree_classifier_merging,
+    "weighted_median_fusion": weighted_median_fusion,
     "class_label_gather": class_label_gather,
     "cast_elimination": cast_elimination,
 }
@@ -151,6 +159,9 @@ PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
     "tree_ensemble_merging": (frozenset({"ai.onnx.ml::TreeEnsembleRegressor"}),
                               frozenset({"Concat"})),
     "tree_classifier_merging": (frozenset({"ai.onnx.ml::TreeEnsembleClassifier"}),),
+    "weighted_median_fusion": (frozenset({"TopK"}), frozenset({"CumSum"}),
+                               frozenset({"ai.onnx.ml::ArrayFeatureExtractor"}),
+                               frozenset({"GatherElements"})),
     "class_label_gather": (frozenset({"ArgMax"}), frozenset({"ai.onnx.ml::ArrayFeatureExtractor"}),
                            frozenset({"Reshape"})),
     "cast_elimination": (frozenset({"Cast"}),),
@@ -304,9 +315,9 @@ def _rebuild(model: Model, rw: Rewriter, applied: dict[str, int], in_place: bool
         vi = graph.value_info.add()
         vi.name = name
         vi.type.CopyFrom(tp)
-    if any(node_domain(n) == MS_DOMAIN for n in live) and not any(
-            normalize_domain(o.domain) == MS_DOMAIN for o in proto.opset_import):
-        proto.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    imported = {normalize_domain(o.domain) for o in proto.opset_import}
+    for domain in sorted({node_domain(n) for n in live} & {MS_DOMAIN, HOST_DOMAIN} - imported):
+        proto.opset_import.append(helper.make_opsetid(domain, 1))
     # not inferred again: every surviving value is typed above (what folding made known,
     # ``rw.reinfer`` learned), the bodies' values as loading inferred them (SSD-lite: 3,500
     # nodes inferred again for an If's sake)

@@ -31,6 +31,7 @@ from ep_host.graph import (
 from ep_host.loading import INFERENCE_READ_ELEMENTS, INFERENCE_READ_TYPES, Model
 
 MS_DOMAIN = "com.microsoft"
+HOST_DOMAIN = "ai.ep_host"  # ops of ep-host's own, which fusions write (WeightedMedian)
 
 
 class Rewriter:

@@ -371,7 +371,7 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
                            "silu_fusion", "layer_norm_fusion", "skip_layer_norm_fusion",
                            "bias_gelu_fusion", "matmul_add_fusion", "product_features_fusion",
                            "tree_ensemble_merging", "tree_classifier_merging",
-                           "class_label_gather", "cast_elimination"}
+                           "weighted_median_fusion", "class_label_gather", "cast_elimination"}
 
 
 def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):

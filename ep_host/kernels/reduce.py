@@ -366,6 +366,12 @@ def _top_one_int(xp, x, k, axis, largest):
     """The ``k`` largest (smallest) values along ``axis`` in order, ties by lower index; NaN
     counts as the largest value."""
     axis %= x.ndim
+    index = _top_order(xp, x, k, axis, largest)
+    return x[along_axis(xp, index, axis)], index
+
+
+def _top_order(xp, x, k, axis, largest):
+    """The int64 indices of :func:`_top_one_int`'s values along non-negative ``axis``."""
     n = x.shape[axis]
     if not 0 <= k <= n:
         raise ValueError(f"K={k} is outside [0, {n}] for axis {axis} of shape {x.shape}")
@@ -378,8 +384,7 @@ def _top_one_int(xp, x, k, axis, largest):
         order = xp.argsort(keys, axis=axis, kind="stable")
     if k < n:
         order = order[(*before, slice(0, k))]
-    index = order.astype(xp.int64, copy=False)  # argsort's own int64 (intp) as it is
-    return x[along_axis(xp, index, axis)], index
+    return order.astype(xp.int64, copy=False)  # argsort's own int64 (intp) as it is
 
 
 def _one_int(values):
@@ -404,6 +409,43 @@ def top_k_10(xp, x, k, *, axis):
 @kernel("TopK", 1, dtypes=FLOATS, family="reduce")
 def top_k_1(xp, x, *, axis, k):
     return _top_one_int(xp, x, k, axis, True)
+
+
+# An ep-host op: the weighted median skl2onnx's AdaBoostRegressor writes in ten nodes
+# ---------------------------------------------------------------------------------------------
+
+HOST = "ai.ep_host"  # ops of ep-host's own, which its graph optimizations write
+
+
+def _check_weighted_median(node, provider):
+    keys, scores, weights = node.inputs[0], node.inputs[1], node.inputs[2]
+    for what, value in (("keys", keys), ("scores", scores)):
+        require(value.shape is not None and len(value.shape) == 2, "WeightedMedian: takes 2-D "
+                "{}, got shape {}", what, value.shape, code="shape")
+    require(weights.shape is not None and len(weights.shape) == 1, "WeightedMedian: takes 1-D "
+            "weights, got shape {}", weights.shape, code="shape")
+    require(node.attributes.get("k", 0) >= 1, "WeightedMedian: k must be at least 1, got {}",
+            node.attributes.get("k"), code="attribute")
+
+
+@kernel("WeightedMedian", 1, domain=HOST, dtypes={"float32", "float64"},
+        check=_check_weighted_median)
+def weighted_median(xp, keys, scores, weights, half, *, k, largest=1):
+    """For each row of ``keys`` and ``scores`` [N, k]: the columns in TopK's order of the keys
+    (``largest``, ties by lower index, NaN the largest), their ``weights`` summed in that order
+    (CumSum), and the score [N, 1] of the first column where that sum is not below the whole
+    sum times ``half`` (the first column if every sum is below it). What the nodes it replaces
+    compute, step for step in the same types: TopK, ArrayFeatureExtractor of the weights,
+    Reshape, CumSum, ArrayFeatureExtractor of the last sum, Mul, Less, Cast, ArgMin and two
+    GatherElements."""
+    if keys.ndim != 2 or scores.shape != keys.shape or weights.shape != (keys.shape[1],):
+        raise ValueError(f"WeightedMedian: takes keys and scores of one shape [N, k] and k "
+                         f"weights, got {keys.shape}, {scores.shape} and {weights.shape}")
+    order = _top_order(xp, keys, k, 1, largest)
+    sums = xp.cumsum(weights[order], axis=1, dtype=weights.dtype)
+    below = sums < sums[:, k - 1:] * half
+    rows = xp.arange(keys.shape[0])
+    return scores[rows, order[rows, below.argmin(axis=1)]].reshape(-1, 1)
 
 
 # ---------------------------------------------------------------------------------------------
