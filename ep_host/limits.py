@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import os
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -23,22 +23,23 @@ MAX_TENSOR_BYTES: contextvars.ContextVar[int | None] = contextvars.ContextVar(
 _INT64_MAX = 2**63 - 1
 
 
-def check_allocation(shape: Iterable[Any], dtype: Any) -> None:
+def check_allocation(shape: Sequence[Any], dtype: Any) -> None:
     """Raise :class:`ResourceLimitError` when an array of ``shape`` and ``dtype`` would exceed
     the running session's tensor size limit, or could not be indexed at all; call it before
     allocating an output whose size comes from input data (Expand, Tile, ConstantOfShape...)."""
-    dims = [int(d) for d in shape]
     count = 1
-    for d in dims:
-        count *= max(d, 0)
+    for d in shape:
+        count *= max(int(d), 0)
     nbytes = count * np.dtype(dtype).itemsize
     limit = MAX_TENSOR_BYTES.get()
     if limit is not None and nbytes > limit:
         raise ResourceLimitError(
-            f"its output would take {nbytes} bytes (shape {dims}), over the limit of {limit} "
+            f"its output would take {nbytes} bytes (shape {[int(d) for d in shape]}), over the "
+            f"limit of {limit} "
             "(max_tensor_bytes / EP_HOST_MAX_TENSOR_BYTES)")
     if count > _INT64_MAX:
-        raise ResourceLimitError(f"its output shape {dims} has more elements than int64 counts")
+        raise ResourceLimitError(f"its output shape {[int(d) for d in shape]} has more elements "
+                                 "than int64 counts")
 
 
 def max_tensor_bytes_from_env() -> int | None:

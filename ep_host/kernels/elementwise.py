@@ -633,6 +633,14 @@ def sum_(xp, *xs):
             return xp.add(x, y)
     elif len(xs) == 1:
         return xs[0]
+    else:  # many of one shape and wide type (AdaBoost's estimators): into the first sum
+        first = xs[0]
+        if first.dtype.itemsize >= 4 and all(
+                x.dtype == first.dtype and x.shape == first.shape for x in xs):
+            out = first + xs[1]
+            for x in xs[2:]:
+                out += x
+            return out
     return _fold(xp.add, [upcast(xp, x) for x in xs]).astype(xs[0].dtype, copy=False)
 
 

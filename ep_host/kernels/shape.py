@@ -265,11 +265,17 @@ def _split(xp, data, axis, sizes, n_outputs):
     sizes = int_list(sizes)
     if len(sizes) != n_outputs or sum(sizes) != dim or min(sizes, default=0) < 0:
         raise ValueError(f"split {sizes} does not cut dim {dim} into {n_outputs} parts")
-    offsets, at = [], 0
-    for s in sizes[:-1]:
+    # views, not xp.split: numpy's took 16 us to cut 7 x 30 into ten parts, a slice each 6.6,
+    # equal parts as the rows of one transposed view 2.1
+    if n_outputs > 1 and sizes.count(sizes[0]) == n_outputs:
+        shape = data.shape
+        parts = data.reshape(shape[:axis] + (n_outputs, sizes[0]) + shape[axis + 1:])
+        return tuple(parts.transpose((axis, *range(axis), *range(axis + 1, data.ndim + 1))))
+    before, out, at = (slice(None),) * axis, [], 0
+    for s in sizes:
+        out.append(data[(*before, slice(at, at + s))])
         at += s
-        offsets.append(at)
-    return tuple(xp.split(data, offsets, axis=axis))
+    return tuple(out)
 
 
 def _outputs(node):
@@ -584,11 +590,13 @@ def check_constant_of_shape(node, provider):
 @kernel("ConstantOfShape", 9, 20, 21, 23, 24, 25, dtypes={"int64"}, host_inputs=(0,),
         check=check_constant_of_shape, family="data_movement")
 def constant_of_shape(xp, shape, *, value=None):
-    dims = tuple(int_list(shape))
+    dims = tuple(shape.reshape(-1).tolist())  # int64 (the kernel's type): Python ints
     check_allocation(dims, xp.float32 if value is None else value.dtype)
     if value is None:
         return xp.zeros(dims, dtype=xp.float32)
-    return xp.full(dims, value.reshape(-1)[0], dtype=value.dtype)
+    out = xp.empty(dims, dtype=value.dtype)  # filled, not xp.full: 0.7 against 1.7 us
+    out.fill(value.reshape(-1)[0])
+    return out
 
 
 def check_range(node, provider):

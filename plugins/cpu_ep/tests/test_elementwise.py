@@ -320,6 +320,20 @@ def test_variadic_ops_with_one_input(op, rng):
     np.testing.assert_array_equal(out, x)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_a_sum_of_many_alike_adds_them_in_order(dtype, rng):
+    """Summed into the first sum, in input order, the inputs left as they were."""
+    feeds = {f"x{i}": rng.standard_normal((7, 3)).astype(dtype) for i in range(10)}
+    kept = {k: x.copy() for k, x in feeds.items()}
+    (out,) = assert_matches_onnxruntime(one_node("Sum", list(feeds), feeds, opset=13), feeds)
+    want = kept["x0"]
+    for i in range(1, 10):
+        want = want + kept[f"x{i}"]
+    np.testing.assert_array_equal(out, want)
+    for k, x in feeds.items():
+        np.testing.assert_array_equal(x, kept[k])
+
+
 @pytest.mark.parametrize("op", ["Max", "Min"])
 @pytest.mark.parametrize("dtype", [np.int32, np.uint8, np.int64])
 def test_max_min_on_integers(op, dtype, rng):

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ep_host
 from ep_host.kernels import REGISTRY
+from ep_host.kernels.shape import _split
 
 INT64_MAX, INT64_MIN = np.iinfo(np.int64).max, np.iinfo(np.int64).min
 
@@ -330,6 +331,30 @@ def test_split(opset, split, axis, n_out, rng):
     else:
         consts = {"sp": np.array(split, np.int64)}
         check("Split", ["x", "sp"], {"x": x}, consts, opset=opset, n_out=n_out, axis=axis)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2, -1])
+def test_split_into_equal_parts_of_each_axis(axis, rng):
+    x = rng.standard_normal((4, 6, 12)).astype(np.float32)
+    consts = {"sp": np.array([2] * (x.shape[axis] // 2), np.int64)}
+    check("Split", ["x", "sp"], {"x": x}, consts, opset=13, n_out=x.shape[axis] // 2, axis=axis)
+
+
+def test_equal_parts_of_any_layout_are_what_numpy_cuts():
+    """The equal parts come as the rows of one transposed view: for C, Fortran, strided and
+    empty inputs they hold numpy's split's values in its shapes."""
+    rng = np.random.default_rng(3)
+    for shape in [(7, 30), (2, 3, 12), (12,), (4, 0, 6), (3, 6, 4, 2)]:
+        base = rng.standard_normal(shape).astype(np.float32)
+        for x in (base, np.asfortranarray(base), np.flip(base, axis=0)):
+            for axis in range(-x.ndim, x.ndim):
+                dim = x.shape[axis]
+                for n in (k for k in (1, 2, 3, 6) if dim % k == 0):
+                    got = _split(np, x, axis, [dim // n] * n, n)
+                    want = np.split(x, n, axis=axis)
+                    assert [g.shape for g in got] == [w.shape for w in want]
+                    for g, w in zip(got, want, strict=True):
+                        np.testing.assert_array_equal(g, w)
 
 
 @pytest.mark.parametrize(("length", "num_outputs", "sizes"), [
