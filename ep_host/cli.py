@@ -198,7 +198,8 @@ def _add_model_args(p: argparse.ArgumentParser, provider_instead: str = PROVIDER
                    "conv_activation_fusion, gelu_fusion, silu_fusion, layer_norm_fusion, "
                    "skip_layer_norm_fusion, bias_gelu_fusion, matmul_add_fusion, "
                    "product_features_fusion, tree_ensemble_merging, "
-                   "tree_classifier_merging, weighted_median_fusion, class_label_gather, "
+                   "tree_classifier_merging, samme_vote_batching, weighted_median_fusion, "
+                   "class_label_gather, "
                    "cast_elimination")
 
 

@@ -53,6 +53,10 @@ provider claims it, the capability walk places those nodes instead, as it does a
   or more, votes on every leaf, no base values, no post transform) whose labels nothing reads
   (skl2onnx's AdaBoostClassifier) become one TreeEnsembleRegressor, a target per class of each,
   and a Split of its scores into theirs.
+- ``samme_vote_batching``: skl2onnx's AdaBoostClassifier votes, estimator by estimator an ArgMax
+  of its part of one Split (axis 1, equal parts), Equal to the class indices, Where and Mul by
+  its weight, then a Sum of all, become a Reshape to [N, estimators, classes], ArgMax, Equal,
+  Where, Mul by the weights and ReduceSum over the estimators.
 - ``weighted_median_fusion``: skl2onnx's AdaBoostRegressor weighted median (TopK over all k
   columns, ArrayFeatureExtractor of constant weights at that order, Reshape, CumSum,
   ArrayFeatureExtractor of the last sum, Mul by a constant half, Less, Cast, ArgMin and two
@@ -109,6 +113,7 @@ from ep_host.simplify import (
     cast_elimination,
     class_label_gather,
     product_features_fusion,
+    samme_vote_batching,
     tree_classifier_merging,
     tree_ensemble_merging,
 )
@@ -128,6 +133,7 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "product_features_fusion": product_features_fusion,
     "tree_ensemble_merging": tree_ensemble_merging,
     "tree_classifier_merging": tree_classifier_merging,
+    "samme_vote_batching": samme_vote_batching,
     "weighted_median_fusion": weighted_median_fusion,
     "class_label_gather": class_label_gather,
     "cast_elimination": cast_elimination,
@@ -159,6 +165,9 @@ PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
     "tree_ensemble_merging": (frozenset({"ai.onnx.ml::TreeEnsembleRegressor"}),
                               frozenset({"Concat"})),
     "tree_classifier_merging": (frozenset({"ai.onnx.ml::TreeEnsembleClassifier"}),),
+    "samme_vote_batching": (frozenset({"Sum"}), frozenset({"ArgMax"}), frozenset({"Equal"}),
+                            frozenset({"Where"}),
+                            frozenset({"Split", "ai.onnx.ml::TreeEnsembleClassifier"})),
     "weighted_median_fusion": (frozenset({"TopK"}), frozenset({"CumSum"}),
                                frozenset({"ai.onnx.ml::ArrayFeatureExtractor"}),
                                frozenset({"GatherElements"})),

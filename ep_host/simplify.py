@@ -4,8 +4,8 @@ skl2onnx writes an export's steps one small node at a time, and in a run of many
 each node costs several times what it costs alone, so these take the many-node patterns it
 writes: PolynomialFeatures' column products (one Gather and one ReduceProd), AdaBoostRegressor's
 sibling forests (one TreeEnsembleRegressor), AdaBoostClassifier's (one TreeEnsembleRegressor and
-a Split), a classifier's label lookup (an ArgMax and a Gather) and Casts to the type a value
-already has (dropped).
+a Split) and its votes (six nodes for all estimators), a classifier's label lookup (an ArgMax
+and a Gather) and Casts to the type a value already has (dropped).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from onnx import NodeProto, helper
+from onnx import NodeProto, helper, numpy_helper
 
 from ep_host.graph import DEFAULT_DOMAIN
 from ep_host.rewriter import (
@@ -24,6 +24,7 @@ from ep_host.rewriter import (
     is_op,
     node_attribute,
     node_domain,
+    other_input,
     tensor_typed,
 )
 
@@ -330,6 +331,170 @@ def _voting_forest(node: NodeProto) -> tuple[NodeProto, dict[str, Any]] | None:
         return None
     lists["n_targets"] = classes
     return node, lists
+
+
+def samme_vote_batching(rw: Rewriter) -> int:
+    """skl2onnx's AdaBoostClassifier (SAMME) votes estimator by estimator: ArgMax of its scores
+    over axis 1 (kept), Equal to the class indices, Where (one value there, another elsewhere),
+    Mul by the estimator's weight, then one Sum of all the votes. Where the scores are the equal
+    parts of one Split along axis 1 (tree_classifier_merging's) in the Sum's order, the 4m + 1
+    nodes of m estimators become six: a Reshape of the Split's input to [N, m, C], ArgMax over
+    axis 2, Equal, Where, Mul by the weights [m, 1] and ReduceSum over axis 1 (the CPU EP adds
+    each class's votes in estimator order, as the Sum did). A ConstantOfShape of a part's Shape
+    that only the Wheres read becomes a constant."""
+    batched = 0
+    for total in rw.live():
+        if is_op(total, "Sum") and len(total.input) >= 2:
+            found = _samme_votes(rw, total)
+            if found is not None:
+                _batch_votes(rw, total, *found)
+                batched += 1
+    return batched
+
+
+def _samme_vote(rw: Rewriter, name: str,
+                total: NodeProto) -> tuple[list[NodeProto], np.ndarray, list[str]] | None:
+    """``([argmax, equal, where, mul], weight, [classes, there, elsewhere])`` of the vote
+    ``name`` that only ``total`` reads."""
+    mul = rw.producer.get(name)
+    if not is_op(mul, "Mul") or rw.only_consumer(name) is not total or len(mul.input) != 2:
+        return None
+    where = next((rw.producer.get(i) for i in mul.input if is_op(rw.producer.get(i), "Where")),
+                 None)
+    weight = rw.const(other_input(mul, where.output[0]) or "") if where is not None else None
+    if weight is None or weight.size != 1 or rw.only_consumer(where.output[0]) is not mul:
+        return None
+    equal = rw.producer.get(where.input[0])
+    if not is_op(equal, "Equal") or rw.only_consumer(equal.output[0]) is not where:
+        return None
+    argmax = rw.producer.get(equal.input[0])
+    if (not is_op(argmax, "ArgMax") or rw.only_consumer(argmax.output[0]) is not equal
+            or node_attribute(argmax, "axis", 0) not in (1, -1)
+            or node_attribute(argmax, "keepdims", 1) != 1
+            or node_attribute(argmax, "select_last_index", 0)):
+        return None
+    return [argmax, equal, where, mul], weight, [equal.input[1], where.input[1], where.input[2]]
+
+
+def _samme_votes(rw: Rewriter, total: NodeProto) -> tuple[Any, ...] | None:
+    """``(nodes, weights [m, 1], split, the value where a vote is, classes C, [classes, there,
+    elsewhere])`` of the m votes ``total`` sums, where they hold the pattern
+    ``samme_vote_batching`` takes."""
+    votes = [_samme_vote(rw, name, total) for name in total.input]
+    if any(v is None for v in votes) or len({tuple(v[2]) for v in votes}) != 1:  # type: ignore
+        return None
+    classes_name, there, elsewhere = votes[0][2]  # type: ignore[index]
+    split = rw.producer.get(votes[0][0][0].input[0])  # type: ignore[index]
+    if not is_op(split, "Split") or [v[0][0].input[0] for v in votes] != list(  # type: ignore
+            split.output):
+        return None
+    shape, dtype = rw.shape(split.input[0]), rw.dtype(votes[0][0][2].output[0])  # type: ignore
+    m = len(votes)
+    if (shape is None or len(shape) != 2 or not isinstance(shape[1], int) or shape[1] % m
+            or node_attribute(split, "axis", 0) not in (1, -1) or dtype is None):
+        return None
+    width = shape[1] // m
+    if width < 2:  # numpy sums a last axis of votes pairwise, not in estimator order
+        return None
+    sizes = (node_attribute(split, "split") if len(split.input) < 2 or not split.input[1]
+             else rw.const(split.input[1]))
+    classes, outside = rw.const(classes_name), rw.const(elsewhere)
+    if (sizes is not None and [int(s) for s in np.asarray(sizes).reshape(-1)] != [width] * m
+            or node_attribute(split, "num_outputs", m) != m
+            or classes is None or classes.dtype != np.int64 or classes.shape not in (
+                (width,), (1, width)) or outside is None or outside.size != 1):
+        return None
+    inside = _broadcast_value(rw, there, split.output)
+    weights = [v[1] for v in votes]  # type: ignore[index]
+    if inside is None or any(w.dtype != dtype for w in (*weights, inside, outside)):
+        return None
+    nodes = [n for v in votes for n in v[0]]  # type: ignore[index]
+    return (nodes, np.array([w.reshape(()) for w in weights]).reshape(m, 1), split, inside,
+            width, votes[0][2])  # type: ignore[index]
+
+
+def _broadcast_value(rw: Rewriter, name: str, parts: Sequence[str]) -> np.ndarray | None:
+    """The one value ``name`` holds: a constant of one element, or a ConstantOfShape of the
+    Shape of one of ``parts`` (each vote's shape, so a scalar stands for it)."""
+    value = rw.const(name)
+    if value is not None:
+        return value.reshape(()) if value.size == 1 else None
+    fill = rw.producer.get(name)
+    if not is_op(fill, "ConstantOfShape"):
+        return None
+    shape = rw.producer.get(fill.input[0])
+    if (not is_op(shape, "Shape") or shape.input[0] not in parts
+            or node_attribute(shape, "start", 0) != 0 or node_attribute(shape, "end") is not None):
+        return None
+    given = node_attribute(fill, "value")
+    if given is None:
+        return np.zeros((), np.float32)
+    value = numpy_helper.to_array(given)
+    return value.reshape(()) if value.size == 1 else None
+
+
+def _batch_votes(rw: Rewriter, total: NodeProto, nodes: list[NodeProto], weights: np.ndarray,
+                 split: NodeProto, inside: np.ndarray, width: int, names: list[str]) -> None:
+    """The six nodes of ``samme_vote_batching`` in place of ``nodes`` (each vote's four) and
+    ``total``; ``names``: the class indices, the value where a vote is and where it is not."""
+    m, base = len(weights), total.name or total.output[0]
+    classes, there, elsewhere = names
+    rows = (rw.shape(split.input[0]) or (None,))[0]
+    kind, dtype, _ = rw.type_of(total.output[0]) or (None, None, None)
+    consts = {}
+    for key, value in (("shape", np.array([0, m, width], np.int64)), ("weights", weights),
+                       ("there", inside), ("axes", np.array([1], np.int64))):
+        consts[key] = rw.fresh(f"{base}_{key}")
+        rw.add_constant(consts[key], value)
+    values = {key: rw.fresh(f"{base}_{key}") for key in ("votes", "best", "equal", "picked",
+                                                          "weighted")}
+    index = rw.type_of(nodes[0].output[0])
+    mask = rw.type_of(nodes[1].output[0])
+    for key, found in (("votes", (kind, dtype, (rows, m, width))),
+                       ("best", index and (index[0], index[1], (rows, m, 1))),
+                       ("equal", mask and (mask[0], mask[1], (rows, m, width))),
+                       ("picked", (kind, dtype, (rows, m, width))),
+                       ("weighted", (kind, dtype, (rows, m, width)))):
+        if found and found[1] is not None:
+            rw.learned[values[key]] = found
+    made = [
+        helper.make_node("Reshape", [split.input[0], consts["shape"]], [values["votes"]]),
+        helper.make_node("ArgMax", [values["votes"]], [values["best"]], axis=2, keepdims=1),
+        helper.make_node("Equal", [values["best"], classes], [values["equal"]]),
+        helper.make_node("Where", [values["equal"], consts["there"], elsewhere],
+                         [values["picked"]]),
+        helper.make_node("Mul", [values["picked"], consts["weights"]], [values["weighted"]]),
+    ]
+    if rw.model.opset_imports.get(DEFAULT_DOMAIN, 0) >= 13:  # axes an input from 13 on
+        reduce = helper.make_node("ReduceSum", [values["weighted"], consts["axes"]],
+                                  [total.output[0]], keepdims=0)
+    else:
+        reduce = helper.make_node("ReduceSum", [values["weighted"]], [total.output[0]], axes=[1],
+                                  keepdims=0)
+    for node in (*made, reduce):
+        node.name = rw.fresh(f"{base}::{node.op_type}")
+    old = sorted(nodes, key=lambda n: rw.position[id(n)])
+    fill = rw.producer.get(there)
+    for node, new in zip(old, made, strict=False):
+        rw.replace(node, new)
+    rw.replace(total, reduce)
+    for node in old[len(made):]:
+        rw.remove(node, into=reduce.name)
+    if fill is not None:
+        _drop_unread(rw, fill, reduce.name)
+
+
+def _drop_unread(rw: Rewriter, node: NodeProto, into: str) -> None:
+    """Remove ``node`` where nothing reads its outputs, then so the writers of its inputs."""
+    if id(node) not in rw.position or rw.holds_graph(node) or any(
+            o and (rw.consumers.get(o) or o in rw.outputs) for o in node.output):
+        return
+    inputs = [i for i in node.input if i]
+    rw.remove(node, into=into)
+    for name in inputs:
+        writer = rw.producer.get(name)
+        if writer is not None:
+            _drop_unread(rw, writer, into)
 
 
 def class_label_gather(rw: Rewriter) -> int:

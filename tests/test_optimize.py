@@ -371,7 +371,8 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
                            "silu_fusion", "layer_norm_fusion", "skip_layer_norm_fusion",
                            "bias_gelu_fusion", "matmul_add_fusion", "product_features_fusion",
                            "tree_ensemble_merging", "tree_classifier_merging",
-                           "weighted_median_fusion", "class_label_gather", "cast_elimination"}
+                           "samme_vote_batching", "weighted_median_fusion",
+                           "class_label_gather", "cast_elimination"}
 
 
 def test_explain_names_the_passes_that_changed_the_graph(tmp_path, capsys):
@@ -1065,6 +1066,86 @@ def test_classifiers_that_do_not_only_sum_votes_into_scores_are_not_merged(kind)
     session, got, want = run_both(model, {"x": x})
     assert "tree_classifier_merging" not in session.model.optimizations
     assert "TreeEnsembleClassifier" in [n.op_type for n in session.placement.table.nodes]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def samme_model(count=4, classes=3, *, opset=17, change=None):
+    """x [N, 4] -> ``count`` classifiers whose scores vote as skl2onnx's AdaBoostClassifier
+    (SAMME) writes it: per estimator ArgMax (kept), Equal to the class indices [1, C], Where (a
+    ConstantOfShape of 1 of the first scores' Shape there, -1/(C-1) elsewhere), Mul by its
+    weight; a Sum of the votes and, from the same Shape, a ConstantOfShape of 0 (both graph
+    outputs). ``change``: one way to leave the pattern."""
+    nodes = [classifier_node(f"forest{i}", "x", f"label{i}", f"scores{i}", 2 + i, classes)
+             for i in range(count)]
+    nodes += [helper.make_node("Shape", ["scores0"], ["shape"], name="shape"),
+              helper.make_node("ConstantOfShape", ["shape"], ["one"], name="ones",
+                               value=numpy_helper.from_array(np.ones(1, np.float32))),
+              helper.make_node("ConstantOfShape", ["shape"], ["zero"], name="zeros",
+                               value=numpy_helper.from_array(np.zeros(1, np.float32)))]
+    inits = [numpy_helper.from_array(np.arange(classes, dtype=np.int64)[None], "classes"),
+             const("elsewhere", -1.0 / (classes - 1))]
+    for i in range(count):
+        select = {"select_last_index": 1} if change == "last index" and i == 1 else {}
+        nodes += [helper.make_node("ArgMax", [f"scores{i}"], [f"best{i}"], axis=1,
+                                   name=f"argmax{i}", **select),
+                  helper.make_node("Equal", [f"best{i}", "classes"], [f"equal{i}"],
+                                   name=f"equal{i}"),
+                  helper.make_node("Where", [f"equal{i}", "one", "elsewhere"], [f"picked{i}"],
+                                   name=f"where{i}"),
+                  helper.make_node("Mul", [f"picked{i}", f"weight{i}"], [f"vote{i}"],
+                                   name=f"mul{i}")]
+        inits.append(const(f"weight{i}", RNG.uniform(0.2, 2.0)))
+    votes = [f"vote{i}" for i in range(count)]
+    if change == "other order":
+        votes[0], votes[1] = votes[1], votes[0]
+    nodes.append(helper.make_node("Sum", votes, ["total"], name="sum"))
+    outputs = [("total", F, [None, classes]), ("zero", F, [None, classes])]
+    if change == "vote read":
+        outputs.append(("picked2", F, [None, classes]))
+    inputs = [("x", F, [None, 4])]
+    if change == "weight an input":
+        inits = [t for t in inits if t.name != "weight0"]
+        inputs.append(("weight0", F, []))
+    return make_model(nodes, inputs, outputs, initializers=inits, domains=[("ai.onnx.ml", 1)],
+                      opset=opset)
+
+
+@pytest.mark.parametrize(("count", "classes", "opset"), [(2, 3, 11), (4, 3, 17), (12, 5, 17)])
+def test_samme_votes_become_six_nodes_that_sum_in_estimator_order(count, classes, opset):
+    x = RNG.standard_normal((300, 4)).astype(np.float32)
+    model = samme_model(count, classes, opset=opset)
+    session, got, want = run_both(model, {"x": x})
+    assert session.model.optimizations == {"tree_classifier_merging": 1,
+                                           "samme_vote_batching": 1}
+    ops = [n.op_type for n in session.model.graph.nodes]
+    assert sorted(ops) == sorted(["TreeEnsembleRegressor", "Split", "Shape", "ConstantOfShape",
+                                  "Reshape", "ArgMax", "Equal", "Where", "Mul", "ReduceSum"])
+    ort = onnxruntime.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+    for g, w, o in zip(got, want, ort.run(None, {"x": x}), strict=True):
+        np.testing.assert_array_equal(g, w)  # each class's votes added in estimator order
+        np.testing.assert_allclose(g, o, rtol=1e-6, atol=1e-6)
+    empty = {"x": x[:0]}
+    assert session.run(None, empty)[0].shape == (0, classes)
+
+
+@pytest.mark.parametrize("change", ["last index", "other order", "vote read",
+                                    "weight an input", "separate forests"])
+def test_votes_that_differ_from_samme_are_left_as_written(change):
+    x = RNG.standard_normal((6, 4)).astype(np.float32)
+    feeds = {"x": x}
+    kwargs = {}
+    if change == "separate forests":  # each estimator's scores its own forest's, no Split
+        model = samme_model(3, 3)
+        kwargs = {"disable_optimizations": ["tree_classifier_merging"]}
+    else:
+        model = samme_model(3, 3, change=change)
+    if change == "weight an input":
+        feeds["weight0"] = np.float32(0.7)
+    session, got, want = run_both(model, feeds, **kwargs)
+    assert "samme_vote_batching" not in session.model.optimizations
+    assert "Sum" in [n.op_type for n in session.model.graph.nodes]
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
 
