@@ -218,3 +218,29 @@ def test_a_pipeline_of_ml_nodes_loads_without_onnx_inference(monkeypatch):
     loaded = load_model(make_model(nodes, [("x", F, [3, 4])], [("y", F, [3, 1])], domains=[ML]))
     assert loaded.warnings == []
     assert loaded.value_types["s"][2] == (3, 4) and loaded.value_types["y"][2] == (3, 1)
+
+
+@pytest.mark.parametrize("case", ["LinearClassifier 3", "TreeEnsembleClassifier"])
+@pytest.mark.parametrize("version", [1, 3])
+def test_a_classifier_whose_label_a_standard_op_reads_is_inferred_once(case, version,
+                                                                       monkeypatch):
+    """The classifier reads the graph input, so its outputs are typed before onnx's inference,
+    which then types the Cast reading its label in the same pass (it ran twice)."""
+    import onnx
+
+    calls = []
+    monkeypatch.setattr(onnx.shape_inference, "infer_shapes", counted(calls))
+    node, want = CASES[case]
+    nodes = [node, helper.make_node("Cast", [node.output[0]], ["wide"], to=TensorProto.FLOAT),
+             helper.make_node("Neg", [node.output[1]], ["negated"])]
+    model = make_model(nodes, [("x", F, ["N", 4])], [("wide", F, None), ("negated", F, None)],
+                       domains=[("ai.onnx.ml", version)])
+    types = load_model(model).value_types
+    assert len(calls) == 1
+    assert types["wide"][2] == ("N",) and types["negated"][2] == ("N", want[1][1][0])
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    got = InferenceSession(model.SerializeToString(), providers=["cpu"]).run(None, {"x": x})
+    ort = onnxruntime.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    for g, o in zip(got, ort, strict=True):
+        np.testing.assert_allclose(g, o, rtol=1e-6, atol=1e-6)
