@@ -135,12 +135,25 @@ def _log_sum(xp, x, axes, keepdims):
     return xp.log(total).astype(x.dtype, copy=False)
 
 
+# The longest axis numpy's logaddexp folds: measured on 8,000 rows of normal values scaled by 1
+# to 1000 against float64, its float32 error at most 1.8 ulp up to 8 values (the max-shifted sum
+# 2.2), 2.8 at 16 (1.15), 4.8 at 64 (0.9): each step rounds the running result.
+LOGADDEXP_MAX = 8
+
+
 def _log_sum_exp(xp, x, axes, keepdims):
-    """log(sum(exp(x - m))) + m with m the finite maximum, so that nothing overflows; an empty
-    set yields -inf."""
+    """log(sum(exp(x - m))) + m with m the finite maximum, so that nothing overflows (floats
+    along one axis of at most ``LOGADDEXP_MAX`` values: numpy's logaddexp folded); an empty set
+    yields -inf."""
     y = upcast(xp, x)
     if _count(x.shape, axes) == 0:
         return _log_sum(xp, xp.exp(y), axes, keepdims).astype(x.dtype, copy=False)
+    if (len(axes) == 1 and y.dtype.kind == "f" and x.shape[axes[0]] <= LOGADDEXP_MAX
+            and getattr(xp, "__name__", None) == "numpy"):
+        # numpy's logaddexp folded along the axis: one call, not eight (gaussian_nb's 7 x 3:
+        # 15.9 -> 3.7 us); each step max(a, b) + log1p(exp(-|a - b|)), stable as it goes
+        return xp.logaddexp.reduce(y, axis=axes[0], keepdims=bool(keepdims)).astype(
+            x.dtype, copy=False)
     m = xp.max(y, axis=axes, keepdims=True)
     if y.dtype.kind != "f":  # integers: exp makes float64
         m = xp.where(xp.isfinite(m), m, xp.zeros((), dtype=m.dtype))
