@@ -45,11 +45,11 @@ from ep_host.held_weights import (
 )
 from ep_host.ml_types import (
     ML_DOMAIN,
-    add_ml_types,
+    typed_after_inference,
+    typed_before_inference,
     types_without_inference,
     without_tree_tables,
 )
-from ep_host.ml_types import RULES as ML_RULES
 from ep_host.prepacked import content_identity
 from ep_host.tensors import (
     check_initializer,
@@ -300,7 +300,7 @@ class Model:
                 return typed
         nodes = len(self.proto.graph.node)
         with memory_stage("shape inference", self.label, nodes):
-            light = self._ml_typed(self._weightless_copy())
+            light = typed_before_inference(self._weightless_copy(), self.proto)
         try:
             with memory_stage("shape inference", self.label, nodes, need=0):  # checked above
                 inferred = onnx.shape_inference.infer_shapes(
@@ -312,41 +312,10 @@ class Model:
             self.warnings.append(f"shape inference failed, using declared types only: {exc}")
             inferred = light
         else:
-            inferred = self._with_ml_types(inferred)
+            inferred = typed_after_inference(inferred)
         if len(inferred.graph.node) != len(self.proto.graph.node):
             with_graphs = None
         return self._declared_types(inferred, with_graphs)
-
-    def _ml_typed(self, light: ModelProto) -> ModelProto:
-        """``light`` (a copy where it is the model itself) with the outputs of the ai.onnx.ml
-        nodes that read a graph input typed first (:func:`add_ml_types`), so that inference
-        types their ai.onnx readers in the same pass: a classifier whose label a Cast reads was
-        inferred twice (0.15-0.5 ms of a scikit-learn export's creation)."""
-        graph = light.graph
-        inputs = {vi.name for vi in graph.input}
-        if not any(n.domain == ML_DOMAIN and n.op_type in ML_RULES and n.input
-                   and n.input[0] in inputs for n in graph.node):
-            return light
-        if light is self.proto:
-            light = onnx.ModelProto()
-            light.CopyFrom(self.proto)
-        add_ml_types(light.graph)
-        return light
-
-    def _with_ml_types(self, inferred: ModelProto) -> ModelProto:
-        """``inferred`` with the ai.onnx.ml outputs its inference left untyped typed
-        (:mod:`ep_host.ml_types`), inferred again where a node of another domain reads one."""
-        graph = inferred.graph
-        if not any(n.domain == ML_DOMAIN for n in graph.node):
-            return inferred
-        typed = set(add_ml_types(graph))
-        if not any(n.domain != ML_DOMAIN and typed.intersection(n.input) for n in graph.node):
-            return inferred
-        try:
-            return onnx.shape_inference.infer_shapes(inferred, check_type=False,
-                                                     strict_mode=False, data_prop=True)
-        except Exception:  # noqa: BLE001 (the types found so far stand)
-            return inferred
 
     def _weightless_copy(self) -> ModelProto:
         """The model shape inference runs on: its nodes (a tree ensemble's without its tables),
