@@ -195,12 +195,11 @@ def _add_model_args(p: argparse.ArgumentParser, provider_instead: str = PROVIDER
     p.add_argument("--disable-optimization", action="append", default=[], metavar="PASS",
                    help="skip one graph optimization (repeatable): constant_lifting, "
                    "constant_folding, conv_bn_folding, channel_affine_folding, "
-                   "conv_activation_fusion, gelu_fusion, silu_fusion, layer_norm_fusion, "
-                   "skip_layer_norm_fusion, bias_gelu_fusion, matmul_add_fusion, "
-                   "product_features_fusion, tree_ensemble_merging, "
+                   "conv_activation_fusion, gelu_fusion, sigmoid_fusion, silu_fusion, "
+                   "layer_norm_fusion, skip_layer_norm_fusion, bias_gelu_fusion, "
+                   "matmul_add_fusion, product_features_fusion, tree_ensemble_merging, "
                    "tree_classifier_merging, samme_vote_batching, weighted_median_fusion, "
-                   "class_label_gather, "
-                   "cast_elimination")
+                   "class_label_gather, cast_elimination")
 
 
 COMPLETION_SHELLS = ("bash", "zsh", "tcsh")

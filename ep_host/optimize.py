@@ -28,6 +28,8 @@ provider claims it, the capability walk places those nodes instead, as it does a
 - ``gelu_fusion``: the exact GELU written out as Div/Mul, Erf, Add, Mul, Mul becomes one
   ``com.microsoft::Gelu``; GPT-2's tanh GELU (Pow or Mul for the cube, Mul, Add, Mul, Tanh,
   Add, Mul, Mul) one ``com.microsoft::FastGelu``.
+- ``sigmoid_fusion``: 1 / (1 + exp(-x)) written out (Neg or Mul by -1, Exp, Add of 1,
+  Reciprocal or Div of 1 by it) becomes one Sigmoid.
 - ``silu_fusion``: SiLU, ``x * sigmoid(x)`` as Sigmoid then Mul of its own input (float16 or
   float32), becomes one ``com.microsoft::QuickGelu`` with alpha 1.
 - ``layer_norm_fusion``: LayerNormalization written out (ReduceMean, Sub, Pow or Mul,
@@ -114,6 +116,7 @@ from ep_host.simplify import (
     class_label_gather,
     product_features_fusion,
     samme_vote_batching,
+    sigmoid_fusion,
     tree_classifier_merging,
     tree_ensemble_merging,
 )
@@ -125,6 +128,7 @@ PASSES: dict[str, Callable[[Rewriter], int]] = {
     "channel_affine_folding": channel_affine_folding,
     "conv_activation_fusion": conv_activation_fusion,
     "gelu_fusion": gelu_fusion,
+    "sigmoid_fusion": sigmoid_fusion,
     "silu_fusion": silu_fusion,
     "layer_norm_fusion": layer_norm_fusion,
     "skip_layer_norm_fusion": skip_layer_norm_fusion,
@@ -154,7 +158,9 @@ PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
     "conv_activation_fusion": (frozenset({"Conv"}),
                                frozenset({"Relu", "Clip", "HardSigmoid", "HardSwish"})),
     "gelu_fusion": (frozenset({"Erf", "Tanh"}), frozenset({"Add"}), frozenset({"Mul"})),
-    "silu_fusion": (frozenset({"Sigmoid"}), frozenset({"Mul"})),
+    "sigmoid_fusion": (frozenset({"Exp"}), frozenset({"Add"}),
+                       frozenset({"Reciprocal", "Div"})),
+    "silu_fusion": (frozenset({"Sigmoid", "Exp"}), frozenset({"Mul"})),
     "layer_norm_fusion": (frozenset({"ReduceMean"}), frozenset({"Sub"}), frozenset({"Div"})),
     "skip_layer_norm_fusion": (frozenset({"LayerNormalization", "ReduceMean"}),
                                frozenset({"Add"})),

@@ -2,10 +2,11 @@
 standard nodes, which every provider of those ops runs, so nothing is remembered to place instead.
 skl2onnx writes an export's steps one small node at a time, and in a run of many small kernels
 each node costs several times what it costs alone, so these take the many-node patterns it
-writes: PolynomialFeatures' column products (one Gather and one ReduceProd), AdaBoostRegressor's
-sibling forests (one TreeEnsembleRegressor), AdaBoostClassifier's (one TreeEnsembleRegressor and
-a Split) and its votes (six nodes for all estimators), a classifier's label lookup (an ArgMax
-and a Gather) and Casts to the type a value already has (dropped).
+writes: a sigmoid written out (one Sigmoid), PolynomialFeatures' column products (one Gather and
+one ReduceProd), AdaBoostRegressor's sibling forests (one TreeEnsembleRegressor),
+AdaBoostClassifier's (one TreeEnsembleRegressor and a Split) and its votes (six nodes for all
+estimators), a classifier's label lookup (an ArgMax and a Gather) and Casts to the type a value
+already has (dropped).
 """
 
 from __future__ import annotations
@@ -29,6 +30,60 @@ from ep_host.rewriter import (
 )
 
 ML_DOMAIN = "ai.onnx.ml"
+
+
+def sigmoid_fusion(rw: Rewriter) -> int:
+    """1 / (1 + exp(-x)) written out, a Neg (or a Mul by -1), Exp, Add of 1 and a Reciprocal (or
+    a Div of 1 by the sum), each value read only by the next (skl2onnx's one-vs-rest scores),
+    becomes one Sigmoid: one kernel for four, and no overflow where exp(-x) is infinite."""
+    fused = 0
+    for exp in rw.live():
+        found = _written_sigmoid(rw, exp) if is_op(exp, "Exp") else None
+        if found is not None:
+            x, nodes = found
+            last = nodes[-1]
+            sigmoid = helper.make_node("Sigmoid", [x], [last.output[0]],
+                                       name=rw.fresh(f"{last.name}::Sigmoid"))
+            rw.replace(last, sigmoid)
+            for node in nodes[:-1]:
+                rw.remove(node, into=sigmoid.name)
+            fused += 1
+    return fused
+
+
+def _unit(rw: Rewriter, name: str | None, rank: int | None, value: float) -> bool:
+    """Whether ``name`` is a constant ``value`` of one element that broadcasts against a value
+    of ``rank`` without changing its shape."""
+    c = rw.const(name) if name else None
+    return (c is not None and c.size == 1 and (c.ndim == 0 or rank is not None and c.ndim <= rank)
+            and float(c.reshape(())) == value)
+
+
+def _written_sigmoid(rw: Rewriter, exp: NodeProto) -> tuple[str, list[NodeProto]] | None:
+    """``(x, [negation, exp, add, reciprocal])`` where ``exp`` computes exp(-x) of a float x for
+    1 / (1 + exp(-x)); else ``None``."""
+    negated = exp.input[0]
+    neg = rw.producer.get(negated)
+    shape = rw.shape(negated)
+    rank = None if shape is None else len(shape)
+    if neg is None or rw.only_consumer(negated) is not exp:
+        return None
+    if is_op(neg, "Neg"):
+        x = neg.input[0]
+    elif is_op(neg, "Mul") and len(neg.input) == 2:
+        x = next((a for a, b in (neg.input, neg.input[::-1]) if _unit(rw, b, rank, -1.0)), None)
+    else:
+        return None
+    if x is None or rw.dtype(x) not in (np.float16, np.float32, np.float64):
+        return None
+    add = rw.only_consumer(exp.output[0])
+    if not is_op(add, "Add") or not _unit(rw, other_input(add, exp.output[0]), rank, 1.0):
+        return None
+    last = rw.only_consumer(add.output[0])
+    if not (is_op(last, "Reciprocal") or is_op(last, "Div") and list(last.input[1:]) == [
+            add.output[0]] and _unit(rw, last.input[0], rank, 1.0)):
+        return None
+    return x, [neg, exp, add, last]  # type: ignore[list-item]
 
 
 def product_features_fusion(rw: Rewriter) -> int:

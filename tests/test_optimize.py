@@ -334,6 +334,67 @@ def test_silu_becomes_one_quick_gelu_that_computes_the_same(mul_inputs):
     np.testing.assert_allclose(got[0], ort.run(None, {"x": x, "g": x})[0], rtol=1e-5, atol=1e-6)
 
 
+def written_sigmoid_model(negation="neg", last="reciprocal", *, minus=-1.0, one=1.0,
+                          one_shape=(), also_read=None, then_times_x=False):
+    """x [4, 3] -> 1 / (1 + exp(-x)) as separate nodes -> y (``then_times_x``: y * x, SiLU);
+    ``also_read``: an inner value that is a graph output too."""
+    negate = (helper.make_node("Neg", ["x"], ["n"], name="neg") if negation == "neg" else
+              helper.make_node("Mul", ["x", "minus"] if negation == "mul" else ["minus", "x"],
+                               ["n"], name="neg"))
+    nodes = [negate, helper.make_node("Exp", ["n"], ["e"], name="exp"),
+             helper.make_node("Add", ["e", "one"], ["d"], name="add"),
+             helper.make_node("Reciprocal", ["d"], ["y"], name="inverse")
+             if last == "reciprocal" else helper.make_node("Div", ["one", "d"], ["y"], name="div")]
+    outputs = [("y", F, None)]  # [1, 4, 3] where a constant of rank 3 widens it
+    if then_times_x:
+        nodes.append(helper.make_node("Mul", ["y", "x"], ["z"], name="times"))
+        outputs = [("z", F, [4, 3])]
+    if also_read:
+        outputs.append((also_read, F, None))
+    inits = [numpy_helper.from_array(np.full(one_shape, one, np.float32), "one"),
+             const("minus", minus)]
+    return make_model(nodes, [("x", F, [4, 3])], outputs, initializers=inits)
+
+
+@pytest.mark.parametrize("negation", ["neg", "mul", "mul first"])
+@pytest.mark.parametrize("last", ["reciprocal", "div"])
+def test_a_sigmoid_written_out_becomes_one_sigmoid(negation, last, recwarn):
+    x = (RNG.standard_normal((4, 3)) * 60).astype(np.float32)  # exp(-x) overflows for some
+    model = written_sigmoid_model(negation, last, one_shape=(1, 1) if last == "div" else ())
+    session = InferenceSession(model.SerializeToString(), providers=["cpu"])
+    assert session.model.optimizations == {"sigmoid_fusion": 1}
+    assert [n.op_type for n in session.placement.table.nodes] == ["Sigmoid"]
+    got = session.run(None, {"x": x})[0]
+    assert not [w for w in recwarn if "overflow" in str(w.message)]
+    np.testing.assert_allclose(got, 1 / (1 + np.exp(-x.astype(np.float64))), rtol=1e-6,
+                               atol=1e-30)
+    ort = onnxruntime.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+    np.testing.assert_allclose(got, ort.run(None, {"x": x})[0], rtol=1e-6, atol=1e-30)
+
+
+def test_a_sigmoid_written_out_times_its_input_becomes_one_quick_gelu():
+    x = (RNG.standard_normal((4, 3)) * 4).astype(np.float32)
+    session, got, want = run_both(written_sigmoid_model(then_times_x=True), {"x": x})
+    assert session.model.optimizations == {"sigmoid_fusion": 1, "silu_fusion": 1}
+    assert [n.qualified_op for n in session.placement.table.nodes] == [
+        "com.microsoft::QuickGelu"]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("change", [{"minus": -2.0}, {"one": 2.0}, {"one_shape": (1, 1, 1)},
+                                    {"also_read": "e"}, {"also_read": "n"}],
+                         ids=["times_minus_two", "plus_two", "one_widens", "exp_read",
+                              "negation_read"])
+def test_other_formulas_are_left_as_written(change):
+    x = RNG.standard_normal((4, 3)).astype(np.float32)
+    model = written_sigmoid_model("mul", "div", **change)
+    session, got, want = run_both(model, {"x": x})
+    assert "sigmoid_fusion" not in session.model.optimizations
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.parametrize(("mul_inputs", "extra_reader"), [
     (["g", "s"], False),  # a squeeze-excite's Mul: the sigmoid scales another tensor
     (["s", "s"], False),  # sigmoid squared
@@ -368,9 +429,10 @@ def test_each_pass_can_be_switched_off_and_unknown_names_are_refused():
         optimize(model, passes=["fold_everything"])
     assert set(PASSES) == {"constant_lifting", "constant_folding", "conv_bn_folding",
                            "channel_affine_folding", "conv_activation_fusion", "gelu_fusion",
-                           "silu_fusion", "layer_norm_fusion", "skip_layer_norm_fusion",
-                           "bias_gelu_fusion", "matmul_add_fusion", "product_features_fusion",
-                           "tree_ensemble_merging", "tree_classifier_merging",
+                           "sigmoid_fusion", "silu_fusion", "layer_norm_fusion",
+                           "skip_layer_norm_fusion", "bias_gelu_fusion", "matmul_add_fusion",
+                           "product_features_fusion", "tree_ensemble_merging",
+                           "tree_classifier_merging",
                            "samme_vote_batching", "weighted_median_fusion",
                            "class_label_gather", "cast_elimination"}
 
