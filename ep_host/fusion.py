@@ -533,7 +533,7 @@ def weighted_median_fusion(rw: Rewriter) -> int:
     the last sum, Mul by a constant half, Less(sums, that), Cast, ArgMin (kept) and two
     GatherElements (the order at that column, the prediction at that order). In a run of small
     kernels each costs several microseconds; they become one ep-host WeightedMedian, which does
-    the same steps in the same types (7 rows: see the kernel's measure in the note)."""
+    the same steps in the same types (an export of 10 estimators, 7 rows: 85 -> 43 us a run)."""
     fused = 0
     for topk in rw.live():
         if not is_op(topk, "TopK"):

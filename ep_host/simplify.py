@@ -435,15 +435,15 @@ def _samme_votes(rw: Rewriter, total: NodeProto) -> tuple[Any, ...] | None:
     """``(nodes, weights [m, 1], split, the value where a vote is, classes C, [classes, there,
     elsewhere])`` of the m votes ``total`` sums, where they hold the pattern
     ``samme_vote_batching`` takes."""
-    votes = [_samme_vote(rw, name, total) for name in total.input]
-    if any(v is None for v in votes) or len({tuple(v[2]) for v in votes}) != 1:  # type: ignore
+    found = [_samme_vote(rw, name, total) for name in total.input]
+    votes = [v for v in found if v is not None]
+    if len(votes) != len(found) or len({tuple(v[2]) for v in votes}) != 1:
         return None
-    classes_name, there, elsewhere = votes[0][2]  # type: ignore[index]
-    split = rw.producer.get(votes[0][0][0].input[0])  # type: ignore[index]
-    if not is_op(split, "Split") or [v[0][0].input[0] for v in votes] != list(  # type: ignore
-            split.output):
+    classes_name, there, elsewhere = votes[0][2]
+    split = rw.producer.get(votes[0][0][0].input[0])
+    if not is_op(split, "Split") or [v[0][0].input[0] for v in votes] != list(split.output):
         return None
-    shape, dtype = rw.shape(split.input[0]), rw.dtype(votes[0][0][2].output[0])  # type: ignore
+    shape, dtype = rw.shape(split.input[0]), rw.dtype(votes[0][0][2].output[0])
     m = len(votes)
     if (shape is None or len(shape) != 2 or not isinstance(shape[1], int) or shape[1] % m
             or node_attribute(split, "axis", 0) not in (1, -1) or dtype is None):
@@ -460,12 +460,13 @@ def _samme_votes(rw: Rewriter, total: NodeProto) -> tuple[Any, ...] | None:
                 (width,), (1, width)) or outside is None or outside.size != 1):
         return None
     inside = _broadcast_value(rw, there, split.output)
-    weights = [v[1] for v in votes]  # type: ignore[index]
-    if inside is None or any(w.dtype != dtype for w in (*weights, inside, outside)):
+    weights = [v[1] for v in votes]
+    # one value each, of rank 2 at most: each vote stays [N, C], as it broadcasts to [N, m, C]
+    if inside is None or any(w.dtype != dtype or w.ndim > 2 for w in (*weights, inside, outside)):
         return None
-    nodes = [n for v in votes for n in v[0]]  # type: ignore[index]
+    nodes = [n for v in votes for n in v[0]]
     return (nodes, np.array([w.reshape(()) for w in weights]).reshape(m, 1), split, inside,
-            width, votes[0][2])  # type: ignore[index]
+            width, votes[0][2])
 
 
 def _broadcast_value(rw: Rewriter, name: str, parts: Sequence[str]) -> np.ndarray | None:
