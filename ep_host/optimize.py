@@ -146,10 +146,12 @@ DEFAULT_PASSES = tuple(PASSES)
 # The ops a pass starts from (ai.onnx ones by name, others as ``domain::name``): it finds
 # nothing in a graph that lacks one op of each group. Where a pass starts from an op an earlier
 # pass adds (skip_layer_norm_fusion from the LayerNormalization layer_norm_fusion writes,
-# bias_gelu_fusion from gelu_fusion's Gelu), its group names the ops that pass starts from too;
-# the other passes remove nodes, copy a Conv or BatchNormalization, or add com.microsoft ops,
-# Gemm, Gather, ReduceProd, Split and TreeEnsembleRegressor. So the graph as loaded decides for
-# all of them. constant_folding is decided by ``_may_fold``.
+# bias_gelu_fusion from gelu_fusion's Gelu, silu_fusion from sigmoid_fusion's Sigmoid,
+# samme_vote_batching from tree_classifier_merging's Split), its group names the ops that pass
+# starts from too; the other passes remove nodes, copy a Conv or BatchNormalization, or add
+# com.microsoft and ai.ep_host ops, Gemm, Gather, ReduceProd, TreeEnsembleRegressor and the
+# six nodes of samme_vote_batching, in which no later pass finds its pattern. So the graph as
+# loaded decides for all of them. constant_folding is decided by ``_may_fold``.
 PASS_OPS: dict[str, tuple[frozenset[str], ...]] = {
     "constant_lifting": (frozenset({"Constant"}),),
     "conv_bn_folding": (frozenset({"BatchNormalization"}), frozenset({"Conv"})),
