@@ -7,8 +7,8 @@ provider claims it.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from onnx import AttributeProto, NodeProto, TensorProto, helper
@@ -21,8 +21,8 @@ from ep_host.rewriter import (
     Rewriter,
     copy_node,
     is_op,
+    matches,
     node_attribute,
-    node_domain,
     other_input,
 )
 
@@ -38,20 +38,6 @@ def _fuse(rw: Rewriter, nodes: Sequence[NodeProto], fused: NodeProto,
     for n in nodes:
         if n is not at:
             rw.remove(n, into=fused.name)
-
-
-Match = TypeVar("Match")
-
-
-def _matches(rw: Rewriter, op_type: str,
-             match: Callable[[Rewriter, NodeProto], Match | None]) -> Iterator[Match]:
-    """``match`` of each live node of ``op_type``, where it matches, as the walk reaches the
-    node (lazily: a node an earlier rewrite removed is not tried)."""
-    for node in rw.live():
-        if is_op(node, op_type):
-            found = match(rw, node)
-            if found is not None:
-                yield found
 
 
 def _scalar(rw: Rewriter, name: str) -> float | None:
@@ -174,7 +160,7 @@ def gelu_fusion(rw: Rewriter) -> int:
     fused = 0
     for op, matcher, fused_op in (("Erf", _match_gelu, "Gelu"),
                                   ("Tanh", _match_tanh_gelu, "FastGelu")):
-        for x, nodes, out in _matches(rw, op, matcher):
+        for x, nodes, out in matches(rw, op, matcher):
             name = rw.fresh(f"{nodes[-1].name}::{fused_op}")
             _fuse(rw, nodes, helper.make_node(fused_op, [x], [out], name=name, domain=MS_DOMAIN))
             fused += 1
@@ -288,7 +274,7 @@ def silu_fusion(rw: Rewriter) -> int:
     """``x * sigmoid(x)`` (SiLU, Swish: a Sigmoid read only by a Mul of its own input) ->
     ``com.microsoft::QuickGelu`` with alpha 1, one pass instead of two."""
     fused = 0
-    for sigmoid, mul in _matches(rw, "Sigmoid", _match_silu):
+    for sigmoid, mul in matches(rw, "Sigmoid", _match_silu):
         name = rw.fresh(f"{mul.name}::QuickGelu")
         _fuse(rw, [sigmoid, mul], helper.make_node("QuickGelu", [sigmoid.input[0]],
                                                    [mul.output[0]], name=name, domain=MS_DOMAIN,
@@ -314,7 +300,7 @@ def layer_norm_fusion(rw: Rewriter) -> int:
     if rw.model.opset_imports.get(DEFAULT_DOMAIN, 0) < 17:
         return 0  # ai.onnx LayerNormalization exists from opset 17
     fused = 0
-    for x, scale, bias, epsilon, nodes, out in _matches(rw, "ReduceMean", _match_layer_norm):
+    for x, scale, bias, epsilon, nodes, out in matches(rw, "ReduceMean", _match_layer_norm):
         name = rw.fresh(f"{nodes[-1].name}::LayerNormalization")
         inputs = [x, scale] + ([bias] if bias else [])
         _fuse(rw, nodes, helper.make_node("LayerNormalization", inputs, [out], name=name,
@@ -400,7 +386,7 @@ def skip_layer_norm_fusion(rw: Rewriter) -> int:
     something else reads the residual sum (a pre-norm block's next residual), the op writes it
     as its fourth output."""
     fused = 0
-    for adds, x, skip, bias, norm in _matches(rw, "LayerNormalization", _match_skip_norm):
+    for adds, x, skip, bias, norm in matches(rw, "LayerNormalization", _match_skip_norm):
         residual = adds[-1]
         out_sum = residual.output[0]
         keep_sum = out_sum in rw.outputs or any(
@@ -466,7 +452,7 @@ def bias_gelu_fusion(rw: Rewriter) -> int:
     approximate none) -> ``com.microsoft::BiasGelu``."""
     fused = 0
     for node in rw.live():
-        if not ((node_domain(node) == MS_DOMAIN and node.op_type == "Gelu")
+        if not (is_op(node, "Gelu", MS_DOMAIN)
                 or (is_op(node, "Gelu") and node_attribute(node, "approximate", "none")
                     in ("none", b"none"))):
             continue
@@ -535,13 +521,7 @@ def weighted_median_fusion(rw: Rewriter) -> int:
     kernels each costs several microseconds; they become one ep-host WeightedMedian, which does
     the same steps in the same types (an export of 10 estimators, 7 rows: 85 -> 43 us a run)."""
     fused = 0
-    for topk in rw.live():
-        if not is_op(topk, "TopK"):
-            continue
-        found = _weighted_median(rw, topk)
-        if found is None:
-            continue
-        nodes, inputs, k, largest = found
+    for nodes, inputs, k, largest in matches(rw, "TopK", _weighted_median):
         last = nodes[-1]
         name = rw.fresh(f"{last.name}::WeightedMedian")
         _fuse(rw, nodes, helper.make_node("WeightedMedian", inputs, [last.output[0]], name=name,
@@ -554,25 +534,13 @@ def _axis_1(node: NodeProto, name: str = "axis", default: int = -1) -> bool:
     return node_attribute(node, name, default) in (1, -1)
 
 
-def _reader(rw: Rewriter, name: str, op_type: str, domain: str = DEFAULT_DOMAIN,
-            at: int = 0) -> NodeProto | None:
-    """The one node reading ``name``, where it is a ``domain`` ``op_type`` reading it as input
+def _reader(rw: Rewriter, name: str, op_type: str, at: int = 0) -> NodeProto | None:
+    """The one node reading ``name``, where it is the ai.onnx ``op_type`` reading it as input
     ``at``."""
     node = rw.only_consumer(name)
-    if (node is None or node.op_type != op_type or node_domain(node) != domain
-            or len(node.input) <= at or node.input[at] != name):
+    if node is None or not is_op(node, op_type) or node.input[at:at + 1] != [name]:
         return None
     return node
-
-
-def _is_extractor(node: NodeProto) -> bool:
-    return node.op_type == "ArrayFeatureExtractor" and node_domain(node) == ML_DOMAIN
-
-
-def _one_const(rw: Rewriter, name: str) -> np.ndarray | None:
-    """Constant ``name`` where it holds one value (of any rank up to 2)."""
-    value = rw.const(name)
-    return value if value is not None and value.size == 1 and value.ndim <= 2 else None
 
 
 def _one_int(rw: Rewriter, name: str) -> int | None:
@@ -600,7 +568,8 @@ def _weighted_median(rw: Rewriter, topk: NodeProto) -> tuple[list[NodeProto], li
     if (topk.output[0] and (rw.consumers.get(topk.output[0]) or topk.output[0] in rw.outputs)
             or order in rw.outputs or len(rw.consumers.get(order, ())) != 2):
         return None
-    extract = next((n for n in rw.consumers[order] if _is_extractor(n)), None)
+    extract = next((n for n in rw.consumers[order]
+                    if is_op(n, "ArrayFeatureExtractor", ML_DOMAIN)), None)
     if extract is None or extract.input[1] != order:
         return None
     weights = rw.const(extract.input[0])
@@ -616,7 +585,7 @@ def _weighted_median(rw: Rewriter, topk: NodeProto) -> tuple[list[NodeProto], li
         return None
     sums = cumsum.output[0]
     readers = rw.consumers.get(sums, [])
-    last = next((n for n in readers if _is_extractor(n)), None)
+    last = next((n for n in readers if is_op(n, "ArrayFeatureExtractor", ML_DOMAIN)), None)
     less = next((n for n in readers if is_op(n, "Less")), None)
     if (len(readers) != 2 or sums in rw.outputs or last is None or less is None
             or last.input[0] != sums or less.input[0] != sums):
@@ -624,9 +593,9 @@ def _weighted_median(rw: Rewriter, topk: NodeProto) -> tuple[list[NodeProto], li
     index = _one_int(rw, last.input[1]) if len(last.input) > 1 else None
     mul = _reader(rw, last.output[0], "Mul")
     half = other_input(mul, last.output[0]) if mul is not None and len(mul.input) == 2 else None
-    half_value = _one_const(rw, half) if half else None
-    if (index != k - 1
-            or half_value is None or half_value.dtype != dtype
+    half_value = rw.const(half) if half else None
+    if (index != k - 1 or half_value is None or half_value.size != 1 or half_value.ndim > 2
+            or half_value.dtype != dtype
             or _reader(rw, mul.output[0], "Less", at=1) is not less):
         return None
     cast = _reader(rw, less.output[0], "Cast")

@@ -5,8 +5,8 @@ with producer and consumer lookups, and the small node helpers the passes share.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 import onnx
@@ -404,9 +404,24 @@ def node_domain(node: NodeProto) -> str:
     return normalize_domain(node.domain)
 
 
-def is_op(node: NodeProto | None, op_type: str) -> bool:
-    """Whether ``node`` is the ai.onnx op ``op_type`` (``False`` for ``None``)."""
-    return node is not None and node.op_type == op_type and node_domain(node) == DEFAULT_DOMAIN
+def is_op(node: NodeProto | None, op_type: str, domain: str = DEFAULT_DOMAIN) -> bool:
+    """Whether ``node`` is the op ``op_type`` of ``domain`` (default ai.onnx; ``False`` for
+    ``None``)."""
+    return node is not None and node.op_type == op_type and node_domain(node) == domain
+
+
+Match = TypeVar("Match")
+
+
+def matches(rw: Rewriter, op_type: str, match: Callable[[Rewriter, NodeProto], Match | None],
+            domain: str = DEFAULT_DOMAIN) -> Iterator[Match]:
+    """``match`` of each live node of ``op_type`` (of ``domain``), where it matches, as the walk
+    reaches the node (lazily: a node an earlier rewrite removed is not tried)."""
+    for node in rw.live():
+        if is_op(node, op_type, domain):
+            found = match(rw, node)
+            if found is not None:
+                yield found
 
 
 def node_attribute(node: NodeProto, name: str, default: Any = None) -> Any:

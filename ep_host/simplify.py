@@ -18,18 +18,17 @@ import numpy as np
 from onnx import NodeProto, helper, numpy_helper
 
 from ep_host.graph import DEFAULT_DOMAIN
+from ep_host.ml_types import ML_DOMAIN
 from ep_host.rewriter import (
     Rewriter,
     copy_node,
     inputs_renamed,
     is_op,
+    matches,
     node_attribute,
-    node_domain,
     other_input,
     tensor_typed,
 )
-
-ML_DOMAIN = "ai.onnx.ml"
 
 
 def sigmoid_fusion(rw: Rewriter) -> int:
@@ -37,17 +36,14 @@ def sigmoid_fusion(rw: Rewriter) -> int:
     a Div of 1 by the sum), each value read only by the next (skl2onnx's one-vs-rest scores),
     becomes one Sigmoid: one kernel for four, and no overflow where exp(-x) is infinite."""
     fused = 0
-    for exp in rw.live():
-        found = _written_sigmoid(rw, exp) if is_op(exp, "Exp") else None
-        if found is not None:
-            x, nodes = found
-            last = nodes[-1]
-            sigmoid = helper.make_node("Sigmoid", [x], [last.output[0]],
-                                       name=rw.fresh(f"{last.name}::Sigmoid"))
-            rw.replace(last, sigmoid)
-            for node in nodes[:-1]:
-                rw.remove(node, into=sigmoid.name)
-            fused += 1
+    for x, nodes in matches(rw, "Exp", _written_sigmoid):
+        last = nodes[-1]
+        sigmoid = helper.make_node("Sigmoid", [x], [last.output[0]],
+                                   name=rw.fresh(f"{last.name}::Sigmoid"))
+        rw.replace(last, sigmoid)
+        for node in nodes[:-1]:
+            rw.remove(node, into=sigmoid.name)
+        fused += 1
     return fused
 
 
@@ -147,7 +143,7 @@ def _column_product(rw: Rewriter, concat: NodeProto,
     if axes is None or [int(a) for a in np.asarray(axes).reshape(-1)] not in ([1], [-1]):
         return None
     afe = rw.producer.get(prod.input[0])
-    if (afe is None or afe.op_type != "ArrayFeatureExtractor" or node_domain(afe) != ML_DOMAIN
+    if (not is_op(afe, "ArrayFeatureExtractor", ML_DOMAIN)
             or rw.only_consumer(afe.output[0]) is not prod):
         return None
     source, columns = afe.input[0], rw.const(afe.input[1])
@@ -232,8 +228,7 @@ def _summing_forest(rw: Rewriter, concat: NodeProto,
     its own trees and targets and its n_targets base values (if any), read only by ``concat``;
     else ``None``."""
     node = rw.producer.get(name)
-    if (node is None or node.op_type != "TreeEnsembleRegressor"
-            or node_domain(node) != ML_DOMAIN or len(node.input) != 1
+    if (not is_op(node, "TreeEnsembleRegressor", ML_DOMAIN) or len(node.input) != 1
             or rw.only_consumer(name) is not concat):
         return None
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
@@ -314,8 +309,8 @@ def tree_classifier_merging(rw: Rewriter) -> int:
     classifier's scores are with every leaf voting (10 estimators: 10 forests become 2 nodes)."""
     siblings: dict[str, list[NodeProto]] = {}
     for node in rw.live():
-        if (node.op_type == "TreeEnsembleClassifier" and node_domain(node) == ML_DOMAIN
-                and len(node.input) == 1 and len(node.output) == 2 and node.output[1]
+        if (is_op(node, "TreeEnsembleClassifier", ML_DOMAIN) and len(node.input) == 1
+                and len(node.output) == 2 and node.output[1]
                 and not rw.consumers.get(node.output[0]) and node.output[0] not in rw.outputs):
             siblings.setdefault(node.input[0], []).append(node)
     groups: dict[tuple[str, ...], list[tuple[NodeProto, dict[str, Any]]]] = {}
@@ -398,12 +393,9 @@ def samme_vote_batching(rw: Rewriter) -> int:
     each class's votes in estimator order, as the Sum did). A ConstantOfShape of a part's Shape
     that only the Wheres read becomes a constant."""
     batched = 0
-    for total in rw.live():
-        if is_op(total, "Sum") and len(total.input) >= 2:
-            found = _samme_votes(rw, total)
-            if found is not None:
-                _batch_votes(rw, total, *found)
-                batched += 1
+    for found in matches(rw, "Sum", _samme_votes):
+        _batch_votes(rw, *found)
+        batched += 1
     return batched
 
 
@@ -414,8 +406,7 @@ def _samme_vote(rw: Rewriter, name: str,
     mul = rw.producer.get(name)
     if not is_op(mul, "Mul") or rw.only_consumer(name) is not total or len(mul.input) != 2:
         return None
-    where = next((rw.producer.get(i) for i in mul.input if is_op(rw.producer.get(i), "Where")),
-                 None)
+    where = next((n for n in map(rw.producer.get, mul.input) if is_op(n, "Where")), None)
     weight = rw.const(other_input(mul, where.output[0]) or "") if where is not None else None
     if weight is None or weight.size != 1 or rw.only_consumer(where.output[0]) is not mul:
         return None
@@ -432,9 +423,11 @@ def _samme_vote(rw: Rewriter, name: str,
 
 
 def _samme_votes(rw: Rewriter, total: NodeProto) -> tuple[Any, ...] | None:
-    """``(nodes, weights [m, 1], split, the value where a vote is, classes C, [classes, there,
-    elsewhere])`` of the m votes ``total`` sums, where they hold the pattern
+    """``(total, nodes, weights [m, 1], split, the value where a vote is, classes C, [classes,
+    there, elsewhere])`` of the m votes ``total`` sums, where they hold the pattern
     ``samme_vote_batching`` takes."""
+    if len(total.input) < 2:
+        return None
     found = [_samme_vote(rw, name, total) for name in total.input]
     votes = [v for v in found if v is not None]
     if len(votes) != len(found) or len({tuple(v[2]) for v in votes}) != 1:
@@ -465,8 +458,8 @@ def _samme_votes(rw: Rewriter, total: NodeProto) -> tuple[Any, ...] | None:
     if inside is None or any(w.dtype != dtype or w.ndim > 2 for w in (*weights, inside, outside)):
         return None
     nodes = [n for v in votes for n in v[0]]
-    return (nodes, np.array([w.reshape(()) for w in weights]).reshape(m, 1), split, inside,
-            width, votes[0][2])
+    return (total, nodes, np.array([w.reshape(()) for w in weights]).reshape(m, 1), split,
+            inside, width, votes[0][2])
 
 
 def _broadcast_value(rw: Rewriter, name: str, parts: Sequence[str]) -> np.ndarray | None:
@@ -600,7 +593,7 @@ def _label_chain(rw: Rewriter, argmax: NodeProto,
     it)`` for ``class_label_gather``, ending with the last Cast after the Reshape; ``None``
     where the pattern does not hold."""
     afe = rw.only_consumer(argmax.output[0])
-    if (afe is None or afe.op_type != "ArrayFeatureExtractor" or node_domain(afe) != ML_DOMAIN
+    if (not is_op(afe, "ArrayFeatureExtractor", ML_DOMAIN)
             or list(afe.input[1:]) != [argmax.output[0]]):
         return None
     classes = rw.const(afe.input[0])
